@@ -1,0 +1,191 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flashsale/stock/internal/envconf"
+	"github.com/flashsale/stock/internal/report"
+)
+
+// backend is one database the strategies run on.
+type backend struct {
+	Name string // "postgres" or "mysql", as store.Engine names them
+	URL  string
+}
+
+// plan is everything the demo will do, read from the environment (make demo
+// passes it through). Each default is in loadPlan; DEMO_QUICK=1 changes the
+// sizes so that the whole demo fits in under three minutes.
+type plan struct {
+	Quick bool
+	// Root is the repository; paths below are relative to it.
+	Root       string
+	StockBin   string
+	ReportsDir string
+	Backends   []backend
+	// Strategies is empty until the service binary is asked (bin/stock
+	// strategies), unless DEMO_STRATEGIES names them.
+	Strategies []string
+	Instances  int
+	DBMaxConns int
+	// NaiveRaceWindow is given to the naive control only, so its oversell
+	// shows; OrderTimeout, when set, to every instance.
+	NaiveRaceWindow string
+	OrderTimeout    string
+	AdminToken      string
+
+	BurstStock, BurstBuyers, BurstVUs int
+	BurstMaxDuration                  time.Duration
+	// Rounds is how often each strategy's burst and steady run, and the
+	// ceilings, are measured; the strategies take turns round by round
+	// and the report shows the medians.
+	Rounds int
+
+	SteadyDuration time.Duration
+	SteadyMaxVUs   int
+	// SteadyRate is the offered orders/s; 0 means "the backend's reference
+	// hot-row ceiling, capped at half the load generator's ceiling".
+	SteadyRate int
+
+	CeilingDuration time.Duration
+	LoadGenVUs      int
+	LoadGenDuration time.Duration
+
+	// RedisAddrs, when set, are used as they are; otherwise the demo starts
+	// five redis-servers of its own if a strategy needs Redis.
+	RedisAddrs []string
+	// KeepData leaves the sales' orders in the databases afterwards.
+	KeepData bool
+}
+
+// loadPlan reads the plan through getenv and reports every bad value at once.
+func loadPlan(getenv func(string) string) (plan, error) {
+	env := envconf.New(getenv)
+	str, integer, bad := env.String, env.Int, env.Bad
+	duration := func(name string, def time.Duration) time.Duration { return env.Duration(name, def, false) }
+	boolean := func(name string) bool { return env.Bool(name, false) }
+
+	p := plan{Quick: boolean("DEMO_QUICK")}
+	// The sizes: the default demo takes about 10 minutes with six
+	// strategies on two backends, the quick one under 3.
+	defStock, defBuyers, defVUs, defMax := 1000, 4000, 200, 60*time.Second
+	defSteady, defSteadyVUs, defCeiling, defLoadGen := 8*time.Second, 200, 3*time.Second, 5*time.Second
+	defRounds := 3
+	if p.Quick {
+		defRounds = 1
+		defStock, defBuyers, defVUs, defMax = 300, 1200, 100, 20*time.Second
+		defSteady, defSteadyVUs, defCeiling, defLoadGen = 4*time.Second, 100, 2*time.Second, 2*time.Second
+	}
+	p.Root = str("DEMO_ROOT", ".")
+	p.StockBin = str("STOCK_BIN", "bin/stock")
+	p.ReportsDir = str("REPORTS_DIR", "reports")
+	p.Instances = integer("DEMO_INSTANCES", 3, 1, 10)
+	// PostgreSQL allows 100 connections: three instances of at most 30.
+	p.DBMaxConns = integer("DB_MAX_CONNS", 16, 1, 30)
+	p.NaiveRaceWindow = str("NAIVE_RACE_WINDOW", "5ms")
+	p.OrderTimeout = str("ORDER_TIMEOUT", "")
+	p.AdminToken = str("DEMO_ADMIN_TOKEN", "demo-token")
+	p.BurstStock = integer("BURST_STOCK", defStock, 1, 1_000_000)
+	p.BurstBuyers = integer("BURST_BUYERS", defBuyers, 1, 1_000_000)
+	p.BurstVUs = integer("BURST_VUS", defVUs, 1, 2000)
+	p.BurstMaxDuration = duration("BURST_MAX_DURATION", defMax)
+	p.Rounds = integer("BURST_ROUNDS", defRounds, 1, 9)
+	p.SteadyDuration = duration("STEADY_DURATION", defSteady)
+	p.SteadyMaxVUs = integer("STEADY_MAX_VUS", defSteadyVUs, 1, 2000)
+	p.SteadyRate = integer("STEADY_RATE", 0, 0, 100_000)
+	p.CeilingDuration = duration("CEILING_DURATION", defCeiling)
+	p.LoadGenVUs = integer("LOADGEN_VUS", 64, 1, 2000)
+	p.LoadGenDuration = duration("LOADGEN_DURATION", defLoadGen)
+	p.KeepData = boolean("DEMO_KEEP_DATA")
+	if v := str("REDIS_ADDRS", ""); v != "" {
+		p.RedisAddrs = splitList(v)
+	}
+	if v := str("DEMO_STRATEGIES", ""); v != "" {
+		p.Strategies = splitList(v)
+	}
+
+	urls := map[string]string{
+		"postgres": str("POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/stock?sslmode=disable"),
+		"mysql":    str("MYSQL_URL", "mysql://root@127.0.0.1:3306/stock"),
+	}
+	for _, name := range splitList(str("DEMO_BACKENDS", "postgres,mysql")) {
+		url, ok := urls[name]
+		if !ok {
+			bad("DEMO_BACKENDS: %q is not postgres or mysql", name)
+			continue
+		}
+		p.Backends = append(p.Backends, backend{Name: name, URL: url})
+	}
+	if len(p.Backends) == 0 {
+		bad("DEMO_BACKENDS names no backend")
+	}
+	if p.BurstBuyers < p.BurstStock {
+		bad("BURST_BUYERS=%d is fewer than BURST_STOCK=%d: the sale would not sell out", p.BurstBuyers, p.BurstStock)
+	}
+	return p, env.Err()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// needsRedis reports whether a strategy takes its lock in Redis, and so
+// needs REDIS_ADDRS (redis-lock uses the first address, redlock all).
+func needsRedis(strategy string) bool {
+	return strings.Contains(strategy, "redis") || strings.Contains(strategy, "redlock")
+}
+
+// mode names the plan's sizes for the report.
+func (p plan) mode() string {
+	if p.Quick {
+		return "quick (DEMO_QUICK=1)"
+	}
+	return "default"
+}
+
+// settings lists the plan for the report, with the reason for each value.
+func (p plan) settings(steadyRates map[string]int) []report.Setting {
+	s := []report.Setting{
+		{Name: "instances per strategy", Value: strconv.Itoa(p.Instances), Note: "separate processes on one database, requests round robin"},
+		{Name: "DB_MAX_CONNS", Value: strconv.Itoa(p.DBMaxConns), Note: fmt.Sprintf("per instance, so %d connections in all; the hot-row ceilings use as many", p.Instances*p.DBMaxConns)},
+		{Name: "NAIVE_RACE_WINDOW", Value: p.NaiveRaceWindow, Note: "naive only: widens its read-to-write race so the oversell is visible"},
+		{Name: "ORDER_TIMEOUT", Value: orDefault(p.OrderTimeout, "3s (service default)"), Note: "past it an order is answered 503 busy"},
+		{Name: "rounds", Value: strconv.Itoa(p.Rounds), Note: "ceilings, then every strategy's burst and steady run; the strategies take turns round by round, the report shows medians"},
+		{Name: "burst", Value: fmt.Sprintf("STOCK=%d BUYERS=%d VUS=%d MAX_DURATION=%s", p.BurstStock, p.BurstBuyers, p.BurstVUs, p.BurstMaxDuration), Note: "shared-iterations: one order of 1 unit per buyer"},
+		{Name: "steady", Value: fmt.Sprintf("DURATION=%s MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs), Note: "constant-arrival-rate, all VUs pre-allocated"},
+	}
+	for _, b := range p.Backends {
+		if r, ok := steadyRates[b.Name]; ok {
+			note := "the backend's reference hot-row ceiling in round 1, capped at half the load generator's ceiling"
+			if p.SteadyRate > 0 {
+				note = "set by STEADY_RATE"
+			}
+			s = append(s, report.Setting{Name: "steady RATE on " + b.Name, Value: fmt.Sprintf("%d orders/s", r), Note: note})
+		}
+	}
+	s = append(s,
+		report.Setting{Name: "hot-row ceiling", Value: fmt.Sprintf("%s per measurement, %d connections (and 1), before each of the %d rounds", p.CeilingDuration, p.Instances*p.DBMaxConns, p.Rounds), Note: "internal/hotrow through the service's store adapters; the report shows the median"},
+		report.Setting{Name: "load generator ceiling", Value: fmt.Sprintf("%d VUs for %s", p.LoadGenVUs, p.LoadGenDuration), Note: "k6 against GET /healthz on the same instances"},
+	)
+	for _, b := range p.Backends {
+		s = append(s, report.Setting{Name: "DATABASE_URL (" + b.Name + ")", Value: b.URL})
+	}
+	return s
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is one child the demo started. Its Wait runs in a goroutine owned
+// by the process, which reports the exit on exited; stop signals the child
+// by its PID and joins that goroutine.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	log    *os.File
+	exited chan struct{}
+	err    error // valid once exited is closed
+}
+
+// startProcess starts bin with args and exactly the environment env, its
+// output going to logPath.
+func startProcess(name, bin string, args, env []string, logPath string) (*process, error) {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its own process group, so a Ctrl-C in the terminal reaches the
+	// demo first and the demo stops its children in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: log, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// running reports whether the process has not exited.
+func (p *process) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM, waits up to grace for the exit, then kills. It is
+// safe to call on a process that has exited.
+func (p *process) stop(grace time.Duration) error {
+	defer p.log.Close()
+	if !p.running() {
+		return p.exitErr()
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.name, grace)
+	}
+}
+
+func (p *process) exitErr() error {
+	if p.err == nil {
+		return fmt.Errorf("%s exited", p.name)
+	}
+	return fmt.Errorf("%s exited: %w", p.name, p.err)
+}
+
+// tail returns the last lines of the process's log, for error messages.
+func (p *process) tail(n int) string {
+	f, err := os.Open(p.log.Name())
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1. Another process
+// could take it before the child binds it; the child then fails to start,
+// which the caller reports.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// instance is one service process.
+type instance struct {
+	*process
+	url string
+}
+
+// fleet is the instances of one strategy on one backend.
+type fleet struct {
+	instances []*instance
+	env       []string // what every instance got, for the report
+}
+
+// serviceEnv are the variables the demo sets for the service; any value the
+// demo's own environment has for them is overridden or removed, so that
+// e.g. NAIVE_RACE_WINDOW never reaches a strategy that refuses it.
+var serviceEnv = []string{"STRATEGY", "DATABASE_URL", "HTTP_ADDR", "ADMIN_TOKEN", "DB_MAX_CONNS",
+	"NAIVE_RACE_WINDOW", "REDIS_ADDRS", "ORDER_TIMEOUT", "LOG_LEVEL", "MIGRATE"}
+
+// childEnv is the demo's environment without the variables in drop, plus
+// add.
+func childEnv(add, drop []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(drop, name) {
+			env = append(env, kv)
+		}
+	}
+	return append(env, add...)
+}
+
+// startFleet starts n instances with env and waits until each answers
+// /readyz; on any failure the ones started are stopped again.
+func startFleet(ctx context.Context, bin string, n int, env []string, logDir string) (*fleet, error) {
+	f := &fleet{env: env}
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		name := fmt.Sprintf("i%d", i+1)
+		penv := childEnv(append(append([]string{}, env...), fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", port)), serviceEnv)
+		p, err := startProcess("instance "+name, bin, nil, penv, filepath.Join(logDir, "instance-"+name+".log"))
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		f.instances = append(f.instances, &instance{process: p, url: fmt.Sprintf("http://127.0.0.1:%d", port)})
+	}
+	for _, in := range f.instances {
+		if err := waitReady(ctx, in, 30*time.Second); err != nil {
+			f.stop()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// waitReady polls /readyz until 200, the process exits, or timeout.
+func waitReady(ctx context.Context, in *instance, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Timeout: 2 * time.Second}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, in.url+"/readyz", nil)
+		if resp, err := client.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-in.exited:
+			return fmt.Errorf("%w before it was ready:\n%s", in.exitErr(), in.tail(5))
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s: %w\n%s", in.name, timeout, ctx.Err(), in.tail(5))
+		case <-tick.C:
+		}
+	}
+}
+
+func (f *fleet) urls() []string {
+	var out []string
+	for _, in := range f.instances {
+		out = append(out, in.url)
+	}
+	return out
+}
+
+// dead returns an error for every instance that exited.
+func (f *fleet) dead() error {
+	var errs []error
+	for _, in := range f.instances {
+		if !in.running() {
+			errs = append(errs, fmt.Errorf("%w:\n%s", in.exitErr(), in.tail(5)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stop stops every instance; they shut down in parallel.
+func (f *fleet) stop() error {
+	if f == nil {
+		return nil
+	}
+	errs := make(chan error, len(f.instances))
+	for _, in := range f.instances {
+		go func() {
+			if !in.running() {
+				// Already reported by dead.
+				in.log.Close()
+				errs <- nil
+				return
+			}
+			errs <- in.stop(15 * time.Second)
+		}()
+	}
+	var all []error
+	for range f.instances {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// redisNodes are redis-servers the demo started for the lock strategies.
+type redisNodes struct {
+	procs []*process
+	addrs []string
+}
+
+// startRedis starts n redis-servers on free ports, without persistence.
+func startRedis(ctx context.Context, n int, dir string) (*redisNodes, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server is not installed (make services installs it): %w", err)
+	}
+	r := &redisNodes{}
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		p, err := startProcess("redis "+addr, bin, []string{
+			"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--daemonize", "no", "--dir", dir,
+		}, os.Environ(), filepath.Join(dir, fmt.Sprintf("redis-%d.log", i+1)))
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
+		r.procs = append(r.procs, p)
+		r.addrs = append(r.addrs, addr)
+	}
+	for i, addr := range r.addrs {
+		if err := waitRedis(ctx, addr, r.procs[i], 10*time.Second); err != nil {
+			r.stop()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// waitRedis sends PING until +PONG.
+func waitRedis(ctx context.Context, addr string, p *process, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if pingRedis(addr) == nil {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%w:\n%s", p.exitErr(), p.tail(5))
+		case <-ctx.Done():
+			return fmt.Errorf("redis at %s does not answer: %w", addr, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func pingRedis(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("redis at %s answered %q", addr, strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func (r *redisNodes) stop() {
+	if r == nil {
+		return
+	}
+	for _, p := range r.procs {
+		_ = p.stop(5 * time.Second)
+	}
+}

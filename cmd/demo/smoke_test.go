@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/report"
+	"github.com/flashsale/stock/internal/testdb"
+)
+
+// unavailable skips the test, or fails it under CI=true: CI must never pass
+// because a piece was missing.
+func unavailable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true and "+format, args...)
+	}
+	t.Skipf(format+" (set CI=true to make this a failure)", args...)
+}
+
+// repoRoot finds the repository from the test's directory.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/flashsale/stock\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("repository root not found")
+		}
+		dir = parent
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the progress printer and the test can
+// share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestSmokeRun is the demo in miniature, for real: three instances of the
+// service on a fresh PostgreSQL database, the k6 burst and a two-second
+// steady run, for conditional and for naive with its race window. The
+// runner's verdicts must clear conditional and catch naive's oversell.
+func TestSmokeRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the service and k6")
+	}
+	root := repoRoot(t)
+	if _, err := exec.LookPath("go"); err != nil {
+		unavailable(t, "the go command is not on PATH: %v", err)
+	}
+	// Built from the module proxy on first use (about 4 minutes), then
+	// cached by the go command.
+	buildCtx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	k6Bin, err := resolveK6(buildCtx, filepath.Join(root, "loadtest"))
+	cancel()
+	if err != nil {
+		unavailable(t, "k6 cannot be built: %v", err)
+	}
+	stockBin := filepath.Join(t.TempDir(), "stock")
+	build := exec.Command("go", "build", "-o", stockBin, "./cmd/stock")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the service: %v\n%s", err, out)
+	}
+	url := testdb.URL(t, "postgres")
+
+	p := plan{
+		Instances: 3, DBMaxConns: 8, NaiveRaceWindow: "5ms", AdminToken: "smoke",
+		BurstStock: 100, BurstBuyers: 400, BurstVUs: 100, BurstMaxDuration: 20 * time.Second, Rounds: 1,
+		SteadyDuration: 2 * time.Second, SteadyMaxVUs: 20,
+		Backends:   []backend{{Name: "postgres", URL: url}},
+		Strategies: []string{"conditional", "naive"},
+		StockBin:   stockBin,
+	}
+	dir := t.TempDir()
+	var out syncBuffer
+	prog := newProgress(&out, totalSteps(p))
+	d := &demo{
+		p: p, progress: prog, dir: dir, runID: "smoke",
+		k6:          &k6Runner{bin: k6Bin, loadtestDir: filepath.Join(root, "loadtest"), progress: prog},
+		skus:        map[string][]string{},
+		steadyRates: map[string]int{"postgres": 100},
+		rep:         &report.Report{Title: "smoke", Strategies: p.Strategies, Backends: []string{"postgres"}, Mode: "test"},
+	}
+	for _, s := range p.Strategies {
+		d.runStrategy(t.Context(), p.Backends[0], s, 1)
+	}
+	t.Logf("runner output:\n%s", out.String())
+
+	verdicts := map[string]report.Verdict{}
+	for _, sc := range []string{report.Burst, report.Steady} {
+		for _, row := range d.rep.Rows(sc) {
+			verdicts[row.Run.Strategy+" "+sc] = row.Verdict
+			if row.Run.Error != "" {
+				t.Errorf("%s %s: %s", row.Run.Strategy, sc, row.Run.Error)
+			}
+		}
+	}
+	if v := verdicts["conditional burst"]; v.Status != report.StatusOK || v.Oversold != 0 || !v.Conserved {
+		t.Errorf("conditional burst: %+v", v)
+	}
+	if v := verdicts["conditional steady"]; v.Status != report.StatusOK {
+		t.Errorf("conditional steady: %+v", v)
+	}
+	if v := verdicts["naive burst"]; v.Status != report.StatusControlOversold || v.Oversold == 0 {
+		t.Errorf("the runner did not catch naive's oversell: %+v", v)
+	}
+	for _, run := range d.rep.Runs {
+		if run.Strategy == "conditional" && run.Scenario == report.Burst {
+			if run.Audit == nil || run.Audit.Ordered != 100 || run.Audit.Available != 0 {
+				t.Errorf("conditional sold %+v of 100 units", run.Audit)
+			}
+			if st := run.Stats(); st.Orders != 100 || st.SoldOut != 300 {
+				t.Errorf("k6 saw %d orders and %d sold-outs; want 100 and 300", st.Orders, st.SoldOut)
+			}
+		}
+	}
+	if f := d.rep.Failures(); len(f) != 0 {
+		t.Errorf("failures: %q", f)
+	}
+
+	if err := report.WriteFiles(dir, d.rep); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "oversold (control)") {
+		t.Error("the page does not show naive's oversell")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runs", "postgres-conditional", "round-1", "steady", "dashboard.html")); err != nil {
+		t.Errorf("no k6 dashboard export: %v", err)
+	}
+}
+
+func TestLoadPlan(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	p, err := loadPlan(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Quick || p.Instances != 3 || p.DBMaxConns != 16 || p.BurstStock != 1000 || p.BurstBuyers != 4000 ||
+		p.SteadyDuration != 8*time.Second || p.Rounds != 3 || p.NaiveRaceWindow != "5ms" || len(p.Backends) != 2 || p.SteadyRate != 0 {
+		t.Errorf("defaults: %+v", p)
+	}
+	q, err := loadPlan(env(map[string]string{"DEMO_QUICK": "1", "DEMO_BACKENDS": "mysql", "STEADY_RATE": "250"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !q.Quick || q.BurstStock >= p.BurstStock || q.SteadyDuration >= p.SteadyDuration || len(q.Backends) != 1 || q.Backends[0].Name != "mysql" || q.SteadyRate != 250 {
+		t.Errorf("quick: %+v", q)
+	}
+	_, err = loadPlan(env(map[string]string{"DEMO_BACKENDS": "oracle", "DB_MAX_CONNS": "31", "BURST_STOCK": "10", "BURST_BUYERS": "5", "STEADY_DURATION": "soon"}))
+	if err == nil {
+		t.Fatal("bad plan accepted")
+	}
+	for _, want := range []string{"oracle", "DB_MAX_CONNS", "BURST_BUYERS=5", "STEADY_DURATION"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not mention %s", err, want)
+		}
+	}
+}
+
+func TestSteadyRate(t *testing.T) {
+	d := &demo{rep: &report.Report{
+		LoadGen:  &report.LoadGen{RequestsPerSec: 3000},
+		Ceilings: []report.Ceiling{{Backend: "postgres", Statement: "conditional", Workers: 48, PerSecond: 803.4}, {Backend: "mysql", Statement: "conditional", Workers: 48, PerSecond: 2406}},
+	}}
+	for _, c := range []struct {
+		backend string
+		set     int
+		want    int
+	}{
+		{"postgres", 0, 800},   // the reference ceiling, rounded
+		{"mysql", 0, 1500},     // capped at half the load generator's ceiling
+		{"postgres", 123, 123}, // STEADY_RATE wins
+	} {
+		d.p.SteadyRate = c.set
+		if got := d.steadyRate(backend{Name: c.backend}); got != c.want {
+			t.Errorf("%s, STEADY_RATE=%d: rate %d, want %d", c.backend, c.set, got, c.want)
+		}
+	}
+}
+
+func TestShellJoin(t *testing.T) {
+	got := shellJoin([]string{"run", "-e", "BASE_URLS=http://127.0.0.1:1,http://127.0.0.1:2", "-e", "X=a b", "it's"})
+	want := `run -e BASE_URLS=http://127.0.0.1:1,http://127.0.0.1:2 -e 'X=a b' 'it'\''s'`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}

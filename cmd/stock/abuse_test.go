@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flashsale/stock/internal/testdb"
+)
+
+// TestAbuse: huge headers, a body that never finishes, and a flood of
+// unknown SKUs get 4xx answers (or a closed connection), never a 5xx, and
+// leave neither stock, tables nor the process's memory any different.
+func TestAbuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real service process")
+	}
+	url := testdb.URL(t, "postgres")
+	p := startInstance(t, "DATABASE_URL="+url, "STRATEGY=conditional", "HTTP_READ_TIMEOUT=1s")
+	adminJSON(t, http.MethodPut, p.url+"/admin/stock/real", `{"available":10}`, nil)
+	addr := strings.TrimPrefix(p.url, "http://")
+
+	t.Run("huge headers", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPost, p.url+"/orders", strings.NewReader(`{"sku":"real","quantity":1,"user_id":"u"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Padding", strings.Repeat("x", 256<<10))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("256 KiB of headers: %d, want 431", resp.StatusCode)
+		}
+	})
+
+	t.Run("slow body", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// Promise 100 bytes, send 10, then nothing: the read timeout must
+		// end the request instead of waiting for ever.
+		fmt.Fprintf(conn, "POST /orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"sku\":\"re")
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode >= 500 {
+				t.Errorf("a stalled body got %d", resp.StatusCode)
+			}
+			return
+		}
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			t.Fatalf("the server kept a stalled request open for 10s")
+		}
+		// Otherwise the server closed the connection: what we want.
+	})
+
+	t.Run("10,000 unknown SKUs", func(t *testing.T) {
+		before := rss(t, p.cmd.Process.Pid)
+		rows := tableRows(t, url)
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		defer client.CloseIdleConnections()
+		var wg sync.WaitGroup
+		statuses := make(chan int, 10000)
+		sem := make(chan struct{}, 16)
+		for i := range 10000 {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				body := fmt.Sprintf(`{"sku":"ghost-%d","quantity":1,"user_id":"u"}`, i)
+				resp, err := client.Post(p.url+"/orders", "application/json", strings.NewReader(body))
+				if err != nil {
+					statuses <- 0
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				statuses <- resp.StatusCode
+			}()
+		}
+		wg.Wait()
+		close(statuses)
+		counts := map[int]int{}
+		for s := range statuses {
+			counts[s]++
+		}
+		if counts[http.StatusNotFound] != 10000 {
+			t.Errorf("answers %v, want 10000 × 404", counts)
+		}
+		after := rss(t, p.cmd.Process.Pid)
+		t.Logf("RSS %d KiB -> %d KiB", before, after)
+		// Pools and caches warm up, but nothing may grow per SKU: 10,000
+		// remembered SKUs of even 1 KiB each would be 10 MiB.
+		if after-before > 8<<10 {
+			t.Errorf("resident memory grew by %d KiB", after-before)
+		}
+		if got := tableRows(t, url); got != rows {
+			t.Errorf("table rows %v -> %v", rows, got)
+		}
+	})
+
+	var a auditBody
+	adminJSON(t, http.MethodGet, p.url+"/admin/audit/real", "", &a)
+	if a.Available != 10 || a.Orders != 0 {
+		t.Errorf("abuse changed the stock: %+v", a)
+	}
+}
+
+// rss reads the resident set size of a process in KiB.
+func rss(t *testing.T, pid int) int {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// tableRows counts the rows of the service's tables.
+func tableRows(t *testing.T, url string) [3]int64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n [3]int64
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM stock), (SELECT count(*) FROM orders), (SELECT count(*) FROM idempotency_keys)`).Scan(&n[0], &n[1], &n[2]); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flashsale/stock/internal/envconf"
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/store"
+)
+
+// config is the service's configuration, read from the environment. Each
+// field's default is in loadConfig.
+type config struct {
+	Strategy        string
+	DatabaseURL     string
+	HTTPAddr        string
+	AdminToken      string
+	DBMaxConns      int
+	OrderTimeout    time.Duration
+	CASMaxAttempts  int
+	NaiveRaceWindow time.Duration
+	Migrate         bool
+	ShutdownTimeout time.Duration
+	ReadTimeout     time.Duration
+	LogLevel        slog.Level
+
+	// Lock strategies (redis-lock, redlock).
+	RedisAddrs     []string
+	LockTTL        time.Duration
+	LockWait       time.Duration
+	LockRenewEvery time.Duration
+	Fencing        bool
+	FreezeHolder   bool
+}
+
+// strategyNames lists every value STRATEGY accepts.
+func strategyNames() []string {
+	return append(slices.Clone(inventory.SQLStrategyNames), inventory.NameRedisLock, inventory.NameRedlock)
+}
+
+func isLockStrategy(name string) bool {
+	return name == inventory.NameRedisLock || name == inventory.NameRedlock
+}
+
+// loadConfig reads the configuration through getenv and reports every
+// invalid value at once.
+func loadConfig(getenv func(string) string) (config, error) {
+	env := envconf.New(getenv)
+	str, integer, duration, boolean, bad := env.String, env.Int, env.Duration, env.Bool, env.Bad
+	c := config{
+		Strategy:        str("STRATEGY", inventory.NameConditional),
+		DatabaseURL:     str("DATABASE_URL", ""),
+		HTTPAddr:        str("HTTP_ADDR", ":8080"),
+		AdminToken:      getenv("ADMIN_TOKEN"),
+		DBMaxConns:      integer("DB_MAX_CONNS", 16, 1, 1000),
+		OrderTimeout:    duration("ORDER_TIMEOUT", 3*time.Second, false),
+		CASMaxAttempts:  integer("CAS_MAX_ATTEMPTS", 50, 1, 10000),
+		NaiveRaceWindow: duration("NAIVE_RACE_WINDOW", 0, true),
+		Migrate:         boolean("MIGRATE", true),
+		ShutdownTimeout: duration("SHUTDOWN_TIMEOUT", 10*time.Second, false),
+		ReadTimeout:     duration("HTTP_READ_TIMEOUT", 10*time.Second, false),
+		LockTTL:         duration("LOCK_TTL", 5*time.Second, false),
+		LockWait:        duration("LOCK_WAIT", 3*time.Second, false),
+		LockRenewEvery:  duration("LOCK_RENEW_EVERY", 0, true),
+		FreezeHolder:    boolean("FREEZE_HOLDER", false),
+	}
+	switch f := str("FENCING", "on"); f {
+	case "on":
+		c.Fencing = true
+	case "off":
+		c.Fencing = false
+	default:
+		bad("FENCING=%q is not on or off", f)
+	}
+	for _, addr := range strings.Split(str("REDIS_ADDRS", "127.0.0.1:6379"), ",") {
+		if addr = strings.TrimSpace(addr); addr != "" {
+			c.RedisAddrs = append(c.RedisAddrs, addr)
+		}
+	}
+	if c.Strategy == inventory.NameRedlock && (len(c.RedisAddrs) < 3 || len(c.RedisAddrs)%2 == 0) {
+		bad("STRATEGY=redlock needs an odd number of at least 3 independent servers in REDIS_ADDRS, got %d", len(c.RedisAddrs))
+	}
+	if (c.FreezeHolder || !c.Fencing) && !isLockStrategy(c.Strategy) {
+		bad("FREEZE_HOLDER and FENCING apply only to STRATEGY=redis-lock or redlock")
+	}
+	if !slices.Contains(strategyNames(), c.Strategy) {
+		bad("STRATEGY=%q is unknown; valid: %s", c.Strategy, strings.Join(strategyNames(), ", "))
+	}
+	if c.DatabaseURL == "" {
+		bad("DATABASE_URL is required, e.g. postgres://postgres@127.0.0.1:5432/stock?sslmode=disable or mysql://root@127.0.0.1:3306/stock")
+	} else if _, err := store.Engine(c.DatabaseURL); err != nil {
+		bad("%v", err)
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(str("LOG_LEVEL", "info"))); err != nil {
+		bad("LOG_LEVEL=%q is not debug, info, warn or error", getenv("LOG_LEVEL"))
+	}
+	if c.NaiveRaceWindow > 0 && c.Strategy != inventory.NameNaive {
+		bad("NAIVE_RACE_WINDOW only applies to STRATEGY=naive")
+	}
+	return c, env.Err()
+}
+
+// logAttrs describes the effective configuration with secrets masked.
+func (c config) logAttrs() []any {
+	admin := "unset (admin routes answer 403)"
+	if c.AdminToken != "" {
+		admin = "set"
+	}
+	return []any{
+		"strategy", c.Strategy,
+		"database_url", redactURL(c.DatabaseURL),
+		"http_addr", c.HTTPAddr,
+		"admin_token", admin,
+		"db_max_conns", c.DBMaxConns,
+		"order_timeout", c.OrderTimeout.String(),
+		"http_read_timeout", c.ReadTimeout.String(),
+		"cas_max_attempts", c.CASMaxAttempts,
+		"naive_race_window", c.NaiveRaceWindow.String(),
+		"migrate", c.Migrate,
+		"log_level", c.LogLevel.String(),
+		"redis_addrs", strings.Join(c.RedisAddrs, ","),
+		"lock_ttl", c.LockTTL.String(),
+		"lock_wait", c.LockWait.String(),
+		"lock_renew_every", c.LockRenewEvery.String(),
+		"fencing", c.Fencing,
+		"freeze_holder", c.FreezeHolder,
+	}
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
+}

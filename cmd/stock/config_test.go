@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u:pw@h/db"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Strategy != "conditional" || c.HTTPAddr != ":8080" || c.DBMaxConns != 16 || c.OrderTimeout != 3*time.Second || !c.Migrate || c.AdminToken != "" {
+		t.Errorf("defaults: %+v", c)
+	}
+	logged := fmtAttrs(c.logAttrs())
+	if strings.Contains(logged, "pw") || !strings.Contains(logged, "xxxxx") {
+		t.Errorf("the logged configuration must mask the password: %s", logged)
+	}
+}
+
+func TestConfigMasksToken(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "mysql://root@h:3306/db", "ADMIN_TOKEN": "s3cr3t"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(fmtAttrs(c.logAttrs()), "s3cr3t") {
+		t.Error("the logged configuration shows the admin token")
+	}
+}
+
+func TestConfigErrorsListEveryProblem(t *testing.T) {
+	_, err := loadConfig(env(map[string]string{
+		"STRATEGY": "optimistic", "DATABASE_URL": "redis://x", "DB_MAX_CONNS": "0",
+		"ORDER_TIMEOUT": "-1s", "MIGRATE": "maybe", "LOG_LEVEL": "loud",
+	}))
+	if err == nil {
+		t.Fatal("bad configuration accepted")
+	}
+	for _, want := range []string{"valid: naive, for-update, version-cas, conditional", "redis", "DB_MAX_CONNS", "ORDER_TIMEOUT", "MIGRATE", "LOG_LEVEL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func fmtAttrs(attrs []any) string { return fmt.Sprint(attrs...) }

@@ -1,0 +1,404 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/testredis"
+)
+
+// binary builds the service once per test run, without the race detector, so
+// that the load below measures the service and not the detector.
+var binary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "stock-e2e-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "stock")
+	out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return path, nil
+})
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	path, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// process is one running instance of the binary.
+type process struct {
+	url    string
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	exited chan error
+}
+
+// startInstance runs the binary with env and waits until /readyz answers
+// 200; the process is stopped (by its own PID) when the test ends.
+func startInstance(t *testing.T, env ...string) *process {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(buildBinary(t))
+	cmd.Env = append(os.Environ(), append([]string{"HTTP_ADDR=" + addr, "ADMIN_TOKEN=e2e", "LOG_LEVEL=warn"}, env...)...)
+	p := &process{url: "http://" + addr, cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = &lockedWriter{w: p.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGCONT) // in case a test left it frozen
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(p.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case err := <-p.exited:
+			t.Fatalf("instance exited before it was ready: %v\n%s", err, p.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("instance not ready after 30s\n%s", p.stderr)
+		}
+		// Polling a process that is starting: nothing to wait on but time.
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func adminJSON(t *testing.T, method, url, body string, into any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer e2e")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %d %s", method, url, resp.StatusCode, raw)
+	}
+	if into != nil {
+		if err := json.Unmarshal(raw, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type auditBody struct {
+	Initial, Available, Ordered, Orders int64
+	Consistent                          bool
+}
+
+// TestBurstAcrossThreeInstances: three instances of the binary on one
+// database take a burst of 2,000 concurrent orders for 500 units. Every safe
+// strategy sells exactly the stock; naive, with its race window, oversells.
+func TestBurstAcrossThreeInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real service processes")
+	}
+	const units, buyers = 500, 2000
+	redisAddrs := startRedisServers(t, 5)
+	for _, engine := range store.Engines {
+		for _, strategy := range strategyNames() {
+			t.Run(engine+"/"+strategy, func(t *testing.T) {
+				url := testdb.URL(t, engine)
+				env := []string{"DATABASE_URL=" + url, "STRATEGY=" + strategy, "DB_MAX_CONNS=10", "ORDER_TIMEOUT=10s",
+					"REDIS_ADDRS=" + redisAddrs, "LOCK_WAIT=10s"}
+				if strategy == inventory.NameNaive {
+					env = append(env, "NAIVE_RACE_WINDOW=5ms")
+				}
+				var instances []*process
+				for range 3 {
+					instances = append(instances, startInstance(t, env...))
+				}
+				adminJSON(t, http.MethodPut, instances[0].url+"/admin/stock/burst", fmt.Sprintf(`{"available":%d}`, units), nil)
+
+				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: buyers, MaxConnsPerHost: 0}, Timeout: 30 * time.Second}
+				statuses := make([]int, buyers)
+				errs := make([]error, buyers)
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for i := range buyers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						body := fmt.Sprintf(`{"sku":"burst","quantity":1,"user_id":"u-%d"}`, i)
+						resp, err := client.Post(instances[i%3].url+"/orders", "application/json", strings.NewReader(body))
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						statuses[i] = resp.StatusCode
+					}()
+				}
+				began := time.Now()
+				close(start)
+				wg.Wait()
+				elapsed := time.Since(began)
+				// Connections dialled but never used would hold each
+				// instance's graceful shutdown for 5s.
+				client.CloseIdleConnections()
+
+				counts := map[int]int64{}
+				for i, s := range statuses {
+					if errs[i] != nil {
+						t.Errorf("buyer %d: %v", i, errs[i])
+					}
+					counts[s]++
+				}
+				var a auditBody
+				adminJSON(t, http.MethodGet, instances[1].url+"/admin/audit/burst", "", &a)
+				t.Logf("%d buyers in %v: statuses %v; audit %+v", buyers, elapsed.Round(time.Millisecond), counts, a)
+
+				if a.Orders != counts[http.StatusCreated] {
+					t.Errorf("%d answers were 201, the database has %d orders", counts[http.StatusCreated], a.Orders)
+				}
+				if a.Initial != a.Available+a.Ordered {
+					t.Errorf("not conserved: %+v", a)
+				}
+				if strategy == inventory.NameNaive {
+					if a.Available >= 0 {
+						t.Errorf("naive with a 5ms race window across three instances should oversell; available %d", a.Available)
+					}
+					return
+				}
+				if a.Available != 0 || a.Ordered != units || !a.Consistent {
+					t.Errorf("want exactly %d units sold and none left, audit %+v", units, a)
+				}
+				if other := int64(buyers) - counts[http.StatusCreated] - counts[http.StatusConflict]; other != 0 {
+					t.Errorf("%d answers were neither 201 nor 409: %v", other, counts)
+				}
+			})
+		}
+	}
+}
+
+// startRedisServers starts n redis-servers for the test and returns their
+// addresses as REDIS_ADDRS wants them.
+func startRedisServers(t *testing.T, n int) string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		addrs = append(addrs, testredis.Start(t).Addr)
+	}
+	return strings.Join(addrs, ",")
+}
+
+// TestFencingDemonstration: a lock holder's process freezes between its read
+// and its write (FREEZE_HOLDER: SIGSTOP to itself, watchdog included) for
+// longer than its lock lives; a second instance takes the lock and sells the
+// last unit; then the first is resumed and writes. With fencing its write is
+// refused and the stock is exact; with FENCING=off the oversell is there to
+// see.
+func TestFencingDemonstration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real service processes")
+	}
+	for _, strategy := range []string{inventory.NameRedisLock, inventory.NameRedlock} {
+		for _, fencing := range []string{"on", "off"} {
+			t.Run(strategy+"/fencing-"+fencing, func(t *testing.T) {
+				servers := 1
+				if strategy == inventory.NameRedlock {
+					servers = 3
+				}
+				redisAddrs := startRedisServers(t, servers)
+				common := []string{"DATABASE_URL=" + testdb.URL(t, "postgres"), "STRATEGY=" + strategy,
+					"REDIS_ADDRS=" + redisAddrs, "FENCING=" + fencing, "LOCK_TTL=300ms", "LOCK_WAIT=5s", "ORDER_TIMEOUT=10s"}
+				paused := startInstance(t, append(common, "FREEZE_HOLDER=true")...)
+				other := startInstance(t, common...)
+				adminJSON(t, http.MethodPut, paused.url+"/admin/stock/last-one", `{"available":1}`, nil)
+
+				type answer struct {
+					status int
+					err    error
+				}
+				pausedAnswer := make(chan answer, 1)
+				go func() {
+					status, err := postOrder(paused.url, "last-one", "slow-buyer")
+					pausedAnswer <- answer{status, err}
+				}()
+				// Wait until the holder's process is stopped: it has read
+				// "1 available" and holds the lock.
+				waitStopped(t, paused.cmd.Process.Pid)
+
+				// The other instance waits out the lock's TTL, takes it, sells.
+				status, err := postOrder(other.url, "last-one", "fast-buyer")
+				if err := paused.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+				if err != nil || status != http.StatusCreated {
+					t.Fatalf("second instance: %d %v, want 201\nits log:\n%s\nthe frozen one's log:\n%s", status, err, other.stderr, paused.stderr)
+				}
+				late := <-pausedAnswer
+				t.Logf("the frozen holder's answer: %d %v", late.status, late.err)
+				var a auditBody
+				adminJSON(t, http.MethodGet, other.url+"/admin/audit/last-one", "", &a)
+				t.Logf("paused holder answered %d; audit %+v", late.status, a)
+				if fencing == "on" {
+					if late.status != http.StatusServiceUnavailable {
+						t.Errorf("the paused holder's late write answered %d, want 503", late.status)
+					}
+					if a.Available != 0 || a.Orders != 1 || !a.Consistent {
+						t.Errorf("with fencing the stock must be exact: %+v", a)
+					}
+					if !strings.Contains(metricsText(t, paused.url), "stock_fenced_off_writes_total{strategy=\""+strategy+"\"} 1") {
+						t.Error("the fenced-off write is not in /metrics")
+					}
+					return
+				}
+				if late.status != http.StatusCreated || a.Available != -1 || a.Orders != 2 {
+					t.Errorf("FENCING=off should show the oversell (201, available -1, 2 orders); got %d and %+v", late.status, a)
+				}
+			})
+		}
+	}
+}
+
+// waitStopped waits until the process with pid is in the stopped state.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the parenthesised command name.
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "T" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never froze")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the process state: there is no event to wait on
+	}
+}
+
+// postOrder places an order for one unit; a non-201 answer comes back as an
+// error that quotes the body.
+func postOrder(base, sku, user string) (int, error) {
+	body := fmt.Sprintf(`{"sku":%q,"quantity":1,"user_id":%q}`, sku, user)
+	resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return resp.StatusCode, fmt.Errorf("%d %s", resp.StatusCode, answer)
+	}
+	return resp.StatusCode, nil
+}
+
+func metricsText(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestConfigurationErrors: the binary refuses bad configuration with one
+// line that says what to fix.
+func TestConfigurationErrors(t *testing.T) {
+	cases := []struct {
+		env  []string
+		want []string
+	}{
+		{[]string{"STRATEGY=optimistic", "DATABASE_URL=postgres://127.0.0.1/x"}, []string{`STRATEGY="optimistic" is unknown`, "naive, for-update, version-cas, conditional"}},
+		{[]string{"DATABASE_URL="}, []string{"DATABASE_URL is required"}},
+		{[]string{"DATABASE_URL=sqlite:///tmp/x"}, []string{`scheme "sqlite"`}},
+		{[]string{"DATABASE_URL=postgres://127.0.0.1/x", "ORDER_TIMEOUT=soon"}, []string{`ORDER_TIMEOUT="soon"`}},
+		{[]string{"DATABASE_URL=postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, []string{"cannot reach 127.0.0.1:1"}},
+		{[]string{"DATABASE_URL=mysql://root@127.0.0.1:1/x?timeout=2s"}, []string{"cannot reach 127.0.0.1:1"}},
+	}
+	for _, c := range cases {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, buildBinary(t))
+		cmd.Env = append(os.Environ(), append([]string{"HTTP_ADDR=127.0.0.1:0", "STRATEGY=", "DATABASE_URL="}, c.env...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		cancel()
+		if err == nil {
+			t.Errorf("%v: started, want a refusal", c.env)
+			continue
+		}
+		last := strings.TrimSpace(stderr.String())
+		if i := strings.LastIndex(last, "\n"); i >= 0 {
+			last = last[i+1:]
+		}
+		for _, w := range c.want {
+			if !strings.Contains(last, w) {
+				t.Errorf("%v: last line %q does not say %q", c.env, last, w)
+			}
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locking"
+)
+
+// buildLockStrategy connects to the Redis servers of REDIS_ADDRS and returns
+// redis-lock (over the first) or redlock (over all of them). db answers
+// whether a SKU exists before its lock is taken; obs hears about lock waits
+// and holds, renewed about the watchdog's renewals.
+func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, renewed func(ok bool), log *slog.Logger) (inventory.Strategy, func(), error) {
+	addrs := cfg.RedisAddrs
+	if cfg.Strategy == inventory.NameRedisLock {
+		addrs = addrs[:1]
+	}
+	clients := make([]*redis.Client, len(addrs))
+	for i, addr := range addrs {
+		clients[i] = redis.NewClient(&redis.Options{
+			Addr:         addr,
+			DialTimeout:  time.Second,
+			ReadTimeout:  time.Second,
+			WriteTimeout: time.Second,
+			// A down node must fail fast, not be retried into the lock's
+			// validity.
+			MaxRetries: -1,
+		})
+	}
+	closeClients := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}
+	if err := pingRedis(context.Background(), clients, cfg.Strategy == inventory.NameRedlock); err != nil {
+		closeClients()
+		return nil, nil, err
+	}
+	opts := []locking.Option{locking.WithTTL(cfg.LockTTL), locking.WithWait(cfg.LockWait),
+		locking.WithRenewalObserver(func(_ string, err error) { renewed(err == nil) })}
+	if cfg.LockRenewEvery > 0 {
+		if cfg.LockRenewEvery >= cfg.LockTTL {
+			log.Warn("LOCK_RENEW_EVERY is not shorter than LOCK_TTL: locks will expire between renewals. Use it only to demonstrate fencing.")
+		}
+		opts = append(opts, locking.WithRenewEvery(cfg.LockRenewEvery))
+	}
+	var (
+		locker interface {
+			inventory.Locker
+			Close() error
+		}
+		err error
+	)
+	if cfg.Strategy == inventory.NameRedisLock {
+		locker = locking.New(clients[0], opts...)
+	} else {
+		locker, err = locking.NewRedlock(clients, opts...)
+		if err != nil {
+			closeClients()
+			return nil, nil, err
+		}
+	}
+	if !cfg.Fencing {
+		log.Warn("FENCING=off: a lock holder that was paused past its lock's TTL can still write and oversell. " +
+			"This setting exists only to demonstrate what fencing prevents.")
+	}
+	lockOpts := []inventory.LockedOption{
+		inventory.WithFencing(cfg.Fencing),
+		inventory.WithLockObserver(obs),
+		inventory.WithSKULookup(func(ctx context.Context, sku string) error {
+			_, err := db.Level(ctx, sku)
+			return err
+		}),
+	}
+	if cfg.FreezeHolder {
+		log.Warn("FREEZE_HOLDER=true: the first order will stop this whole process (SIGSTOP) between its read and its write; "+
+			"resume it with kill -CONT", "pid", os.Getpid())
+		lockOpts = append(lockOpts, inventory.WithFreezeAfterRead(func() { freezeSelf(log) }))
+	}
+	strategy := inventory.NewLocked(cfg.Strategy, locker, append(lockOpts,
+		inventory.WithPing(func(ctx context.Context) error {
+			return pingRedis(ctx, clients, cfg.Strategy == inventory.NameRedlock)
+		}),
+	)...)
+	return strategy, func() {
+		_ = locker.Close()
+		closeClients()
+	}, nil
+}
+
+// pingRedis checks the servers: all of them, or with majority set, more than
+// half (Redlock works with a minority down).
+func pingRedis(ctx context.Context, clients []*redis.Client, majority bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Ping(ctx).Err(); err != nil {
+				errs[i] = fmt.Errorf("redis %s: %w", c.Options().Addr, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var failed []error
+	for _, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) == 0 || (majority && len(failed) < len(clients)/2+1) {
+		return nil
+	}
+	return fmt.Errorf("cannot reach Redis: %w", errors.Join(failed...))
+}
+
+// freezeSelf stops this process with SIGSTOP and returns once it has been
+// continued. A signal sent to oneself is delivered asynchronously — the
+// caller would run on for a moment, long enough to send its write — so it
+// waits for the SIGCONT that ends the stop.
+func freezeSelf(log *slog.Logger) {
+	continued := make(chan os.Signal, 1)
+	signal.Notify(continued, syscall.SIGCONT)
+	defer signal.Stop(continued)
+	log.Warn("freezing: SIGSTOP to self while holding the lock", "pid", os.Getpid())
+	if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+		log.Error("freeze failed", "err", err)
+		return
+	}
+	<-continued
+	log.Warn("continued after the freeze")
+}

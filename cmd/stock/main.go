@@ -1,0 +1,158 @@
+// Command stock is the flash-sale service: it takes orders over HTTP and
+// deducts stock with the strategy named by STRATEGY, on the database named by
+// DATABASE_URL. `stock migrate` applies the schema and exits; `stock
+// strategies` lists the valid STRATEGY values.
+//
+// Configuration is read from the environment; see config.go and the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flashsale/stock/internal/httpapi"
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/metrics"
+	"github.com/flashsale/stock/internal/store"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		// One line, even when a driver reports each address it tried.
+		fmt.Fprintf(os.Stderr, "stock: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) > 0 && args[0] == "strategies" {
+		// For scripts: the valid STRATEGY values, one a line.
+		fmt.Println(strings.Join(strategyNames(), "\n"))
+		return nil
+	}
+	cfg, err := loadConfig(os.Getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	switch {
+	case len(args) == 0 || args[0] == "serve":
+		return serve(ctx, cfg, log)
+	case args[0] == "migrate":
+		db, err := openStore(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		if err := db.Migrate(ctx); err != nil {
+			return err
+		}
+		log.Info("schema is up to date", "database_url", redactURL(cfg.DatabaseURL))
+		return nil
+	}
+	return fmt.Errorf("unknown command %q: use `stock` (or `stock serve`), `stock migrate` or `stock strategies`", args[0])
+}
+
+func openStore(ctx context.Context, cfg config) (store.Store, error) {
+	// Fail fast: a database that does not answer within seconds at start is
+	// a configuration problem to report, not to wait out.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	// No healthy order sits idle in its transaction or waits on a row lock
+	// for longer than the order may take: past that, its client is stuck.
+	return store.Open(ctx, cfg.DatabaseURL, cfg.DBMaxConns, store.WithStuckTransactionTimeout(cfg.OrderTimeout))
+}
+
+// buildStrategy returns the configured strategy and a function that releases
+// what it holds (Redis clients and listeners).
+func buildStrategy(cfg config, db inventory.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
+	if isLockStrategy(cfg.Strategy) {
+		return buildLockStrategy(cfg, db, m, m.Renewed, log)
+	}
+	s, err := buildSQLStrategy(cfg)
+	return s, func() {}, err
+}
+
+func buildSQLStrategy(cfg config) (inventory.Strategy, error) {
+	switch cfg.Strategy {
+	case inventory.NameNaive:
+		return inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow)), nil
+	case inventory.NameForUpdate:
+		return inventory.NewForUpdate(), nil
+	case inventory.NameVersionCAS:
+		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts)), nil
+	case inventory.NameConditional:
+		return inventory.NewConditional(), nil
+	}
+	return nil, fmt.Errorf("STRATEGY=%q is not built in", cfg.Strategy)
+}
+
+func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+	log.Info("starting", cfg.logAttrs()...)
+	if cfg.Strategy == inventory.NameNaive {
+		log.Warn("STRATEGY=naive OVERSELLS BY DESIGN: it reads, checks and writes without any lock. " +
+			"It is the control that shows what the safe strategies prevent; never use it for a real sale.")
+	}
+	db, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if cfg.Migrate {
+		if err := db.Migrate(ctx); err != nil {
+			return err
+		}
+	}
+	m := metrics.New()
+	strategy, closeStrategy, err := buildStrategy(cfg, db, m, log)
+	if err != nil {
+		return err
+	}
+	defer closeStrategy()
+	svc := inventory.NewService(db, strategy,
+		inventory.WithOrderTimeout(cfg.OrderTimeout), inventory.WithLogger(log), inventory.WithObserver(m))
+	srv := &http.Server{
+		Addr:    cfg.HTTPAddr,
+		Handler: httpapi.New(svc, httpapi.WithAdminToken(cfg.AdminToken), httpapi.WithLogger(log), httpapi.WithMetrics(m.Handler())),
+		// A client that trickles its headers or body is cut off: slow
+		// requests must not pin connections and goroutines.
+		ReadHeaderTimeout: min(5*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.OrderTimeout + 10*time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe() }()
+	log.Info("listening", "addr", cfg.HTTPAddr)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing requests in flight", "timeout", cfg.ShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,162 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// All runs the scenarios that want (nil: all six), in order, and returns
+// one result per run. Scenario 5 runs on e.Postgres and e.MariaDB.
+func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
+	steps := []struct {
+		scenario int
+		run      func() Result
+	}{
+		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameConditional) }},
+		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameForUpdate) }},
+		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
+		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
+		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "on") }},
+		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "off") }},
+		{3, func() Result { return e.RedlockNodeLoss(ctx) }},
+		{4, func() Result { return e.RedisRestart(ctx) }},
+		{5, func() Result { return e.DatabaseRestart(ctx, e.Postgres) }},
+		{5, func() Result { return e.DatabaseRestart(ctx, e.MariaDB) }},
+		{6, func() Result { return e.IdempotentRetries(ctx) }},
+	}
+	var results []Result
+	for _, s := range steps {
+		if ctx.Err() != nil {
+			break
+		}
+		if want == nil || want(s.scenario) {
+			results = append(results, s.run())
+		}
+	}
+	return results
+}
+
+// SuiteVerdict is failed when a run failed or could not be carried out.
+func SuiteVerdict(results []Result) Verdict {
+	for _, r := range results {
+		if r.Verdict == VerdictFailed || r.Verdict == VerdictError {
+			return VerdictFailed
+		}
+	}
+	return VerdictOK
+}
+
+// WriteMarkdown writes the faults section of the report.
+func WriteMarkdown(w io.Writer, rep Report) error {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("## Faults\n\n")
+	p("Each run starts three instances of the service on 127.0.0.1 under a bounded Go load (an open model: orders arrive at a fixed rate, " +
+		"quantities 1-3), injects its fault, and then checks the audit of every SKU, the order rows against every answer a client saw, " +
+		"and each SKU's history for linearizability against a stock counter (porcupine; an answer the client never got may or may not " +
+		"have taken effect). Verdicts: **ok**; **expected-oversell** (an unsafe configuration, FENCING=off, oversold as it may); " +
+		"**degraded** (nothing oversold or lost, but availability fell short of the scenario's expectation); **failed** (a safe " +
+		"configuration oversold, lost or invented an order, or is not linearizable); **error**/**skipped** (the run could not be carried out).\n\n")
+	p("Suite verdict: **%s** (%s, %d runs, started %s, %.0fs).\n\n", rep.Verdict, map[bool]string{true: "short form", false: "full form"}[rep.Short],
+		len(rep.Runs), rep.Started.Format("2006-01-02 15:04:05 MST"), rep.Finished.Sub(rep.Started).Seconds())
+
+	p("| # | run | verdict | requests | orders | 201 | 503 | unknown | oversold | lost | recovery | linearizable |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rep.Runs {
+		f := r.Figures
+		rec := "-"
+		if f.RecoverySeconds != nil {
+			rec = fmt.Sprintf("%.2fs", *f.RecoverySeconds)
+		}
+		p("| %d | `%s` | **%s** | %d | %d | %d | %d | %d | %d | %d | %s | %s |\n", r.Scenario, r.Name, r.Verdict,
+			f.Requests, f.Orders, f.Created, f.Responses503, f.Unknown, f.OversoldUnits, f.LostOrders, rec, r.Linearizability.Result)
+	}
+	p("\n")
+	for _, r := range rep.Runs {
+		writeRun(p, r)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeRun(p func(string, ...any), r Result) {
+	c, f := r.Config, r.Figures
+	p("### %d. %s — %s\n\n", r.Scenario, r.Name, r.Verdict)
+	p("%s.\n\n", r.Title)
+	cfg := fmt.Sprintf("%s, STRATEGY=%s, %d instances", c.Engine, c.Strategy, c.Instances)
+	if c.RedisServers > 0 {
+		cfg += fmt.Sprintf(", %d Redis servers, FENCING=%s, LOCK_TTL=%s", c.RedisServers, c.Fencing, c.LockTTL)
+	}
+	cfg += fmt.Sprintf(", ORDER_TIMEOUT=%s; load %.0f orders/s for up to %.0fs from %d workers, client timeout %s, %d SKUs of %d units",
+		c.OrderTimeout, c.Rate, c.LoadSeconds, c.Workers, c.ClientTimeout, c.SKUs, c.StockPerSKU)
+	if c.Idempotency {
+		cfg += ", Idempotency-Key on every order, retried on another instance until a definite answer"
+	}
+	if !c.Safe {
+		cfg += " — **unsafe configuration**"
+	}
+	p("Configuration: %s.\n\n", cfg)
+	if r.Error != "" {
+		p("Could not be carried out: `%s`\n\n", firstLine(r.Error))
+		return
+	}
+	if len(r.Events) > 0 {
+		p("Faults:\n\n")
+		for _, e := range r.Events {
+			p("- %.2fs: %s\n", e.AtS, e.What)
+		}
+		p("\n")
+	}
+	p("| phase | requests | 201 | 409 | 503 busy | 503 unavailable | no answer | refused | unknown orders |\n|---|---|---|---|---|---|---|---|---|\n")
+	row := func(name string, f Figures) {
+		p("| %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", name, f.Requests, f.Created, f.SoldOut, f.Busy, f.Unavailable, f.NoAnswer, f.Refused, f.Unknown)
+	}
+	for _, ph := range r.Phases {
+		row(fmt.Sprintf("%s (%.1f-%.1fs)", ph.Name, ph.FromS, ph.ToS), ph.Figures)
+	}
+	row("**whole run**", f)
+	p("\n")
+	p("Order rows %d (%d units); oversold units %d; 201s without a row %d; rows nobody was told of (answer lost) %d",
+		f.OrderRows, f.UnitsSold, f.OversoldUnits, f.LostOrders, f.UnseenOrders)
+	if f.InFlightAtFault != nil {
+		p(" (bound: %d requests in flight at the kill)", *f.InFlightAtFault)
+	}
+	p("; phantom rows %d; duplicate orders %d", f.PhantomOrders, f.DuplicateOrders)
+	if f.RecoverySeconds != nil {
+		p("; recovery %.2fs", *f.RecoverySeconds)
+	}
+	if f.FencedOffWrites != nil {
+		p("; fenced-off writes %.0f, locks lost %.0f", *f.FencedOffWrites, *f.LocksLost)
+	}
+	if f.Dropped > 0 {
+		p("; %d arrivals dropped (every worker busy)", f.Dropped)
+	}
+	l := r.Linearizability
+	p(". Linearizability: **%s** (%d SKUs, %d operations, %.1fs).\n\n", l.Result, l.SKUs, l.Operations, l.Seconds)
+	for _, n := range l.NotOK {
+		p("- `%s`: %s %s", n.SKU, n.Result, n.Reason)
+		if n.Visualization != "" {
+			p(" — [porcupine's visualisation](%s)", n.Visualization)
+		}
+		p("\n")
+	}
+	p("| sku | initial | available | ordered | orders | consistent |\n|---|---|---|---|---|---|\n")
+	for _, a := range r.Audits {
+		p("| %s | %d | %d | %d | %d | %t |\n", a.SKU, a.Initial, a.Available, a.Ordered, a.Orders, a.Consistent)
+	}
+	p("\n")
+	for _, s := range r.Failures {
+		p("- **%s:** %s\n", map[bool]string{true: "failure", false: "seen (unsafe configuration)"}[c.Safe], s)
+	}
+	for _, s := range r.Warnings {
+		p("- **warning:** %s\n", s)
+	}
+	for _, s := range r.Notes {
+		p("- %s\n", s)
+	}
+	p("\n")
+}

@@ -1,0 +1,212 @@
+package faults
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Verdict is the outcome of one run of a scenario.
+type Verdict string
+
+const (
+	// VerdictOK: every check held.
+	VerdictOK Verdict = "ok"
+	// VerdictExpectedOversell: an unsafe configuration (FENCING=off)
+	// oversold or broke linearizability, as it is expected to; shown, not
+	// hidden, and not a failure of the suite.
+	VerdictExpectedOversell Verdict = "expected-oversell"
+	// VerdictDegraded: nothing was oversold or lost, but the service did not
+	// do what the scenario expects of its availability (it did not recover
+	// in time, or stopped selling while it should have kept on).
+	VerdictDegraded Verdict = "degraded"
+	// VerdictFailed: a safe configuration oversold, lost or invented an
+	// order, or its history is not linearizable. The suite exits non-zero.
+	VerdictFailed Verdict = "failed"
+	// VerdictError: the run could not be carried out (a server did not
+	// start...). The suite exits non-zero.
+	VerdictError Verdict = "error"
+	// VerdictSkipped: a binary the run needs is not installed.
+	VerdictSkipped Verdict = "skipped"
+)
+
+// Report is the content of faults.json.
+type Report struct {
+	// Version of this structure; bumped on incompatible changes.
+	Version  int       `json:"version"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	// Short is true for the short form the tests run.
+	Short bool `json:"short"`
+	// Verdict is "failed" when any run's verdict is failed or error,
+	// else "ok".
+	Verdict Verdict  `json:"verdict"`
+	Runs    []Result `json:"runs"`
+}
+
+// Result is one run of one scenario in one configuration.
+type Result struct {
+	// Scenario is the number of the issue's scenario (1..6); Name is a
+	// stable identifier of the run, e.g. "2-paused-holder/redlock/fencing-off".
+	Scenario int     `json:"scenario"`
+	Name     string  `json:"name"`
+	Title    string  `json:"title"`
+	Config   Config  `json:"config"`
+	Verdict  Verdict `json:"verdict"`
+	// Line is the verdict line the command prints.
+	Line    string  `json:"line"`
+	Figures Figures `json:"figures"`
+	// Phases split the figures at the fault's events (by call time).
+	Phases []Phase `json:"phases,omitempty"`
+	// Events are the faults injected, in order, at seconds since the load
+	// started.
+	Events          []Event         `json:"events,omitempty"`
+	Linearizability Linearizability `json:"linearizability"`
+	Audits          []Audit         `json:"audits"`
+	// Failures are the safety checks that did not hold (they make the
+	// verdict failed, or expected-oversell for an unsafe configuration);
+	// Warnings the availability expectations that did not (degraded).
+	Failures []string `json:"failures,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	// Error says why the run could not be carried out (error, skipped).
+	Error           string  `json:"error,omitempty"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	// Dir is where the run's logs (and porcupine's HTML, on failure) are,
+	// relative to faults.json.
+	Dir string `json:"dir,omitempty"`
+}
+
+// Config is the configuration of a run.
+type Config struct {
+	Engine   string `json:"engine"`   // postgres or mysql
+	Strategy string `json:"strategy"` // STRATEGY
+	// Safe is false for configurations that are expected to oversell
+	// under the fault (FENCING=off).
+	Safe          bool    `json:"safe"`
+	Instances     int     `json:"instances"`
+	RedisServers  int     `json:"redis_servers,omitempty"`
+	Fencing       string  `json:"fencing,omitempty"` // on, off ("" for SQL strategies)
+	LockTTL       string  `json:"lock_ttl,omitempty"`
+	OrderTimeout  string  `json:"order_timeout"`
+	Idempotency   bool    `json:"idempotency_keys"`
+	SKUs          int     `json:"skus"`
+	StockPerSKU   int64   `json:"stock_per_sku"`
+	Rate          float64 `json:"rate_per_second"`
+	Workers       int     `json:"workers"`
+	LoadSeconds   float64 `json:"load_seconds"`
+	ClientTimeout string  `json:"client_timeout"`
+}
+
+// Figures are the counts of a run (or of a phase of it).
+type Figures struct {
+	// Requests is HTTP attempts sent; Orders the orders clients wanted to
+	// place (one user id each; with Idempotency-Keys one key each, retried
+	// over several requests).
+	Requests int `json:"requests"`
+	Orders   int `json:"orders"`
+	// Answers by kind (per request).
+	Created     int `json:"created"`     // 201
+	SoldOut     int `json:"sold_out"`    // 409
+	Busy        int `json:"busy"`        // 503 busy: nothing deducted
+	Unavailable int `json:"unavailable"` // 503 unavailable (backend down), incl. MayExist
+	MayExist    int `json:"may_exist"`   // 503 unavailable whose commit outcome is unknown
+	NoAnswer    int `json:"no_answer"`   // timeout, reset, EOF
+	Refused     int `json:"refused"`     // connection refused (instance down)
+	Other       int `json:"other"`       // any other status
+	// Responses503 = Busy + Unavailable.
+	Responses503 int `json:"responses_503"`
+	// Unknown is orders whose outcome the client never learned (all
+	// attempts unknown): they may or may not have happened.
+	Unknown int `json:"unknown"`
+
+	// The rest are for the whole run only.
+
+	// OrderRows is the rows in the orders table at the end.
+	OrderRows int `json:"order_rows,omitempty"`
+	// UnitsSold is the units in order rows; OversoldUnits those beyond the
+	// stock (sum over SKUs of max(0, ordered - initial)).
+	UnitsSold     int64 `json:"units_sold,omitempty"`
+	OversoldUnits int64 `json:"oversold_units"`
+	// LostOrders: 201 answers without their order row. PhantomOrders:
+	// rows of an order every attempt of which said nothing happened (or of
+	// no order at all). UnseenOrders: rows whose 201 the client never saw
+	// (its answer was lost: allowed for unknown outcomes only).
+	// DuplicateOrders: extra rows of one order (one key or user id).
+	LostOrders      int `json:"lost_orders"`
+	PhantomOrders   int `json:"phantom_orders"`
+	UnseenOrders    int `json:"unseen_orders"`
+	DuplicateOrders int `json:"duplicate_orders"`
+	// InFlightAtFault is requests to the faulted process that were in
+	// flight when it was killed (scenarios 1 and 6): the bound of
+	// UnseenOrders.
+	InFlightAtFault *int `json:"in_flight_at_fault,omitempty"`
+	// RecoverySeconds is from the end of the fault (the restart) to the
+	// first 201 after it; null when not applicable or never.
+	RecoverySeconds *float64 `json:"recovery_seconds"`
+	// From the instances' /metrics at the end (lock strategies).
+	FencedOffWrites *float64 `json:"fenced_off_writes,omitempty"`
+	LocksLost       *float64 `json:"locks_lost,omitempty"`
+	// Dropped arrivals: the open-model load found every worker busy.
+	Dropped int64 `json:"dropped_arrivals,omitempty"`
+}
+
+// Phase is the figures of the orders called between two events.
+type Phase struct {
+	Name    string  `json:"name"`
+	FromS   float64 `json:"from_s"`
+	ToS     float64 `json:"to_s"`
+	Figures Figures `json:"figures"`
+}
+
+// Event is a fault injected (or undone) at AtS seconds since the load began.
+type Event struct {
+	AtS  float64 `json:"at_s"`
+	What string  `json:"what"`
+}
+
+// Linearizability is porcupine's verdict over every SKU of the run.
+type Linearizability struct {
+	// Result is "ok" (every SKU proven linearizable), "illegal" (some SKU
+	// is not), "unknown" (the checker ran out of time on some SKU and found
+	// nothing illegal) or "not-run".
+	Result     string     `json:"result"`
+	SKUs       int        `json:"skus"`
+	Operations int        `json:"operations"`
+	Seconds    float64    `json:"seconds"`
+	NotOK      []SKUCheck `json:"not_ok,omitempty"`
+}
+
+// SKUCheck is the checker's answer for a SKU that is not proven
+// linearizable.
+type SKUCheck struct {
+	SKU    string `json:"sku"`
+	Result string `json:"result"`
+	Reason string `json:"reason,omitempty"`
+	// Visualization is porcupine's HTML, relative to faults.json.
+	Visualization string `json:"visualization,omitempty"`
+}
+
+// verdictLine formats the line the command prints for a run.
+func (r *Result) verdictLine() string {
+	f := r.Figures
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-9s %-48s requests=%d orders=%d 201=%d 503=%d unknown=%d oversold=%d lost=%d",
+		strings.ToUpper(string(r.Verdict)), r.Name, f.Requests, f.Orders, f.Created, f.Responses503, f.Unknown,
+		f.OversoldUnits, f.LostOrders)
+	if f.RecoverySeconds != nil {
+		fmt.Fprintf(&b, " recovery=%.2fs", *f.RecoverySeconds)
+	}
+	fmt.Fprintf(&b, " linearizable=%s", r.Linearizability.Result)
+	if r.Error != "" {
+		fmt.Fprintf(&b, " (%s)", firstLine(r.Error))
+	}
+	return b.String()
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

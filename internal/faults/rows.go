@@ -1,0 +1,133 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// orderRow is one row of the orders table.
+type orderRow struct {
+	ID       string
+	SKU      string
+	Quantity int64
+	UserID   string
+}
+
+// keyRow is one row of the idempotency_keys table.
+type keyRow struct {
+	Key     string
+	OrderID string
+}
+
+// readRows reads every order and idempotency record of the run's database
+// (each run has a database of its own, so all of them are the run's). Each
+// engine gets its own plain SQL.
+func readRows(ctx context.Context, databaseURL string) ([]orderRow, []keyRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if engineOf(databaseURL) == "postgres" {
+		return readRowsPostgres(ctx, databaseURL)
+	}
+	return readRowsMySQL(ctx, databaseURL)
+}
+
+func readRowsPostgres(ctx context.Context, databaseURL string) ([]orderRow, []keyRow, error) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `SELECT id::text, sku, quantity, user_id FROM orders`)
+	if err != nil {
+		return nil, nil, err
+	}
+	orders, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orderRow, error) {
+		var o orderRow
+		err := r.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID)
+		return o, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err = conn.Query(ctx, `SELECT idempotency_key, order_id::text FROM idempotency_keys`)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (keyRow, error) {
+		var k keyRow
+		err := r.Scan(&k.Key, &k.OrderID)
+		return k, err
+	})
+	return orders, keys, err
+}
+
+func readRowsMySQL(ctx context.Context, databaseURL string) ([]orderRow, []keyRow, error) {
+	db, err := openMySQL(databaseURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT id, sku, quantity, user_id FROM orders`)
+	if err != nil {
+		return nil, nil, err
+	}
+	var orders []orderRow
+	for rows.Next() {
+		var o orderRow
+		if err := rows.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID); err != nil {
+			_ = rows.Close()
+			return nil, nil, err
+		}
+		orders = append(orders, o)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	rows, err = db.QueryContext(ctx, `SELECT idempotency_key, order_id FROM idempotency_keys`)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var keys []keyRow
+	for rows.Next() {
+		var k keyRow
+		if err := rows.Scan(&k.Key, &k.OrderID); err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, k)
+	}
+	return orders, keys, rows.Err()
+}
+
+// blockedBy explains, on PostgreSQL, why writers may be stuck: sessions of
+// the run's database that sit idle inside a transaction (a paused process
+// that has written holds its row locks until it resumes or its connection
+// dies) and sessions waiting for a lock. It returns "" when it cannot tell.
+func blockedBy(ctx context.Context, databaseURL string) string {
+	if engineOf(databaseURL) != "postgres" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var idle, waiting int
+	err = conn.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE state = 'idle in transaction'),
+		       count(*) FILTER (WHERE wait_event_type = 'Lock')
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&idle, &waiting)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(": while it was stopped, PostgreSQL had %d session(s) idle in a transaction and %d waiting for a lock "+
+		"(a holder paused after its UPDATE keeps the row locked until it resumes; idle_in_transaction_session_timeout would bound that)", idle, waiting)
+}

@@ -1,0 +1,494 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// scale picks the full or the short value.
+func (e *Env) scale(full, short time.Duration) time.Duration {
+	if e.Short {
+		return short
+	}
+	return full
+}
+
+func skuNames(prefix string, n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprintf("%s-%c", prefix, 'a'+i)
+	}
+	return s
+}
+
+// stockFor sizes each SKU's stock so that a load of rate orders per second
+// (two units each on average) over d would take frac of it: the sale should
+// end after the fault, late in the load, so that the end of the stock is
+// tested too.
+func stockFor(rate float64, d time.Duration, skus int, frac float64) int64 {
+	return int64(rate * d.Seconds() * 2 * frac / float64(skus))
+}
+
+// sqlSpec is the load of the scenarios on SQL strategies.
+func sqlSpec(rate float64, d time.Duration) loadSpec {
+	return loadSpec{workers: 64, rate: rate, duration: d, maxOrders: int(rate * d.Seconds() * 2), timeout: 5 * time.Second}
+}
+
+// KillRestart is scenario 1: kill -9 of one of three instances mid-load,
+// then a restart. Every 201 a client saw must be an order row, the rows
+// whose answer was lost at most the requests in flight at the kill, the
+// stock conserved and each SKU's history linearizable.
+func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
+	d, rate := e.scale(16*time.Second, 6*time.Second), 500.0
+	if e.Short {
+		rate = 200
+	}
+	r := e.newRun(1, fmt.Sprintf("1-kill-restart/%s/%s", engine, strategy), "kill -9 of one instance mid-load, then a restart",
+		Config{Engine: engine, Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
+	if err := r.setUp(ctx, 0); err != nil {
+		return r.abort(err)
+	}
+	skus := skuNames("s1", 2)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	r.startLoad(ctx, skus, sqlSpec(rate, d))
+	victim := r.cluster.Instances[0]
+
+	pause(ctx, d*3/10)
+	t0 := r.event("kill -9 instance 0 (pid %d)", victim.p.pid())
+	if err := victim.Kill(); err != nil {
+		return r.abort(err)
+	}
+	t1 := r.load.now()
+	pause(ctx, d/6)
+	t2 := r.event("restart instance 0")
+	if err := victim.Restart(ctx); err != nil {
+		return r.abort(err)
+	}
+	r.event("instance 0 ready")
+	r.afterLoad = func(orders []*order) {
+		n := inFlight(orders, victim.Index, t0, t1)
+		r.inFlightBound = &n
+		r.res.Figures.RecoverySeconds = recovery(orders, t2, victim.Index)
+		if r.res.Figures.RecoverySeconds == nil {
+			r.warn("the restarted instance never answered 201")
+		}
+	}
+	return r.finish(ctx, phaseMark{"before the kill", 0}, phaseMark{"instance 0 down", t0}, phaseMark{"after the restart", t2})
+}
+
+// PausedHolder is scenario 2: a lock holder paused past its lock's TTL.
+// Instance 0 is stopped (SIGSTOP) while it takes a share of the load on
+// one SKU, so it likely holds or waits for the SKU's lock, and stays
+// stopped for longer than LOCK_TTL while the others sell the rest of the
+// stock; then it continues (SIGCONT). This is repeated on fresh SKUs. A
+// first round pauses deterministically: instance 0 runs with
+// FREEZE_HOLDER=true, so its first order stops its own process between the
+// read and the write. With FENCING=on the stock must stay exact; with
+// FENCING=off an oversell is expected and reported.
+func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result {
+	ttl := e.scale(time.Second, 500*time.Millisecond)
+	servers, rate := 1, 300.0
+	if strategy == inventory.NameRedlock {
+		servers, rate = 3, 200
+	}
+	rounds := 3
+	if e.Short {
+		rounds = 1
+	}
+	r := e.newRun(2, fmt.Sprintf("2-paused-holder/%s/fencing-%s", strategy, fencing),
+		"a lock holder paused past its lock TTL (SIGSTOP, then SIGCONT)",
+		Config{Engine: "postgres", Strategy: strategy, Safe: fencing == "on", Instances: 3, RedisServers: servers,
+			Fencing: fencing, LockTTL: ttl.String(), OrderTimeout: "5s", StockPerSKU: 500})
+	r.instanceEnv = map[int][]string{0: {"FREEZE_HOLDER=true"}}
+	if err := r.setUp(ctx, servers, "FENCING="+fencing, "LOCK_TTL="+ttl.String(), "LOCK_WAIT=3s", "DB_MAX_CONNS=16"); err != nil {
+		return r.abort(err)
+	}
+	victim := r.cluster.Instances[0]
+	stock := r.res.Config.StockPerSKU
+	// Clients wait long enough for the paused holder's answer, so that a
+	// late write is a 201 the checker sees; the open-model load keeps the
+	// other instances busy meanwhile.
+	// Instance 0 takes half the requests, so that under contention it
+	// holds the SKU's lock about half of the time (a Locker serves its own
+	// waiting goroutines first).
+	spec := loadSpec{workers: 400, rate: rate, duration: 2 * time.Minute, maxOrders: 1 << 30, timeout: 10 * time.Second,
+		weights: []int{2, 1, 1}}
+
+	type pausedAt struct {
+		sku string
+		at  time.Duration
+	}
+	var pauses []pausedAt
+	lockCounters := func() (lost, fenced float64) {
+		lost, _ = victim.Counter(ctx, "stock_locks_lost_total")
+		fenced, _ = victim.Counter(ctx, "stock_fenced_off_writes_total")
+		return lost, fenced
+	}
+	// The lock's key on the first Redis server, to see who holds it.
+	lockWatch := redis.NewClient(&redis.Options{Addr: r.redis[0].Addr, MaxRetries: -1})
+	defer lockWatch.Close()
+	caught := 0
+	for round := 0; round <= rounds; round++ {
+		sku := fmt.Sprintf("s2-r%d", round)
+		if err := r.startSales(ctx, []string{sku}, stock); err != nil {
+			return r.abort(err)
+		}
+		lost0, fenced0 := 0.0, 0.0
+		if r.load == nil {
+			r.startLoad(ctx, []string{sku}, spec)
+		} else {
+			lost0, fenced0 = lockCounters()
+			r.load.SetSKUs([]string{sku})
+		}
+		var paused time.Duration
+		if round == 0 {
+			// FREEZE_HOLDER: instance 0's first order stops its process.
+			if !waitUntil(ctx, 10*time.Second, victim.Stopped) {
+				return r.abort(fmt.Errorf("instance 0 did not freeze itself"))
+			}
+			paused = r.event("instance 0 froze itself holding the lock of %s, between its read and its write (FREEZE_HOLDER)", sku)
+		} else {
+			if !waitUntil(ctx, 10*time.Second, func() bool { return r.load.soldUnits(sku) >= stock/5 }) {
+				r.warn("round %d: %s did not sell 20%% of its stock within 10s", round, sku)
+			}
+			holding, err := pauseHolder(ctx, victim, lockWatch, sku, func() bool { return r.load.soldUnits(sku) < stock*7/10 })
+			if err != nil {
+				return r.abort(err)
+			}
+			how := "holding the lock of " + sku + " (its token did not change while the instance was stopped)"
+			if !holding {
+				how = "under load on " + sku + ", but it was not caught holding the lock"
+			}
+			caught += map[bool]int{true: 1}[holding]
+			paused = r.event("SIGSTOP instance 0 %s; %d of %d units sold", how, r.load.soldUnits(sku), stock)
+		}
+		pauses = append(pauses, pausedAt{sku, paused})
+		// Stay stopped past the TTL and until the others sold what is left.
+		maxPause := e.scale(10*time.Second, 5*time.Second)
+		soldOut := waitUntil(ctx, maxPause, func() bool {
+			if r.load.now()-paused < ttl*5/2 {
+				return false
+			}
+			a, err := r.cluster.Audit(ctx, sku)
+			return err == nil && a.Available < 3
+		})
+		if !soldOut {
+			r.warn("pause %d: the other instances did not sell the rest of %s within %v of the pause, long after the lock's TTL%s",
+				round, sku, maxPause, blockedBy(ctx, r.dbURL))
+		}
+		r.event("SIGCONT instance 0, stopped %.1fs", seconds(r.load.now()-paused))
+		if err := victim.Resume(); err != nil {
+			return r.abort(err)
+		}
+		// The tail of the round: the resumed holder's late write, 409s.
+		pause(ctx, 1500*time.Millisecond)
+		lost1, fenced1 := lockCounters()
+		a, _ := r.cluster.Audit(ctx, sku)
+		r.note("pause %d (%s): instance 0 lost %.0f lock(s) and had %.0f write(s) fenced off; %s ends with %d available",
+			round, sku, lost1-lost0, fenced1-fenced0, sku, a.Available)
+	}
+	r.load.stop()
+	r.note("instance 0 was caught holding the lock in %d of %d external pauses", caught, rounds)
+	r.afterLoad = func(orders []*order) {
+		// How long the other instances took to sell the paused SKU: about
+		// the lock's TTL when instance 0 held its lock.
+		var worst *float64
+		for _, p := range pauses {
+			first := time.Duration(-1)
+			for _, o := range orders {
+				for _, a := range o.attempts {
+					if o.sku == p.sku && a.answer == ansCreated && a.instance != victim.Index && a.call >= p.at && (first < 0 || a.ret < first) {
+						first = a.ret
+					}
+				}
+			}
+			if first >= 0 && (worst == nil || seconds(first-p.at) > *worst) {
+				s := seconds(first - p.at)
+				worst = &s
+			}
+		}
+		r.res.Figures.RecoverySeconds = worst
+		r.note("recovery here is the longest time the other instances took to sell the paused SKU after a pause")
+	}
+	return r.finish(ctx)
+}
+
+// pauseHolder stops instance with SIGSTOP at a moment it holds the lock of
+// sku, as far as can be seen from outside: while it is stopped, the lock's
+// token stays the same for longer than any running holder keeps it. When
+// the token moves (another instance holds the lock, or nobody), it lets the
+// instance go on for a moment and tries again, while more says there is
+// stock enough for the others to sell during the pause. It returns with the
+// instance stopped, reporting whether it was caught holding the lock.
+func pauseHolder(ctx context.Context, in *Instance, rc *redis.Client, sku string, more func() bool) (bool, error) {
+	// The key the service's locks use: locking's default prefix "lock:"
+	// and inventory's "sku:" key of the SKU.
+	key := "lock:sku:" + sku
+	for try := 0; try < 50 && more() && ctx.Err() == nil; try++ {
+		if err := in.Pause(); err != nil {
+			return false, err
+		}
+		before, err1 := rc.Get(ctx, key).Result()
+		pause(ctx, 150*time.Millisecond)
+		after, err2 := rc.Get(ctx, key).Result()
+		if err1 == nil && err2 == nil && before == after {
+			return true, nil
+		}
+		if err := in.Resume(); err != nil {
+			return false, err
+		}
+		pause(ctx, time.Duration(20+rand.IntN(60))*time.Millisecond)
+	}
+	return false, in.Pause()
+}
+
+// RedlockNodeLoss is scenario 3: redlock over five Redis servers loses two
+// of them mid-load (it must keep selling), then a third (no majority: it
+// must answer 503 and sell nothing without a lock), then the three come
+// back empty (no double holder: the stock stays exact).
+func (e *Env) RedlockNodeLoss(ctx context.Context) Result {
+	d, rate := e.scale(24*time.Second, 10*time.Second), 150.0
+	ttl := e.scale(2*time.Second, time.Second)
+	r := e.newRun(3, "3-redlock-node-loss", "redlock: 2 of 5 Redis servers killed, then 3 of 5, then restarted empty",
+		Config{Engine: "postgres", Strategy: inventory.NameRedlock, Safe: true, Instances: 3, RedisServers: 5,
+			Fencing: "on", LockTTL: ttl.String(), OrderTimeout: "3s"})
+	if err := r.setUp(ctx, 5, "FENCING=on", "LOCK_TTL="+ttl.String(), "LOCK_WAIT=2s"); err != nil {
+		return r.abort(err)
+	}
+	skus := skuNames("s3", 4)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.5)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	r.startLoad(ctx, skus, sqlSpec(rate, d))
+
+	pause(ctx, d/5)
+	t2 := r.event("kill -9 Redis servers 1 and 2 of 5")
+	r.redis[0].kill()
+	r.redis[1].kill()
+	pause(ctx, d/4)
+	t3 := r.event("kill -9 Redis server 3 of 5: no majority left")
+	r.redis[2].kill()
+	pause(ctx, d/4)
+	tr := r.event("restart Redis servers 1, 2, 3 empty")
+	for _, n := range r.redis[:3] {
+		if err := n.restartEmpty(); err != nil {
+			return r.abort(err)
+		}
+	}
+	r.afterLoad = func(orders []*order) {
+		two := figures(orders, t2, t3)
+		if two.Created == 0 {
+			r.warn("no order was sold while 3 of 5 Redis servers were up")
+		}
+		three := figures(orders, t3, tr)
+		if three.Responses503 == 0 {
+			r.warn("no 503 while only 2 of 5 Redis servers were up")
+		}
+		// A lease taken before the majority was lost lives at most one
+		// TTL: an order that started later and was answered before any
+		// server came back cannot have had a lock.
+		late := 0
+		for _, o := range orders {
+			for _, a := range o.attempts {
+				if a.answer == ansCreated && a.call >= t3+ttl && a.ret < tr {
+					late++
+				}
+			}
+		}
+		if late > 0 {
+			r.fail("%d orders started over a TTL after the majority was lost were sold: a lock without a majority", late)
+		}
+		r.res.Figures.RecoverySeconds = recovery(orders, tr, -1)
+		if rec := r.res.Figures.RecoverySeconds; rec == nil || *rec > 10 {
+			r.warn("no sale within 10s of the Redis servers' restart")
+		}
+	}
+	return r.finish(ctx, phaseMark{"5 of 5 up", 0}, phaseMark{"3 of 5 up", t2}, phaseMark{"2 of 5 up", t3}, phaseMark{"restarted empty", tr})
+}
+
+// RedisRestart is scenario 4: the single Redis server of redis-lock is
+// killed mid-load and restarted empty: 503s while it is gone, exact stock
+// after.
+func (e *Env) RedisRestart(ctx context.Context) Result {
+	d, rate := e.scale(20*time.Second, 10*time.Second), 200.0
+	ttl := 2 * time.Second
+	r := e.newRun(4, "4-redis-restart/redis-lock", "the single Redis server of redis-lock killed mid-load, then restarted empty",
+		Config{Engine: "postgres", Strategy: inventory.NameRedisLock, Safe: true, Instances: 3, RedisServers: 1,
+			Fencing: "on", LockTTL: ttl.String(), OrderTimeout: "3s"})
+	if err := r.setUp(ctx, 1, "FENCING=on", "LOCK_TTL="+ttl.String(), "LOCK_WAIT=2s"); err != nil {
+		return r.abort(err)
+	}
+	skus := skuNames("s4", 4)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.6)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	r.startLoad(ctx, skus, sqlSpec(rate, d))
+	pause(ctx, d/4)
+	tk := r.event("kill -9 the Redis server")
+	r.redis[0].kill()
+	pause(ctx, d/5)
+	tr := r.event("restart the Redis server empty")
+	if err := r.redis[0].restartEmpty(); err != nil {
+		return r.abort(err)
+	}
+	r.afterLoad = func(orders []*order) {
+		// An order that started while Redis was gone may wait for its lock
+		// (LOCK_WAIT) and sell once Redis is back; one answered 201 before
+		// the restart sold without a lock.
+		var soldWithoutLock int
+		for _, o := range orders {
+			for _, a := range o.attempts {
+				if a.answer == ansCreated && a.call >= tk+ttl && a.ret < tr {
+					soldWithoutLock++
+				}
+			}
+		}
+		if soldWithoutLock > 0 {
+			r.fail("%d orders were sold while Redis was gone", soldWithoutLock)
+		} else if gone := figures(orders, tk+ttl, tr); gone.Responses503 == 0 {
+			r.warn("no 503 while Redis was gone")
+		}
+		r.res.Figures.RecoverySeconds = recovery(orders, tr, -1)
+		if rec := r.res.Figures.RecoverySeconds; rec == nil || *rec > 10 {
+			r.warn("no sale within 10s of the Redis server's restart")
+		}
+		// No instance was paused: every fenced-off write comes from the
+		// fencing counters that the empty restart set back to zero.
+		if f := r.res.Figures.FencedOffWrites; f != nil && *f > 0 {
+			r.note("after the empty restart %.0f writes were fenced off: the fencing counter started again from 1, below "+
+				"the tokens the rows had seen; each refusal pushes the counter past its row's fence (AdvanceFence), so "+
+				"about one refused order per SKU is expected", *f)
+		}
+	}
+	return r.finish(ctx, phaseMark{"Redis up", 0}, phaseMark{"Redis gone", tk}, phaseMark{"restarted empty", tr})
+}
+
+// DatabaseRestart is scenario 5: the database (a private server) is
+// crashed with SIGKILL mid-load and started again (crash recovery): 503s
+// while it is gone, the instances' pools recover by themselves within
+// seconds, and no order is lost or doubled.
+func (e *Env) DatabaseRestart(ctx context.Context, server *DBServer) Result {
+	d, rate := e.scale(20*time.Second, 10*time.Second), 250.0
+	engine := "postgres"
+	if server != nil {
+		engine = server.Engine
+	}
+	r := e.newRun(5, "5-database-restart/"+engine+"/conditional", "the database crashed (kill -9) mid-load and restarted",
+		Config{Engine: engine, Strategy: inventory.NameConditional, Safe: true, Instances: 3, OrderTimeout: "3s"})
+	if server == nil {
+		return r.abort(fmt.Errorf("%w: no private %s server", ErrMissing, engine))
+	}
+	url, err := server.NewDatabase(ctx, "faults_"+randomHex(4))
+	if err != nil {
+		return r.abort(err)
+	}
+	r.dbURL = url
+	if err := r.setUp(ctx, 0); err != nil {
+		return r.abort(err)
+	}
+	skus := skuNames("s5", 4)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.6)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	r.startLoad(ctx, skus, sqlSpec(rate, d))
+	pause(ctx, d/4)
+	tk := r.event("kill -9 the %s server", engine)
+	if err := server.Crash(); err != nil {
+		return r.abort(err)
+	}
+	pause(ctx, 3*time.Second)
+	tr := r.event("start the %s server (crash recovery)", engine)
+	if err := server.Start(ctx); err != nil {
+		return r.abort(err)
+	}
+	tu := r.event("the %s server answers", engine)
+	r.afterLoad = func(orders []*order) {
+		if gone := figures(orders, tk+time.Second, tr); gone.Created > 0 {
+			r.fail("%d orders started while the database was down were answered 201", gone.Created)
+		} else if gone.Responses503 == 0 {
+			r.warn("no 503 while the database was down")
+		}
+		r.res.Figures.RecoverySeconds = recovery(orders, tr, -1)
+		rec := r.res.Figures.RecoverySeconds
+		if rec == nil || *rec-seconds(tu-tr) > 5 {
+			r.warn("the instances did not sell within 5s of the database answering again")
+		}
+		if rec != nil {
+			r.note("the database took %.2fs to answer after its start; the first 201 came %.2fs after that", seconds(tu-tr), *rec-seconds(tu-tr))
+		}
+	}
+	return r.finish(ctx, phaseMark{"database up", 0}, phaseMark{"database down", tk}, phaseMark{"after the restart", tr})
+}
+
+// IdempotentRetries is scenario 6: clients send an Idempotency-Key, time out
+// quickly and retry (on another instance) while instances are frozen and
+// killed: each key must be at most one order.
+func (e *Env) IdempotentRetries(ctx context.Context) Result {
+	d, rate := e.scale(20*time.Second, 10*time.Second), 200.0
+	r := e.newRun(6, "6-idempotent-retries/postgres/conditional", "clients time out and retry with their Idempotency-Key while instances are killed",
+		Config{Engine: "postgres", Strategy: inventory.NameConditional, Safe: true, Instances: 3, OrderTimeout: "3s"})
+	if err := r.setUp(ctx, 0); err != nil {
+		return r.abort(err)
+	}
+	skus := skuNames("s6", 4)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.85)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	spec := sqlSpec(rate, d)
+	spec.workers, spec.timeout, spec.idempotent, spec.attempts = 128, 400*time.Millisecond, true, 8
+	r.startLoad(ctx, skus, spec)
+
+	type kill struct {
+		victim int
+		t0, t1 time.Duration
+	}
+	var kills []kill
+	var restarts []time.Duration
+	pause(ctx, d/6)
+	for i := 0; r.load.now() < d*3/4; i++ {
+		victim := r.cluster.Instances[i%len(r.cluster.Instances)]
+		if err := victim.Pause(); err != nil {
+			return r.abort(err)
+		}
+		r.event("SIGSTOP instance %d: its clients time out and retry elsewhere", victim.Index)
+		pause(ctx, time.Second)
+		t0 := r.event("kill -9 instance %d", victim.Index)
+		if err := victim.Kill(); err != nil {
+			return r.abort(err)
+		}
+		kills = append(kills, kill{victim.Index, t0, r.load.now()})
+		pause(ctx, time.Second)
+		restarts = append(restarts, r.event("restart instance %d", victim.Index))
+		if err := victim.Restart(ctx); err != nil {
+			return r.abort(err)
+		}
+		pause(ctx, d/8)
+	}
+	r.afterLoad = func(orders []*order) {
+		r.res.Figures.RecoverySeconds = recovery(orders, restarts[len(restarts)-1], kills[len(kills)-1].victim)
+		retried := 0
+		for _, o := range orders {
+			if len(o.attempts) > 1 {
+				retried++
+			}
+		}
+		r.note("%d orders were retried with their key; %d instances killed", retried, len(kills))
+		if retried == 0 {
+			r.warn("no order was retried: the scenario did not test idempotency")
+		}
+	}
+	return r.finish(ctx)
+}

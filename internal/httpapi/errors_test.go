@@ -1,0 +1,70 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/flashsale/stock/internal/httpapi"
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// failingInventory answers every order with one error: a small fake to walk
+// the error table without staging each failure on a real database.
+type failingInventory struct {
+	err error
+}
+
+var _ httpapi.Inventory = failingInventory{}
+
+func (f failingInventory) PlaceOrder(context.Context, inventory.Request) (inventory.Order, error) {
+	return inventory.Order{}, f.err
+}
+func (f failingInventory) Level(context.Context, string) (inventory.Level, error) {
+	return inventory.Level{}, f.err
+}
+func (f failingInventory) StartSale(context.Context, string, int64) error { return f.err }
+func (f failingInventory) Audit(context.Context, string) (inventory.Audit, error) {
+	return inventory.Audit{}, f.err
+}
+func (f failingInventory) Ready(context.Context) error { return f.err }
+
+func TestErrorTable(t *testing.T) {
+	backendDetail := "dial tcp 10.0.0.7:5432: secret-host"
+	cases := []struct {
+		err        error
+		status     int
+		code       string
+		retryAfter bool
+	}{
+		{fmt.Errorf("%w: too many", inventory.ErrSoldOut), 409, "sold_out", false},
+		{fmt.Errorf("%w: \"x\"", inventory.ErrUnknownSKU), 404, "unknown_sku", false},
+		{fmt.Errorf("%w: key", inventory.ErrIdempotencyConflict), 422, "idempotency_conflict", false},
+		{fmt.Errorf("%w: %w", inventory.ErrBusy, context.DeadlineExceeded), 503, "busy", true},
+		{fmt.Errorf("%w: %w", inventory.ErrBusy, fmt.Errorf("%w: %s", inventory.ErrUnavailable, backendDetail)), 503, "busy", true},
+		{fmt.Errorf("%w: %s", inventory.ErrUnavailable, backendDetail), 503, "unavailable", true},
+		{fmt.Errorf("%w: %s", inventory.ErrOutcomeUnknown, backendDetail), 503, "unavailable", true},
+		{errors.New("a bug"), 500, "internal", false},
+	}
+	for _, c := range cases {
+		h := httpapi.New(failingInventory{err: c.err})
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"sku":"s-1","quantity":1,"user_id":"u"}`))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		body := rec.Body.String()
+		if rec.Code != c.status || !strings.Contains(body, `"code":"`+c.code+`"`) {
+			t.Errorf("%v: %d %s, want %d %s", c.err, rec.Code, body, c.status, c.code)
+		}
+		if got := rec.Header().Get("Retry-After") != ""; got != c.retryAfter {
+			t.Errorf("%v: Retry-After present %v, want %v", c.err, got, c.retryAfter)
+		}
+		if strings.Contains(body, "secret-host") {
+			t.Errorf("%v: the answer leaks backend details: %s", c.err, body)
+		}
+	}
+}

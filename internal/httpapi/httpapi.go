@@ -1,0 +1,368 @@
+// Package httpapi is the HTTP adapter of the service (gin): it decodes and
+// checks requests, calls the inventory service, and maps its errors to
+// status codes through one table. gin's types stay inside this package.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+func init() {
+	// gin keeps its mode in a package variable and prints its route table
+	// in debug mode; set it once, before any server exists.
+	gin.SetMode(gin.ReleaseMode)
+}
+
+// MaxBodyBytes bounds a request body; a larger one is refused with 400.
+const MaxBodyBytes = 64 << 10
+
+// Inventory is what the handlers need from the domain.
+type Inventory interface {
+	PlaceOrder(ctx context.Context, req inventory.Request) (inventory.Order, error)
+	Level(ctx context.Context, sku string) (inventory.Level, error)
+	StartSale(ctx context.Context, sku string, n int64) error
+	Audit(ctx context.Context, sku string) (inventory.Audit, error)
+	Ready(ctx context.Context) error
+}
+
+// Option configures New.
+type Option func(*server)
+
+// WithAdminToken sets the bearer token of the /admin routes. Default "":
+// the admin routes answer 403 to everyone.
+func WithAdminToken(token string) Option {
+	return func(s *server) { s.adminToken = token }
+}
+
+// WithLogger sets the logger. Default: slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(s *server) { s.log = l }
+}
+
+// WithReadyTimeout bounds the backend checks of /readyz. Default 2s.
+func WithReadyTimeout(d time.Duration) Option {
+	return func(s *server) { s.readyTimeout = d }
+}
+
+// WithMetrics serves h at GET /metrics. Default: no /metrics route.
+func WithMetrics(h http.Handler) Option {
+	return func(s *server) { s.metrics = h }
+}
+
+type server struct {
+	metrics      http.Handler
+	inv          Inventory
+	adminToken   string
+	log          *slog.Logger
+	readyTimeout time.Duration
+}
+
+// New returns the service's HTTP handler.
+func New(inv Inventory, opts ...Option) http.Handler {
+	s := &server{inv: inv, log: slog.Default(), readyTimeout: 2 * time.Second}
+	for _, o := range opts {
+		o(s)
+	}
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.Use(gin.CustomRecovery(func(c *gin.Context, v any) {
+		s.log.Error("panic in handler", "path", c.Request.URL.Path, "panic", fmt.Sprint(v))
+		writeError(c, http.StatusInternalServerError, "internal", "internal error")
+	}))
+	r.NoRoute(func(c *gin.Context) {
+		writeError(c, http.StatusNotFound, "not_found", "no such route: "+c.Request.Method+" "+c.Request.URL.Path)
+	})
+	r.NoMethod(func(c *gin.Context) {
+		writeError(c, http.StatusMethodNotAllowed, "method_not_allowed", c.Request.Method+" is not allowed on "+c.Request.URL.Path)
+	})
+
+	r.POST("/orders", s.placeOrder)
+	r.GET("/stock/:sku", s.getStock)
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", s.ready)
+	if s.metrics != nil {
+		r.GET("/metrics", gin.WrapH(s.metrics))
+	}
+	admin := r.Group("/admin", s.requireAdmin)
+	admin.PUT("/stock/:sku", s.startSale)
+	admin.GET("/audit/:sku", s.audit)
+	return r
+}
+
+// errorStatus is the one table from domain errors to HTTP answers. The first
+// row that matches wins, so a busy answer that also wraps a backend error
+// stays "busy".
+var errorStatus = []struct {
+	err     error
+	status  int
+	code    string
+	message string // when set, replaces the error text, which may hold backend details
+}{
+	{errUnsupportedMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type", ""},
+	{inventory.ErrInvalid, http.StatusBadRequest, "invalid_request", ""},
+	{inventory.ErrUnknownSKU, http.StatusNotFound, "unknown_sku", ""},
+	{inventory.ErrSoldOut, http.StatusConflict, "sold_out", ""},
+	{inventory.ErrIdempotencyConflict, http.StatusUnprocessableEntity, "idempotency_conflict", ""},
+	{inventory.ErrBusy, http.StatusServiceUnavailable, "busy", "the order could not be taken in time; nothing was deducted, retry later"},
+	{inventory.ErrOutcomeUnknown, http.StatusServiceUnavailable, "unavailable", "the database stopped answering while committing: the order may exist; retry with the same Idempotency-Key to learn its fate"},
+	{inventory.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "a backend is unavailable; nothing was deducted, retry later"},
+}
+
+// retryAfterSeconds is what 503 answers ask a client to wait.
+const retryAfterSeconds = "1"
+
+func (s *server) fail(c *gin.Context, err error) {
+	for _, row := range errorStatus {
+		if errors.Is(err, row.err) {
+			msg := row.message
+			if msg == "" {
+				msg = err.Error()
+			}
+			writeError(c, row.status, row.code, msg)
+			return
+		}
+	}
+	s.log.Error("unexpected error", "path", c.Request.URL.Path, "err", err)
+	writeError(c, http.StatusInternalServerError, "internal", "internal error")
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(c *gin.Context, status int, code, message string) {
+	var body errorBody
+	body.Error.Code, body.Error.Message = code, message
+	if status == http.StatusServiceUnavailable {
+		c.Header("Retry-After", retryAfterSeconds)
+	}
+	c.AbortWithStatusJSON(status, body)
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{inventory.ErrInvalid}, args...)...)
+}
+
+// errUnsupportedMediaType is the HTTP adapter's own: the domain never sees it.
+var errUnsupportedMediaType = errors.New("body must be application/json")
+
+// readJSON reads a JSON object body of at most MaxBodyBytes into v, refusing
+// unknown fields and anything after the object.
+func readJSON(c *gin.Context, v any) error {
+	mediaType, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	if err != nil || mediaType != "application/json" {
+		return errUnsupportedMediaType
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return invalid("body is larger than %d bytes", MaxBodyBytes)
+		}
+		return invalid("reading body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalid("malformed JSON: %v", describeJSONError(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return invalid("malformed JSON: unexpected data after the object")
+	}
+	return nil
+}
+
+func describeJSONError(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		if typeErr.Field == "" {
+			return "body must be a JSON object"
+		}
+		return fmt.Sprintf("field %q must not be a %s", typeErr.Field, typeErr.Value)
+	}
+	if errors.Is(err, io.EOF) {
+		return "body is empty"
+	}
+	return err.Error()
+}
+
+// integer parses a JSON number that is an integer written as such: no
+// fraction, no exponent, not a string.
+func integer(raw json.RawMessage, field string) (int64, error) {
+	if len(raw) == 0 {
+		return 0, invalid("%s is required", field)
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, invalid("%s must be an integer, not %s", field, truncate(string(raw), 32))
+	}
+	return n, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+type orderRequest struct {
+	SKU      *string         `json:"sku"`
+	Quantity json.RawMessage `json:"quantity"`
+	UserID   *string         `json:"user_id"`
+}
+
+type orderResponse struct {
+	OrderID  string `json:"order_id"`
+	SKU      string `json:"sku"`
+	Quantity int64  `json:"quantity"`
+	UserID   string `json:"user_id"`
+	Strategy string `json:"strategy"`
+}
+
+func (s *server) placeOrder(c *gin.Context) {
+	req, err := decodeOrder(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	order, err := s.inv.PlaceOrder(c.Request.Context(), req)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, orderResponse{
+		OrderID: order.ID, SKU: order.SKU, Quantity: order.Quantity, UserID: order.UserID, Strategy: order.Strategy,
+	})
+}
+
+func decodeOrder(c *gin.Context) (inventory.Request, error) {
+	var body orderRequest
+	if err := readJSON(c, &body); err != nil {
+		return inventory.Request{}, err
+	}
+	var missing []string
+	if body.SKU == nil {
+		missing = append(missing, "sku")
+	}
+	if len(body.Quantity) == 0 {
+		missing = append(missing, "quantity")
+	}
+	if body.UserID == nil {
+		missing = append(missing, "user_id")
+	}
+	if len(missing) > 0 {
+		return inventory.Request{}, invalid("missing field(s): %s", strings.Join(missing, ", "))
+	}
+	q, err := integer(body.Quantity, "quantity")
+	if err != nil {
+		return inventory.Request{}, err
+	}
+	req := inventory.Request{SKU: *body.SKU, Quantity: q, UserID: *body.UserID, IdempotencyKey: c.GetHeader("Idempotency-Key")}
+	// Validate here too, so that a bad request never reaches the service's
+	// deadline or the database.
+	return req, req.Validate()
+}
+
+type stockResponse struct {
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+}
+
+func (s *server) getStock(c *gin.Context) {
+	sku := c.Param("sku")
+	level, err := s.inv.Level(c.Request.Context(), sku)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, stockResponse{SKU: sku, Available: level.Available})
+}
+
+func (s *server) ready(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.readyTimeout)
+	defer cancel()
+	if err := s.inv.Ready(ctx); err != nil {
+		s.log.Warn("not ready", "err", err)
+		writeError(c, http.StatusServiceUnavailable, "unavailable", "a backend does not answer: "+err.Error())
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+}
+
+// requireAdmin lets a request through only with the admin bearer token.
+func (s *server) requireAdmin(c *gin.Context) {
+	if s.adminToken == "" {
+		writeError(c, http.StatusForbidden, "forbidden", "the admin API is disabled: start the service with ADMIN_TOKEN set")
+		return
+	}
+	token, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.adminToken)) != 1 {
+		c.Header("WWW-Authenticate", `Bearer realm="stock admin"`)
+		writeError(c, http.StatusUnauthorized, "unauthorized", "a valid admin bearer token is required")
+		return
+	}
+	c.Next()
+}
+
+type startSaleRequest struct {
+	Available json.RawMessage `json:"available"`
+}
+
+func (s *server) startSale(c *gin.Context) {
+	sku := c.Param("sku")
+	var body startSaleRequest
+	if err := readJSON(c, &body); err != nil {
+		s.fail(c, err)
+		return
+	}
+	n, err := integer(body.Available, "available")
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if err := s.inv.StartSale(c.Request.Context(), sku, n); err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, stockResponse{SKU: sku, Available: n})
+}
+
+type auditResponse struct {
+	SKU        string `json:"sku"`
+	Initial    int64  `json:"initial"`
+	Available  int64  `json:"available"`
+	Ordered    int64  `json:"ordered"`
+	Orders     int64  `json:"orders"`
+	Consistent bool   `json:"consistent"`
+}
+
+func (s *server) audit(c *gin.Context) {
+	a, err := s.inv.Audit(c.Request.Context(), c.Param("sku"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, auditResponse{
+		SKU: a.SKU, Initial: a.Initial, Available: a.Available, Ordered: a.Ordered, Orders: a.Orders, Consistent: a.Consistent(),
+	})
+}

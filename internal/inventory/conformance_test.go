@@ -1,0 +1,197 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/history"
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/testredis"
+)
+
+// strategies builds each strategy as the conformance test runs it. naive
+// gets a race window, so that its oversell is shown, not hoped for; the lock
+// strategies get redis-servers of their own.
+func strategies() map[string]func(t *testing.T) inventory.Strategy {
+	return map[string]func(t *testing.T) inventory.Strategy{
+		inventory.NameNaive: func(*testing.T) inventory.Strategy {
+			return inventory.NewNaive(inventory.WithRaceWindow(20 * time.Millisecond))
+		},
+		inventory.NameForUpdate:   func(*testing.T) inventory.Strategy { return inventory.NewForUpdate() },
+		inventory.NameVersionCAS:  func(*testing.T) inventory.Strategy { return inventory.NewVersionCAS() },
+		inventory.NameConditional: func(*testing.T) inventory.Strategy { return inventory.NewConditional() },
+		inventory.NameRedisLock: func(t *testing.T) inventory.Strategy {
+			locker := locking.New(testredis.Start(t).Client(t))
+			t.Cleanup(func() { _ = locker.Close() })
+			return inventory.NewLocked(inventory.NameRedisLock, locker)
+		},
+		inventory.NameRedlock: func(t *testing.T) inventory.Strategy {
+			var clients []*redis.Client
+			for range 5 {
+				clients = append(clients, testredis.Start(t).Client(t))
+			}
+			locker, err := locking.NewRedlock(clients)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = locker.Close() })
+			return inventory.NewLocked(inventory.NameRedlock, locker)
+		},
+	}
+}
+
+// outcome is one buyer's answer.
+type outcome struct {
+	quantity int64
+	order    inventory.Order
+	err      error
+}
+
+// race has buyers goroutines buy from one SKU at once, quantities 1 to 3.
+func race(t *testing.T, svc *inventory.Service, sku string, buyers int) []outcome {
+	t.Helper()
+	results, _ := recordedRace(t, svc, sku, buyers)
+	return results
+}
+
+// recordedRace is race with every order's call, return and outcome recorded
+// for the linearizability checker.
+func recordedRace(t *testing.T, svc *inventory.Service, sku string, buyers int) ([]outcome, *history.Recorder) {
+	t.Helper()
+	rec := history.NewRecorder()
+	results := make([]outcome, buyers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range buyers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := int64(i%3 + 1)
+			<-start
+			done := rec.Begin(i, sku, q)
+			o, err := svc.PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: q, UserID: fmt.Sprintf("u-%d", i)})
+			done(historyOutcome(err))
+			results[i] = outcome{quantity: q, order: o, err: err}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return results, rec
+}
+
+// historyOutcome is what a client learns from an order's error.
+func historyOutcome(err error) history.Outcome {
+	switch {
+	case err == nil:
+		return history.OK
+	case errors.Is(err, inventory.ErrSoldOut):
+		return history.SoldOut
+	case errors.Is(err, inventory.ErrUnavailable):
+		return history.Unknown
+	}
+	return history.NoEffect
+}
+
+// historyDir is where a failing history's visualisation goes: HISTORY_DIR
+// if set (CI keeps it), else the test's temporary folder.
+func historyDir(t *testing.T) string {
+	if d := os.Getenv("HISTORY_DIR"); d != "" {
+		return d
+	}
+	return t.TempDir()
+}
+
+// TestConformance: 200 buyers race for 50 units on every strategy and engine.
+// The safe strategies sell exactly what there was; naive oversells.
+func TestConformance(t *testing.T) {
+	const initial, buyers = 50, 200
+	for _, engine := range store.Engines {
+		for name, build := range strategies() {
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				db := testdb.New(t, engine, 16)
+				svc := inventory.NewService(db, build(t))
+				ctx := context.Background()
+				sku := "race-" + name
+				if err := svc.StartSale(ctx, sku, initial); err != nil {
+					t.Fatalf("start sale: %v", err)
+				}
+
+				results, rec := recordedRace(t, svc, sku, buyers)
+				verdicts, err := history.Check(rec.Ops(), map[string]int64{sku: initial}, 30*time.Second, historyDir(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				linearizable := verdicts[0].Linearizable()
+				t.Logf("history: %v", verdicts[0])
+
+				audit, err := svc.Audit(ctx, sku)
+				if err != nil {
+					t.Fatalf("audit: %v", err)
+				}
+				var sold, orders, busy int64
+				minSoldOut := int64(1 << 62)
+				for _, r := range results {
+					switch {
+					case r.err == nil:
+						sold += r.quantity
+						orders++
+						if r.order.ID == "" || r.order.Quantity != r.quantity || r.order.Strategy != name {
+							t.Errorf("order %+v does not describe the request (quantity %d)", r.order, r.quantity)
+						}
+					case errors.Is(r.err, inventory.ErrSoldOut):
+						minSoldOut = min(minSoldOut, r.quantity)
+					case errors.Is(r.err, inventory.ErrBusy):
+						busy++
+					default:
+						t.Errorf("unexpected error: %v", r.err)
+					}
+				}
+				t.Logf("sold %d units in %d orders, %d busy; audit %+v", sold, orders, busy, audit)
+
+				// Every success is an order row, and every order a success.
+				if audit.Orders != orders || audit.Ordered != sold {
+					t.Errorf("answers say %d orders for %d units, the database has %d for %d", orders, sold, audit.Orders, audit.Ordered)
+				}
+				// Every unit that left the stock is in an order.
+				if audit.Initial != audit.Available+audit.Ordered {
+					t.Errorf("not conserved: initial %d != available %d + ordered %d", audit.Initial, audit.Available, audit.Ordered)
+				}
+				if name == inventory.NameNaive {
+					if audit.Available >= 0 {
+						t.Errorf("naive with a race window should oversell, yet available is %d", audit.Available)
+					}
+					if linearizable {
+						t.Errorf("the checker found naive's oversold history linearizable")
+					}
+					return
+				}
+				if !linearizable {
+					t.Errorf("history not linearizable: %v", verdicts[0])
+				}
+				if audit.Available < 0 {
+					t.Fatalf("oversold: available %d", audit.Available)
+				}
+				// Stock only falls, so a sold-out answer must still be
+				// true at the end: what is left, no refused request could
+				// take.
+				if audit.Available >= minSoldOut {
+					t.Errorf("%d units left, yet a request for %d was told sold out", audit.Available, minSoldOut)
+				}
+				if busy > 0 {
+					t.Errorf("%d orders were busy: the sale should not need to turn anyone away", busy)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,189 @@
+// Package inventory is the domain of the service: SKUs, orders, the errors a
+// caller can get, and the strategies that deduct stock without overselling.
+//
+// It knows nothing of HTTP or of a particular database. The strategies speak
+// to a database through Store and Tx, which are declared here because this is
+// where they are used; each engine (internal/postgres, internal/mysql) is an
+// adapter that implements them with its own SQL.
+package inventory
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Errors a caller of this package can test with errors.Is. Adapters wrap them
+// with %w so the cause stays readable.
+var (
+	// ErrInvalid: the request breaks a rule of the domain; nothing changed.
+	ErrInvalid = errors.New("invalid request")
+	// ErrUnknownSKU: no sale has been started for the SKU.
+	ErrUnknownSKU = errors.New("unknown sku")
+	// ErrSoldOut: fewer units are available than asked for; nothing deducted.
+	ErrSoldOut = errors.New("sold out")
+	// ErrIdempotencyConflict: an Idempotency-Key was reused for another request.
+	ErrIdempotencyConflict = errors.New("idempotency key reused with a different request")
+	// ErrBusy: the deduction could not run in time (contention, a deadline,
+	// retries exhausted). Nothing was deducted; the client may retry.
+	ErrBusy = errors.New("busy")
+	// ErrUnavailable: a backend could not be reached or failed.
+	ErrUnavailable = errors.New("backend unavailable")
+	// ErrConflict: the database aborted the transaction to resolve a
+	// conflict (deadlock, serialisation failure, lock wait timeout). Nothing
+	// was written, so the transaction may be run again.
+	ErrConflict = errors.New("transaction aborted by a conflict")
+	// ErrOutcomeUnknown: the commit was sent but its answer was lost, so the
+	// order may or may not exist. It is never retried blindly; it also wraps
+	// ErrUnavailable.
+	ErrOutcomeUnknown = fmt.Errorf("%w: commit outcome unknown", ErrUnavailable)
+	// ErrFencedOff: a lock holder's write was refused because a newer holder
+	// of the lock had written the row: the lock was lost without the holder
+	// knowing (a pause, a partition). Nothing was deducted; it wraps ErrBusy.
+	ErrFencedOff = fmt.Errorf("%w: lock lost, a newer holder wrote first", ErrBusy)
+)
+
+// Limits of the domain, shared by the HTTP adapter and the tests.
+const (
+	MaxSKULength    = 64
+	MaxUserIDLength = 64
+	MinQuantity     = 1
+	MaxQuantity     = 1000
+	MaxIdemKeyLen   = 255
+	// MaxInitialStock bounds a sale so that sums of quantities stay far from
+	// overflowing a BIGINT.
+	MaxInitialStock = 1_000_000_000
+)
+
+// Order is one accepted purchase: the proof that Quantity units of SKU were
+// deducted.
+type Order struct {
+	ID       string
+	SKU      string
+	Quantity int64
+	UserID   string
+	Strategy string
+}
+
+// Request asks for Quantity units of SKU for UserID. IdempotencyKey, when set,
+// makes retries of the same request return the first answer.
+type Request struct {
+	SKU            string
+	Quantity       int64
+	UserID         string
+	IdempotencyKey string
+}
+
+// Validate reports the first rule the request breaks, wrapped in ErrInvalid.
+func (r Request) Validate() error {
+	if err := ValidateSKU(r.SKU); err != nil {
+		return err
+	}
+	if r.Quantity < MinQuantity || r.Quantity > MaxQuantity {
+		return fmt.Errorf("%w: quantity must be an integer from %d to %d", ErrInvalid, MinQuantity, MaxQuantity)
+	}
+	if !utf8.ValidString(r.UserID) {
+		return fmt.Errorf("%w: user_id must be valid UTF-8", ErrInvalid)
+	}
+	if utf8.RuneCountInString(r.UserID) > MaxUserIDLength {
+		return fmt.Errorf("%w: user_id must be at most %d characters", ErrInvalid, MaxUserIDLength)
+	}
+	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+// fingerprint identifies the content of a request, so a reused idempotency
+// key can be told apart from a retry. Lengths are written before strings so
+// that no two different requests share a fingerprint.
+func (r Request) fingerprint() []byte {
+	h := sha256.New()
+	for _, s := range []string{r.SKU, r.UserID} {
+		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
+		h.Write([]byte(s))
+	}
+	_ = binary.Write(h, binary.BigEndian, r.Quantity)
+	return h.Sum(nil)
+}
+
+// ValidateSKU checks a SKU: 1 to 64 characters from [A-Za-z0-9._:-].
+func ValidateSKU(sku string) error {
+	if sku == "" {
+		return fmt.Errorf("%w: sku must not be empty", ErrInvalid)
+	}
+	if len(sku) > MaxSKULength {
+		return fmt.Errorf("%w: sku must be at most %d characters", ErrInvalid, MaxSKULength)
+	}
+	for i := 0; i < len(sku); i++ {
+		if !skuByte(sku[i]) {
+			return fmt.Errorf("%w: sku may contain only letters, digits and . _ : -", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func skuByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return c == '.' || c == '_' || c == ':' || c == '-'
+}
+
+// ValidateIdempotencyKey accepts an empty key (none) or 1 to 255 printable
+// ASCII characters.
+func ValidateIdempotencyKey(key string) error {
+	if len(key) > MaxIdemKeyLen {
+		return fmt.Errorf("%w: Idempotency-Key must be at most %d characters", ErrInvalid, MaxIdemKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return fmt.Errorf("%w: Idempotency-Key must be printable ASCII without spaces", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// ValidateInitialStock checks the stock a sale starts with.
+func ValidateInitialStock(n int64) error {
+	if n < 0 || n > MaxInitialStock {
+		return fmt.Errorf("%w: available must be an integer from 0 to %d", ErrInvalid, MaxInitialStock)
+	}
+	return nil
+}
+
+// Level is a SKU's stock row as a strategy reads it.
+type Level struct {
+	Available int64
+	// Version grows with every deduction (version-CAS compares it).
+	Version int64
+	// Fence is the highest lock fencing token that wrote the row.
+	Fence int64
+}
+
+// Audit is the bookkeeping of one SKU's sale.
+type Audit struct {
+	SKU       string
+	Initial   int64
+	Available int64
+	// Ordered is the sum of the order quantities, Orders their count.
+	Ordered int64
+	Orders  int64
+}
+
+// Consistent holds when no unit was oversold and every unit that left the
+// stock is in an order.
+func (a Audit) Consistent() bool {
+	return a.Available >= 0 && a.Initial == a.Available+a.Ordered
+}
+
+// IdempotencyRecord remembers the order a request with an Idempotency-Key
+// created. Only created orders are remembered: a sold-out answer stays true
+// for a retry anyway (stock only falls until the next sale, which forgets
+// every key), and busy or unavailable answers are meant to be retried.
+type IdempotencyRecord struct {
+	Key         string
+	SKU         string
+	RequestHash []byte
+	OrderID     string
+}

@@ -1,0 +1,29 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/flashsale/stock/internal/locking"
+)
+
+func TestLockErrorClassification(t *testing.T) {
+	down := &locking.NodeError{Node: "127.0.0.1:1", Err: errors.New("connection refused")}
+	slow := &locking.NodeError{Node: "127.0.0.1:2", Err: fmt.Errorf("i/o: %w", context.DeadlineExceeded)}
+	cases := []struct {
+		err  error
+		want error
+	}{
+		{errors.Join(locking.ErrNotObtained, context.DeadlineExceeded), ErrBusy},
+		{errors.Join(locking.ErrNotObtained, context.DeadlineExceeded, slow), ErrBusy},
+		{errors.Join(locking.ErrNotObtained, context.DeadlineExceeded, slow, down), ErrUnavailable},
+		{errors.Join(locking.ErrNotObtained, fmt.Errorf("round: %w", errors.Join(slow, down))), ErrUnavailable},
+	}
+	for _, c := range cases {
+		if got := lockError(c.err); !errors.Is(got, c.want) {
+			t.Errorf("%v: filed as %v, want %v", c.err, got, c.want)
+		}
+	}
+}

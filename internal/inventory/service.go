@@ -1,0 +1,310 @@
+package inventory
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Service takes orders with one strategy over one store.
+type Service struct {
+	store      Store
+	strategy   Strategy
+	log        *slog.Logger
+	timeout    time.Duration
+	txAttempts int
+	newID      func() string
+	obs        Observer
+}
+
+// ServiceOption configures a Service.
+type ServiceOption func(*Service)
+
+// WithOrderTimeout bounds the time one order may take, waits included; past
+// it the order fails with ErrBusy and nothing is deducted. Default 3s.
+func WithOrderTimeout(d time.Duration) ServiceOption {
+	return func(s *Service) { s.timeout = d }
+}
+
+// WithTxAttempts bounds how often one transaction is run again after the
+// database aborted it to resolve a conflict (deadlock, serialisation
+// failure, lock wait timeout). Default 5.
+func WithTxAttempts(n int) ServiceOption {
+	return func(s *Service) { s.txAttempts = max(1, n) }
+}
+
+// WithLogger sets the logger. Default: slog.Default().
+func WithLogger(l *slog.Logger) ServiceOption {
+	return func(s *Service) { s.log = l }
+}
+
+// WithObserver sets who hears about orders and retries. Default:
+// NopObserver.
+func WithObserver(o Observer) ServiceOption {
+	return func(s *Service) { s.obs = o }
+}
+
+// NewService returns a Service.
+func NewService(store Store, strategy Strategy, opts ...ServiceOption) *Service {
+	s := &Service{
+		store:      store,
+		strategy:   strategy,
+		log:        slog.Default(),
+		timeout:    3 * time.Second,
+		txAttempts: 5,
+		newID:      newOrderID,
+		obs:        NopObserver{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// newOrderID returns a UUIDv7: time-ordered, so order inserts append to the
+// primary key index instead of splitting random pages.
+func newOrderID() string {
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// Strategy returns the name of the service's strategy.
+func (s *Service) Strategy() string { return s.strategy.Name() }
+
+// Errors that steer the transaction runner; they never leave the package.
+var (
+	// errReplayed: the idempotency key has an order already.
+	errReplayed = errors.New("idempotency key already answered")
+	// errKeyTaken: a concurrent request with the same key committed first;
+	// the next attempt finds its record and replays it.
+	errKeyTaken = errors.New("idempotency key taken concurrently")
+)
+
+// PlaceOrder deducts req.Quantity units of req.SKU and records the order. With
+// an idempotency key, a retry of the same request returns the first order and
+// deducts nothing more; the same key with another request is
+// ErrIdempotencyConflict.
+func (s *Service) PlaceOrder(ctx context.Context, req Request) (Order, error) {
+	began := time.Now()
+	order, err := s.placeOrder(ctx, req)
+	s.obs.OrderDone(s.strategy.Name(), Outcome(err), time.Since(began))
+	return order, err
+}
+
+func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
+	if err := req.Validate(); err != nil {
+		return Order{}, err
+	}
+	// The order runs to its own deadline even if the client hangs up: the
+	// transaction is atomic either way, and finishing it keeps the logs and
+	// the answer for a retry true.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+
+	order := Order{
+		ID:       s.newID(),
+		SKU:      req.SKU,
+		Quantity: req.Quantity,
+		UserID:   req.UserID,
+		Strategy: s.strategy.Name(),
+	}
+	fingerprint := req.fingerprint()
+	var replayed Order
+
+	inTx := func(ctx context.Context, deduct func(context.Context, Tx) error) error {
+		err := s.runTx(ctx, order.ID, func(ctx context.Context, tx Tx) error {
+			if req.IdempotencyKey != "" {
+				prior, err := s.lookupKey(ctx, tx, req.IdempotencyKey, fingerprint)
+				if err != nil {
+					return err
+				}
+				if prior != nil {
+					replayed = *prior
+					return errReplayed
+				}
+			}
+			if err := deduct(ctx, tx); err != nil {
+				return err
+			}
+			if err := tx.InsertOrder(ctx, order); err != nil {
+				return err
+			}
+			if req.IdempotencyKey == "" {
+				return nil
+			}
+			inserted, err := tx.InsertIdempotency(ctx, IdempotencyRecord{
+				Key: req.IdempotencyKey, SKU: req.SKU, RequestHash: fingerprint, OrderID: order.ID,
+			})
+			if err != nil {
+				return err
+			}
+			if !inserted {
+				return errKeyTaken
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, errVersionMoved):
+			s.obs.Retried(s.strategy.Name(), "version_moved")
+		case errors.Is(err, ErrFencedOff):
+			s.obs.FencedOff(s.strategy.Name())
+		}
+		return err
+	}
+
+	err := s.strategy.Deduct(ctx, req.SKU, req.Quantity, inTx)
+	switch {
+	case err == nil:
+		s.log.Debug("order created", "order_id", order.ID, "sku", order.SKU, "quantity", order.Quantity, "strategy", order.Strategy)
+		return order, nil
+	case errors.Is(err, errReplayed):
+		s.log.Debug("order replayed", "order_id", replayed.ID, "sku", replayed.SKU, "idempotency_key", req.IdempotencyKey)
+		return replayed, nil
+	}
+	err = s.classify(ctx, err)
+	if errors.Is(err, ErrSoldOut) {
+		return Order{}, fmt.Errorf("%w: fewer than %d units of %q are available", ErrSoldOut, req.Quantity, req.SKU)
+	}
+	if !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrUnknownSKU) && !errors.Is(err, ErrIdempotencyConflict) {
+		s.log.Warn("order failed", "sku", req.SKU, "order_id", order.ID, "strategy", s.strategy.Name(), "err", err)
+	}
+	return Order{}, err
+}
+
+// lookupKey returns the order a key created before, nil if it has none, or
+// ErrIdempotencyConflict when the key was used for another request.
+func (s *Service) lookupKey(ctx context.Context, tx Tx, key string, fingerprint []byte) (*Order, error) {
+	rec, found, err := tx.FindIdempotency(ctx, key)
+	if err != nil || !found {
+		return nil, err
+	}
+	if !bytes.Equal(rec.RequestHash, fingerprint) {
+		return nil, fmt.Errorf("%w: key %q", ErrIdempotencyConflict, key)
+	}
+	o, err := tx.GetOrder(ctx, rec.OrderID)
+	if err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+// runTx runs fn in a transaction, and runs it again when the database
+// aborted it to resolve a conflict or a concurrent request took the same
+// idempotency key. It never runs it again after a commit whose answer was
+// lost: it looks for the order instead.
+func (s *Service) runTx(ctx context.Context, orderID string, fn func(context.Context, Tx) error) error {
+	var err error
+	for attempt := 0; attempt < s.txAttempts; attempt++ {
+		err = s.store.InTx(ctx, fn)
+		switch {
+		case errors.Is(err, ErrOutcomeUnknown):
+			return s.resolveUnknownCommit(ctx, orderID, err)
+		case errors.Is(err, ErrConflict), errors.Is(err, errKeyTaken):
+			reason := "conflict"
+			if errors.Is(err, errKeyTaken) {
+				reason = "key_taken"
+			}
+			s.obs.Retried(s.strategy.Name(), reason)
+			if perr := pause(ctx, jitter(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
+				return perr
+			}
+		default:
+			return err
+		}
+	}
+	return fmt.Errorf("%w: transaction aborted %d times: %w", ErrBusy, s.txAttempts, err)
+}
+
+// resolveUnknownCommit asks the database whether a commit whose answer was
+// lost created the order. The order's id was chosen before the transaction,
+// so its row is the proof.
+func (s *Service) resolveUnknownCommit(ctx context.Context, orderID string, commitErr error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, found, err := s.store.FindOrder(ctx, orderID)
+	if err == nil && found {
+		s.log.Warn("commit answer lost, but the order exists", "order_id", orderID, "err", commitErr)
+		return nil
+	}
+	return commitErr
+}
+
+// classify turns a deadline or cancellation that reached the caller
+// unwrapped into ErrBusy, so the caller sees one of the package's errors.
+func (s *Service) classify(ctx context.Context, err error) error {
+	known := []error{ErrSoldOut, ErrUnknownSKU, ErrInvalid, ErrIdempotencyConflict, ErrBusy, ErrUnavailable}
+	for _, k := range known {
+		if errors.Is(err, k) {
+			return err
+		}
+	}
+	if errors.Is(err, ErrConflict) || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	return err
+}
+
+// Level returns a SKU's stock.
+func (s *Service) Level(ctx context.Context, sku string) (Level, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return Level{}, err
+	}
+	return s.store.Level(ctx, sku)
+}
+
+// stateResetter is implemented by strategies that keep state of their own
+// per SKU (lock keys, fence counters) that a new sale must clear.
+type stateResetter interface {
+	ResetSKU(ctx context.Context, sku string) error
+}
+
+// StartSale sets the SKU's stock to n, forgets its orders and idempotency
+// keys, and clears whatever state the strategy keeps for it.
+func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
+	if err := ValidateSKU(sku); err != nil {
+		return err
+	}
+	if err := ValidateInitialStock(n); err != nil {
+		return err
+	}
+	// The database first: if the strategy's reset then fails, its fencing
+	// tokens keep counting up from where they were, which stays above the
+	// cleared fence; the other order could leave tokens below a stale fence.
+	if err := s.store.StartSale(ctx, sku, n); err != nil {
+		return err
+	}
+	if r, ok := s.strategy.(stateResetter); ok {
+		if err := r.ResetSKU(ctx, sku); err != nil {
+			return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name(), sku, err)
+		}
+	}
+	return nil
+}
+
+// Audit returns the SKU's bookkeeping.
+func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return Audit{}, err
+	}
+	return s.store.Audit(ctx, sku)
+}
+
+// pinger is implemented by strategies that depend on a backend of their own.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Ready reports whether the database and the strategy's own backends answer.
+func (s *Service) Ready(ctx context.Context) error {
+	if err := s.store.Ping(ctx); err != nil {
+		return err
+	}
+	if p, ok := s.strategy.(pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package inventory
+
+import "context"
+
+// Store is what the service needs from a database. Errors are wrapped in the
+// sentinels of this package (ErrUnknownSKU, ErrConflict, ErrUnavailable,
+// ErrBusy, ErrOutcomeUnknown) so the service can decide what to retry.
+type Store interface {
+	// InTx runs fn in one transaction and commits it when fn returns nil.
+	// A commit whose answer was lost returns an error wrapping
+	// ErrOutcomeUnknown.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+	// Level reads a SKU's stock outside any transaction.
+	Level(ctx context.Context, sku string) (Level, error)
+	// StartSale sets a SKU's stock and initial stock to n (creating it),
+	// deletes its orders and idempotency records, and clears its version
+	// and fence, all in one transaction.
+	StartSale(ctx context.Context, sku string, n int64) error
+	// Audit reads the SKU's stock and the sum of its orders from one
+	// snapshot.
+	Audit(ctx context.Context, sku string) (Audit, error)
+	// FindOrder looks an order up by id; found is false when there is none.
+	FindOrder(ctx context.Context, id string) (o Order, found bool, err error)
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+}
+
+// Tx is one transaction, as the strategies and the service use it. Each
+// Deduct* method subtracts quantity from available and bumps the version.
+type Tx interface {
+	// ReadLevel reads the stock row without locking it (ErrUnknownSKU when
+	// there is none).
+	ReadLevel(ctx context.Context, sku string) (Level, error)
+	// LockLevel reads the stock row and locks it until the transaction
+	// ends: SELECT … FOR UPDATE.
+	LockLevel(ctx context.Context, sku string) (Level, error)
+	// Deduct subtracts unconditionally: safe only under a lock.
+	Deduct(ctx context.Context, sku string, quantity int64) error
+	// DeductIfVersion subtracts only if the row still has that version.
+	DeductIfVersion(ctx context.Context, sku string, quantity, version int64) (bool, error)
+	// DeductIfAvailable subtracts only if at least quantity is available.
+	DeductIfAvailable(ctx context.Context, sku string, quantity int64) (bool, error)
+	// DeductIfFenced subtracts only if the row's fence is lower than token,
+	// and stores token as the new fence.
+	DeductIfFenced(ctx context.Context, sku string, quantity, token int64) (bool, error)
+	// InsertOrder records an accepted order.
+	InsertOrder(ctx context.Context, o Order) error
+	// GetOrder reads an order by id.
+	GetOrder(ctx context.Context, id string) (Order, error)
+	// FindIdempotency reads the record of a key; found is false when there
+	// is none.
+	FindIdempotency(ctx context.Context, key string) (r IdempotencyRecord, found bool, err error)
+	// InsertIdempotency stores a record unless the key exists already; it
+	// waits for a concurrent transaction holding the same key and reports
+	// false when that one committed first.
+	InsertIdempotency(ctx context.Context, r IdempotencyRecord) (inserted bool, err error)
+}

@@ -1,0 +1,243 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Names of the strategies, as STRATEGY spells them.
+const (
+	NameNaive       = "naive"
+	NameForUpdate   = "for-update"
+	NameVersionCAS  = "version-cas"
+	NameConditional = "conditional"
+)
+
+// SQLStrategyNames lists the strategies that need nothing but the database.
+var SQLStrategyNames = []string{NameNaive, NameForUpdate, NameVersionCAS, NameConditional}
+
+// TxRunner runs deduct in the transaction of one order. When deduct returns
+// nil, the runner records the order in that same transaction and commits, so
+// a sold unit is always an order row. A strategy may call it more than once
+// (each call is a new transaction) and may hold something around it, such as
+// a lock.
+type TxRunner func(ctx context.Context, deduct func(ctx context.Context, tx Tx) error) error
+
+// Strategy deducts stock for one order.
+type Strategy interface {
+	// Name is the strategy's STRATEGY value, recorded on every order.
+	Name() string
+	// Deduct takes quantity units of sku through inTx. It returns
+	// ErrSoldOut when fewer are available, and passes on the errors of
+	// inTx that it does not handle itself.
+	Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error
+}
+
+// soldOutOrUnknown tells why a conditional write touched no row: the SKU does
+// not exist, or too little stock was left.
+func soldOutOrUnknown(ctx context.Context, tx Tx, sku string) error {
+	if _, err := tx.ReadLevel(ctx, sku); err != nil {
+		return err
+	}
+	return ErrSoldOut
+}
+
+// Naive reads, checks and writes with no lock: between its read and its write
+// another order can take the same units, so it oversells under concurrency.
+// It is the control that shows what the other strategies prevent.
+type Naive struct {
+	raceWindow time.Duration
+}
+
+// NaiveOption configures Naive.
+type NaiveOption func(*Naive)
+
+// WithRaceWindow makes Naive wait d between its read and its write, which
+// makes its race visible on demand in tests and demos. Default 0: no wait.
+func WithRaceWindow(d time.Duration) NaiveOption {
+	return func(n *Naive) { n.raceWindow = d }
+}
+
+// NewNaive returns the unsafe control strategy.
+func NewNaive(opts ...NaiveOption) *Naive {
+	n := &Naive{}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
+}
+
+// Name implements Strategy.
+func (*Naive) Name() string { return NameNaive }
+
+// Deduct implements Strategy, unsafely.
+func (n *Naive) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
+	return inTx(ctx, func(ctx context.Context, tx Tx) error {
+		level, err := tx.ReadLevel(ctx, sku)
+		if err != nil {
+			return err
+		}
+		if level.Available < quantity {
+			return ErrSoldOut
+		}
+		if err := pause(ctx, n.raceWindow); err != nil {
+			return err
+		}
+		return tx.Deduct(ctx, sku, quantity)
+	})
+}
+
+// ForUpdate locks the stock row with SELECT … FOR UPDATE, checks, and writes:
+// pessimistic, every order on a SKU waits for the one before it to commit.
+type ForUpdate struct{}
+
+// NewForUpdate returns the SELECT … FOR UPDATE strategy.
+func NewForUpdate() *ForUpdate { return &ForUpdate{} }
+
+// Name implements Strategy.
+func (*ForUpdate) Name() string { return NameForUpdate }
+
+// Deduct implements Strategy.
+func (*ForUpdate) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
+	return inTx(ctx, func(ctx context.Context, tx Tx) error {
+		level, err := tx.LockLevel(ctx, sku)
+		if err != nil {
+			return err
+		}
+		if level.Available < quantity {
+			return ErrSoldOut
+		}
+		return tx.Deduct(ctx, sku, quantity)
+	})
+}
+
+// Conditional lets the database check and write in one statement,
+// UPDATE … WHERE available >= quantity: no read, no retry, the row is locked
+// only for the statement and the commit.
+type Conditional struct{}
+
+// NewConditional returns the conditional-UPDATE strategy.
+func NewConditional() *Conditional { return &Conditional{} }
+
+// Name implements Strategy.
+func (*Conditional) Name() string { return NameConditional }
+
+// Deduct implements Strategy.
+func (*Conditional) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
+	return inTx(ctx, func(ctx context.Context, tx Tx) error {
+		ok, err := tx.DeductIfAvailable(ctx, sku, quantity)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return soldOutOrUnknown(ctx, tx, sku)
+		}
+		return nil
+	})
+}
+
+// errVersionMoved: another order wrote the row between our read and our
+// compare-and-set.
+var errVersionMoved = errors.New("stock version moved")
+
+// VersionCAS reads the row and its version, then writes only if the version is
+// unchanged; a lost race re-reads and tries again after a jittered backoff.
+// Optimistic: no lock is held while the order is decided, but under
+// contention most attempts lose.
+type VersionCAS struct {
+	maxAttempts int
+	backoffBase time.Duration
+	backoffMax  time.Duration
+}
+
+// CASOption configures VersionCAS.
+type CASOption func(*VersionCAS)
+
+// WithMaxAttempts bounds the compare-and-set attempts of one order; when they
+// are spent the order fails with ErrBusy. Default 50. The order's deadline
+// bounds them too.
+func WithMaxAttempts(n int) CASOption {
+	return func(v *VersionCAS) { v.maxAttempts = max(1, n) }
+}
+
+// WithBackoff sets the wait after a lost race: a random duration up to
+// base·2^attempt, capped at maxWait ("full jitter", so that losers do not
+// collide again in step). Default 1ms and 25ms.
+func WithBackoff(base, maxWait time.Duration) CASOption {
+	return func(v *VersionCAS) { v.backoffBase, v.backoffMax = base, maxWait }
+}
+
+// NewVersionCAS returns the version compare-and-set strategy.
+func NewVersionCAS(opts ...CASOption) *VersionCAS {
+	v := &VersionCAS{maxAttempts: 50, backoffBase: time.Millisecond, backoffMax: 25 * time.Millisecond}
+	for _, o := range opts {
+		o(v)
+	}
+	return v
+}
+
+// Name implements Strategy.
+func (*VersionCAS) Name() string { return NameVersionCAS }
+
+// Deduct implements Strategy.
+func (v *VersionCAS) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
+	for attempt := 0; ; attempt++ {
+		err := inTx(ctx, func(ctx context.Context, tx Tx) error {
+			level, err := tx.ReadLevel(ctx, sku)
+			if err != nil {
+				return err
+			}
+			if level.Available < quantity {
+				return ErrSoldOut
+			}
+			ok, err := tx.DeductIfVersion(ctx, sku, quantity, level.Version)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errVersionMoved
+			}
+			return nil
+		})
+		if !errors.Is(err, errVersionMoved) {
+			return err
+		}
+		if attempt+1 >= v.maxAttempts {
+			return fmt.Errorf("%w: %d compare-and-set attempts lost the race", ErrBusy, v.maxAttempts)
+		}
+		if err := pause(ctx, jitter(attempt, v.backoffBase, v.backoffMax)); err != nil {
+			return err
+		}
+	}
+}
+
+// jitter returns a random wait in [0, min(maxWait, base·2^attempt)].
+func jitter(attempt int, base, maxWait time.Duration) time.Duration {
+	ceiling := maxWait
+	if attempt < 30 && base<<attempt < maxWait {
+		ceiling = base << attempt
+	}
+	if ceiling <= 0 {
+		return 0
+	}
+	return rand.N(ceiling + 1)
+}
+
+// pause waits d, or less if ctx ends first; then it reports ErrBusy with the
+// context's error.
+func pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrBusy, context.Cause(ctx))
+	}
+}

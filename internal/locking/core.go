@@ -1,0 +1,586 @@
+package locking
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is what this package needs from one Redis server: scripts and
+// pub/sub. *redis.Client implements it; tests wrap it to inject faults.
+type Client interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var _ Client = (*redis.Client)(nil)
+
+// backend is the Redis side of a lock: one server (single) or a quorum of
+// them (quorum). The process side (local queue, leases, watchdog) is core.
+type backend interface {
+	// acquire obtains the lock for a, which owns the key's local slot, and
+	// fills in a.fence and a.validUntil; g says what a's predecessor in this
+	// process already did for it. It returns when ctx ends at the latest.
+	acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error
+	// extend renews a's lock and returns its new validity. The error of a
+	// lock found gone wraps ErrLockLost.
+	extend(ctx context.Context, a *attempt) (time.Time, error)
+	// leave gives up a's claim, a held lock or a place in the server's
+	// queue, and, with next non-nil, may pass the lock or a place in the
+	// queue to next (the returned slotGrant). The error says whether a's
+	// lock was still held (nil) or lost (ErrLockLost). ctx is not cancelled.
+	leave(ctx context.Context, a *attempt, next *attempt) (slotGrant, error)
+	reset(ctx context.Context, key string) error
+	// drain joins calls still running in the background.
+	drain()
+	// channel names the pub/sub channel this process listens on for key.
+	channel(key string) string
+}
+
+// attempt is one acquisition: a token, and once held, its fence and validity.
+type attempt struct {
+	key        string // the Redis key, prefix included
+	token      string
+	deadline   time.Time // end of the wait
+	inbox      *inbox
+	fence      int64
+	validUntil time.Time      // written by acquire, then only by the watchdog
+	element    string         // single node: our entry in the server's queue
+	pending    sync.WaitGroup // Redlock: calls for this attempt still running
+	batch      int            // Redlock: local hand-overs left before the lock must go back to all
+	lost       bool           // set by Release: the hold was lost, do not hand it on
+}
+
+// slotGrant is what the releasing holder passes to the next local waiter.
+type slotGrant struct {
+	granted    bool // the lock is already ours
+	fence      int64
+	validUntil time.Time
+	queued     bool      // we have a place in the server's queue: element
+	element    string    //
+	notBefore  time.Time // the lock cannot have reached us before this
+	armed      bool      // our inbox listened on a confirmed subscription before we were queued
+	releasedBy string    // Redlock: our predecessor released this token for everyone
+}
+
+// keyState is the process-local state of one key, guarded by core.mu.
+type keyState struct {
+	key     string
+	owner   *attempt // the one goroutine of this process that talks to Redis for key
+	hold    *hold    // owner's hold once it has the lock
+	waiters []*localWaiter
+	subs    []*subscription // one per server, while someone waits
+}
+
+type localWaiter struct {
+	a     *attempt
+	ready chan slotGrant // cap 1
+}
+
+type core struct {
+	cfg       config
+	be        backend
+	notifiers []*notifier
+	closeCtx  context.Context
+	closeAll  context.CancelFunc
+	renewHook atomic.Pointer[func(ctx context.Context, key string) error]
+	waitHook  atomic.Pointer[func(key string)]
+
+	mu     sync.Mutex
+	keys   map[string]*keyState
+	holds  map[*hold]struct{}
+	closed bool
+}
+
+func newCore(cfg config, be backend, notifiers []*notifier) *core {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &core{
+		cfg:       cfg,
+		be:        be,
+		notifiers: notifiers,
+		closeCtx:  ctx,
+		closeAll:  cancel,
+		keys:      make(map[string]*keyState),
+		holds:     make(map[*hold]struct{}),
+	}
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// holdKey marks a lease's context with the hold, for reentrancy.
+type holdKey struct {
+	c   *core
+	key string
+}
+
+func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
+	key := c.cfg.prefix + name
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
+	}
+	if h, ok := ctx.Value(holdKey{c, key}).(*hold); ok {
+		if l := c.reenter(ctx, h); l != nil {
+			return l, nil
+		}
+	}
+	wctx, cancel := c.waitContext(ctx)
+	defer cancel()
+	deadline, _ := wctx.Deadline()
+	a := &attempt{key: key, token: newToken(), deadline: deadline, inbox: newInbox()}
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ks := c.keys[key]
+	if ks == nil {
+		ks = &keyState{key: key}
+		c.keys[key] = ks
+	}
+	var g slotGrant
+	if ks.owner == nil {
+		ks.owner = a
+		c.mu.Unlock()
+	} else {
+		// Queue behind the local owner: only one goroutine per process and
+		// key talks to Redis, and the local order is first come, first served.
+		w := &localWaiter{a: a, ready: make(chan slotGrant, 1)}
+		ks.waiters = append(ks.waiters, w)
+		c.watchLocked(ks)
+		c.mu.Unlock()
+		select {
+		case g = <-w.ready:
+		case <-wctx.Done():
+			c.mu.Lock()
+			removed := ks.remove(w)
+			c.mu.Unlock()
+			if !removed {
+				// The slot reached us as we gave up: pass it on.
+				a.apply(<-w.ready)
+				_ = c.releaseSlot(ctx, ks, a)
+			}
+			return nil, c.notObtained(wctx)
+		}
+	}
+	if err := c.be.acquire(wctx, ks, a, g); err != nil {
+		_ = c.releaseSlot(ctx, ks, a)
+		return nil, err
+	}
+	return c.newHold(ctx, ks, a)
+}
+
+// waitContext bounds the wait: WithWait, else the caller's deadline, else
+// twice the TTL. Close ends it too.
+func (c *core) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	var wctx context.Context
+	var cancel context.CancelFunc
+	_, hasDeadline := ctx.Deadline()
+	switch {
+	case c.cfg.wait > 0:
+		wctx, cancel = context.WithTimeout(ctx, c.cfg.wait)
+	case hasDeadline:
+		wctx, cancel = context.WithCancel(ctx)
+	default:
+		wctx, cancel = context.WithTimeout(ctx, 2*c.cfg.ttl)
+	}
+	stop := context.AfterFunc(c.closeCtx, cancel)
+	return wctx, func() { stop(); cancel() }
+}
+
+// notObtained is the error of a wait that ended: ErrNotObtained, the
+// context's error, ErrClosed if Close ended it, and the last node errors.
+func (c *core) notObtained(wctx context.Context, errs ...error) error {
+	all := []error{ErrNotObtained, wctx.Err()}
+	if c.closeCtx.Err() != nil {
+		all = append(all, ErrClosed)
+	}
+	return errors.Join(append(all, errs...)...)
+}
+
+func (a *attempt) apply(g slotGrant) {
+	if g.queued {
+		a.element = g.element
+	}
+	if g.granted {
+		a.fence, a.validUntil = g.fence, g.validUntil
+	}
+}
+
+func (ks *keyState) remove(w *localWaiter) bool {
+	for i, x := range ks.waiters {
+		if x == w {
+			ks.waiters = append(ks.waiters[:i], ks.waiters[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (ks *keyState) pop() *localWaiter {
+	if len(ks.waiters) == 0 {
+		return nil
+	}
+	w := ks.waiters[0]
+	ks.waiters[0] = nil
+	ks.waiters = ks.waiters[1:]
+	return w
+}
+
+// watch subscribes the process to key's wake channel on every server, for
+// as long as the keyState lives.
+func (c *core) watch(ks *keyState) []*subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.watchLocked(ks)
+}
+
+func (c *core) watchLocked(ks *keyState) []*subscription {
+	if ks.subs == nil && !c.closed {
+		for _, n := range c.notifiers {
+			ks.subs = append(ks.subs, n.subscribe(c.be.channel(ks.key)))
+		}
+	}
+	return ks.subs
+}
+
+// releaseSlot gives up a's claim in Redis and hands the key's local slot to
+// the next local waiter, or frees it.
+func (c *core) releaseSlot(ctx context.Context, ks *keyState, a *attempt) error {
+	for _, s := range ks.subsSnapshot(c) {
+		s.disarm(a.inbox)
+	}
+	c.mu.Lock()
+	next := ks.pop()
+	armed := false
+	if next != nil {
+		// Listen for next before the release script can queue it, so the
+		// hand-over message cannot slip past.
+		armed = len(ks.subs) > 0
+		for _, s := range ks.subs {
+			s.arm(next.a.inbox)
+			select {
+			case <-s.readyC():
+			default:
+				armed = false
+			}
+		}
+	}
+	c.mu.Unlock()
+
+	var na *attempt
+	if next != nil {
+		na = next.a
+	}
+	g, err := c.be.leave(context.WithoutCancel(ctx), a, na)
+	g.armed = g.armed && armed
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if next == nil {
+		// Someone may have queued while we were in Redis.
+		next, g = ks.pop(), slotGrant{}
+	}
+	if next == nil {
+		ks.owner = nil
+		if len(ks.waiters) == 0 && ks.hold == nil {
+			delete(c.keys, ks.key)
+			for _, s := range ks.subs {
+				s.n.unsubscribe(s)
+			}
+			ks.subs = nil
+		}
+		return err
+	}
+	ks.owner = next.a
+	next.ready <- g
+	return err
+}
+
+func (ks *keyState) subsSnapshot(c *core) []*subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ks.subs
+}
+
+// hold is one holder's possession of a lock, shared by its reentrant leases.
+type hold struct {
+	c      *core
+	ks     *keyState
+	a      *attempt
+	count  int   // leases not yet released; guarded by c.mu
+	lost   error // why the lock was lost; guarded by c.mu
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	expiry *time.Timer // fires when validity runs out unrenewed
+
+	// The watchdog is a timer whose function renews the lock and re-arms
+	// it, rather than a goroutine per hold that mostly sleeps: a short hold
+	// then costs no goroutine start and no wake-ups to stop it.
+	wmu      sync.Mutex
+	idle     *sync.Cond // signalled when a renewal finishes
+	renewal  *time.Timer
+	running  bool               // a renewal is in progress
+	stopped  bool               // no more renewals
+	stopCtx  context.Context    // cancelled to cut an in-flight renewal short
+	stopCall context.CancelFunc //
+}
+
+// Lease is one holder's claim on a lock. Release it when done; until then
+// the watchdog renews the lock and Context is cancelled if it is lost.
+type Lease struct {
+	h        *hold
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	released atomic.Bool
+}
+
+func (c *core) newHold(ctx context.Context, ks *keyState, a *attempt) (*Lease, error) {
+	h := &hold{c: c, ks: ks, a: a, count: 1}
+	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(ctx, holdKey{c, ks.key}, h))
+	h.idle = sync.NewCond(&h.wmu)
+	h.stopCtx, h.stopCall = context.WithCancel(context.Background())
+	// The expiry timer does not depend on renewals running: if they stall,
+	// the work is still stopped when validity ends.
+	h.expiry = time.AfterFunc(time.Until(a.validUntil), func() {
+		h.lose(fmt.Errorf("%w: %s: validity ended before a renewal succeeded", ErrLockLost, ks.key))
+	})
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		h.expiry.Stop()
+		h.cancel(ErrClosed)
+		_ = c.releaseSlot(ctx, ks, a)
+		return nil, errors.Join(ErrNotObtained, ErrClosed)
+	}
+	ks.hold = h
+	c.holds[h] = struct{}{}
+	c.mu.Unlock()
+
+	h.wmu.Lock()
+	h.renewal = time.AfterFunc(h.nextRenewal(), h.renew)
+	h.wmu.Unlock()
+	lctx, cancel := context.WithCancelCause(h.ctx)
+	return &Lease{h: h, ctx: lctx, cancel: cancel}, nil
+}
+
+func (c *core) reenter(ctx context.Context, h *hold) *Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h.count == 0 || h.lost != nil {
+		return nil
+	}
+	h.count++
+	lctx, cancel := context.WithCancelCause(ctx)
+	return &Lease{h: h, ctx: lctx, cancel: cancel}
+}
+
+// lose cancels the protected work with cause, which wraps ErrLockLost.
+func (h *hold) lose(cause error) {
+	h.c.mu.Lock()
+	if h.lost == nil {
+		h.lost = cause
+	}
+	h.c.mu.Unlock()
+	h.expiry.Stop()
+	h.cancel(cause)
+}
+
+// nextRenewal is the renewal interval, or half the remaining validity if
+// that is shorter (a lock received with little validity left).
+func (h *hold) nextRenewal() time.Duration {
+	d := h.c.cfg.renewInterval()
+	if half := time.Until(h.a.validUntil) / 2; half < d {
+		d = max(half, 0)
+	}
+	return d
+}
+
+// renew is the watchdog: it renews the lock and re-arms itself. A failed
+// renewal stops the work at once: the holder learns it from its context,
+// never from a log line.
+func (h *hold) renew() {
+	h.wmu.Lock()
+	if h.stopped {
+		h.wmu.Unlock()
+		return
+	}
+	h.running = true
+	h.wmu.Unlock()
+
+	ok := h.renewOnce()
+
+	h.wmu.Lock()
+	h.running = false
+	if ok && !h.stopped {
+		h.renewal.Reset(h.nextRenewal())
+	}
+	h.idle.Broadcast()
+	h.wmu.Unlock()
+}
+
+func (h *hold) renewOnce() bool {
+	c, a, ctx := h.c, h.a, h.stopCtx
+	if hook := c.renewHook.Load(); hook != nil {
+		if err := (*hook)(ctx, a.key); err != nil {
+			if ctx.Err() == nil {
+				h.lose(lostCause(a.key, err))
+			}
+			return false
+		}
+	}
+	if !time.Now().Before(a.validUntil) {
+		return false // the expiry timer has cancelled the work
+	}
+	rctx, cancel := context.WithDeadline(ctx, a.validUntil)
+	until, err := c.be.extend(rctx, a)
+	cancel()
+	if ctx.Err() != nil {
+		return false // released meanwhile
+	}
+	if c.cfg.onRenew != nil {
+		c.cfg.onRenew(a.key, err)
+	}
+	if err != nil {
+		h.lose(lostCause(a.key, err))
+		return false
+	}
+	if !h.expiry.Stop() {
+		return false // validity ended while we renewed: already lost
+	}
+	a.validUntil = until
+	h.expiry.Reset(time.Until(until))
+	return true
+}
+
+// stopRenewal stops the watchdog and waits for a renewal in progress: after
+// it returns, nothing touches the lock on the holder's behalf.
+func (h *hold) stopRenewal() {
+	h.stopCall()
+	h.wmu.Lock()
+	h.stopped = true
+	if h.renewal != nil {
+		h.renewal.Stop()
+	}
+	for h.running {
+		h.idle.Wait()
+	}
+	h.wmu.Unlock()
+}
+
+func lostCause(key string, err error) error {
+	if errors.Is(err, ErrLockLost) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: renewal failed: %w", ErrLockLost, key, err)
+}
+
+// Token returns the fencing token: it grows strictly with every new holder
+// of the key (see the package documentation). Pass it to the resource the
+// lock protects, which should reject tokens lower than one it has seen.
+func (l *Lease) Token() int64 { return l.h.a.fence }
+
+// Context returns a context derived from the one given to Acquire. It is
+// cancelled when the lock is lost, with a cause wrapping ErrLockLost
+// (context.Cause), and when the lease is released. Do the protected work
+// under it, and pass it to Acquire to take the same key again (reentrancy).
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Release gives the lease up. The last lease of a hold stops the watchdog,
+// waits for it, and releases the lock in Redis under
+// context.WithoutCancel(ctx) with the node timeout, so a cancelled request
+// never strands a lock; a waiter is woken at once. It returns ErrNotHeld for
+// a second Release, and an error wrapping ErrLockLost when the lock had been
+// lost (expired, taken, or no longer confirmed by a majority): the work done
+// under it was not protected to the end.
+func (l *Lease) Release(ctx context.Context) error {
+	if !l.released.CompareAndSwap(false, true) {
+		return ErrNotHeld
+	}
+	l.cancel(context.Canceled)
+	h := l.h
+	c := h.c
+	c.mu.Lock()
+	h.count--
+	last := h.count == 0
+	lost := h.lost
+	c.mu.Unlock()
+	if !last {
+		return lost
+	}
+	h.stopRenewal()
+	h.expiry.Stop()
+	c.mu.Lock()
+	lost = h.lost
+	h.ks.hold = nil
+	delete(c.holds, h)
+	c.mu.Unlock()
+	h.cancel(context.Canceled)
+	h.a.lost = lost != nil
+	err := c.releaseSlot(ctx, h.ks, h.a)
+	if lost != nil {
+		return lost
+	}
+	return err
+}
+
+func (c *core) setRenewHook(f func(ctx context.Context, key string) error) {
+	if f == nil {
+		c.renewHook.Store(nil)
+		return
+	}
+	c.renewHook.Store(&f)
+}
+
+func (c *core) setWaitHook(f func(key string)) {
+	if f == nil {
+		c.waitHook.Store(nil)
+		return
+	}
+	c.waitHook.Store(&f)
+}
+
+// waiting tells the test hook that the slot owner for key is about to block.
+func (c *core) waiting(key string) {
+	if hook := c.waitHook.Load(); hook != nil {
+		(*hook)(key)
+	}
+}
+
+func (c *core) close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	holds := make([]*hold, 0, len(c.holds))
+	for h := range c.holds {
+		holds = append(holds, h)
+	}
+	c.mu.Unlock()
+	c.closeAll() // ends every wait
+	for _, h := range holds {
+		h.stopRenewal()
+		// Renewal has stopped, so the lock will expire: stop the work now.
+		h.lose(fmt.Errorf("%w: %s: %w", ErrLockLost, h.ks.key, ErrClosed))
+	}
+	c.be.drain()
+	var errs []error
+	for _, n := range c.notifiers {
+		errs = append(errs, n.close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,93 @@
+// Package locking offers distributed locks on Redis: Locker over one server
+// and Redlock over N independent servers (N odd, at least 3). Both hand out
+// a Lease with a fencing token, renew it with a watchdog while it is held,
+// cancel the holder's context when the lock is lost, let waiters be woken by
+// pub/sub instead of retrying on a timer, queue the goroutines of one
+// process locally (FIFO), and re-enter a lock for the holder's own context.
+// The package knows nothing of what the lock protects.
+//
+// # A lock is a lease, not a mutex
+//
+// A process can pause (GC, swap, a stopped VM) for longer than the lock's
+// TTL and resume believing it holds the lock while someone else does. No
+// lock service can prevent that; the protected resource can detect it if
+// every write carries the holder's fencing token and the resource refuses a
+// token lower than one it has already seen (for example
+// "UPDATE ... WHERE fence < $token", then set fence = $token). Lease.Token
+// exists for that. Lease.Context is cancelled as soon as the holder can
+// know the lock is gone (a renewal fails, or the validity ends unrenewed),
+// which stops most stale work early, but only the token makes it safe.
+//
+// # Fencing on one server
+//
+// The acquire script sets the lock (SET NX PX) and increments the key's
+// counter (INCR K:fence) in one script, and hand-overs to a queued waiter
+// do the same, so each new holder gets the next integer: strictly growing,
+// as long as the server keeps its data (Reset starts the count again).
+//
+// # Fencing across Redlock nodes
+//
+// Each node keeps a counter K:fence next to the lock key K. To acquire, a
+// contender runs on every node a script that sets K (SET NX PX) and, in the
+// same script, reads K:fence. With K set on a majority M, it takes
+// token = max(counters read on M) + 1 and writes it back with a
+// set-if-greater script that only writes where K is still its own; the lock
+// is reported held only when a majority W acknowledged the token, and only
+// if its validity (ttl - elapsed - drift) has not run out.
+//
+// Why the tokens of successive holders H1, H2 grow: W1 (where H1 wrote t1)
+// and M2 (where H2 set K and read the counter) are both majorities of the
+// same N nodes, so they share a node n. On n, H1's key was present when H1
+// wrote t1 and stayed there until H1 reported the lock held (release comes
+// later; expiry later still, which is what the validity check with the
+// drift allowance guarantees). H2 could set K on n only once H1's key was
+// gone, so H2's read on n came after H1's write: H2 read at least t1 and
+// took at least t1+1. Reads that happen in the acquire script itself are
+// what make this work; reading the counters in a separate step could read a
+// node before H1's write landed on it. Counters only grow (set-if-greater),
+// and each renewal also raises every node's counter to the holder's token,
+// which repairs nodes that came back empty.
+//
+// The token is written to every node where the lock is H1's, not just to
+// the first majority that answered, so W1 is usually all live nodes, and
+// H1's renewals keep writing it (also to nodes that came back empty).
+//
+// What breaks it: nodes losing data. The argument needs one node of W1 in
+// every majority to have kept its data, so the guarantee holds while fewer
+// than |W1| - N/2 members of W1 are wiped: with W1 = all 5 nodes, any two
+// may restart empty or be lost; if two nodes were down when H1 acquired
+// (W1 = the other 3), none of those three may be wiped until a later holder
+// has written its token to the returning nodes. Wipe a majority, or run
+// servers that are replicas of each other (a failover loses acknowledged
+// writes), and both mutual exclusion and fencing are gone; the same
+// happens if clocks drift faster than the drift allowance (1% of the TTL
+// plus 2ms) or a process pause outlasts the validity it computed. Redis
+// persistence (appendonly with fsync) or keeping a restarted node out for
+// one TTL narrows the window; fencing checked by the resource is the last
+// line, and it is only as good as the counters.
+//
+// A Redlock holder that hands the lock to the next goroutine of its own
+// process (see Waiting) gives it its token plus one: it held a majority
+// without a break, so nobody else was reported holder in between, and the
+// hand-over writes the new token to a majority as an acquisition does.
+//
+// # Waiting
+//
+// Locker: waiting processes queue on the server (K:queue, oldest first) and
+// a release hands the lock straight to the oldest of them, publishing the
+// hand-over on that process's channel; the woken waiter already holds the
+// lock, so nobody is overtaken and a hand-over costs one script and one
+// message. A waiter that died keeps its place until its wait deadline, and
+// a lock handed to it blocks the key for one TTL, like a holder that died.
+//
+// Redlock: a release publishes the releasing token on every node; a waiter
+// that lost to that holder tries again when it hears it, and so does the
+// releasing process's own next waiter, so it gets no head start. After a
+// split vote (nobody reached a majority) contenders back off for a random,
+// growing while. A process that wins the lock serves the goroutines that
+// were waiting for it at that moment by hand-over (one round, no race)
+// before giving it back to all: that batching is what keeps Redlock's
+// throughput up under contention without starving other processes. In both, polling is only a fallback (lost messages, a
+// holder that died), and the wait is bounded by WithWait, the context's
+// deadline, or twice the TTL.
+package locking

@@ -1,0 +1,31 @@
+package locking
+
+import "context"
+
+// Test hooks: compiled into the tests only.
+
+// SetRenewHook makes the watchdogs call f before every renewal. An error
+// from f counts as a failed renewal (the watchdog is killed); blocking in f
+// stalls the watchdog (paused), so its lease is lost when validity ends.
+func (l *Locker) SetRenewHook(f func(ctx context.Context, key string) error) { l.c.setRenewHook(f) }
+
+// SetRenewHook: see Locker.SetRenewHook.
+func (r *Redlock) SetRenewHook(f func(ctx context.Context, key string) error) { r.c.setRenewHook(f) }
+
+// SetWaitHook makes an acquirer call f(redis key) each time it blocks
+// waiting for the lock in Redis.
+func (l *Locker) SetWaitHook(f func(key string)) { l.c.setWaitHook(f) }
+
+// SetWaitHook: see Locker.SetWaitHook.
+func (r *Redlock) SetWaitHook(f func(key string)) { r.c.setWaitHook(f) }
+
+// LocalWaiters reports how many goroutines of this Locker queue locally for
+// key behind the one that talks to Redis.
+func (l *Locker) LocalWaiters(key string) int {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	if ks := l.c.keys[l.c.cfg.prefix+key]; ks != nil {
+		return len(ks.waiters)
+	}
+	return 0
+}

@@ -1,0 +1,526 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redlock is a lock over N independent Redis servers (N odd, at least 3):
+// it is held while a majority of them hold it, so it survives the loss of a
+// minority. Fencing tokens stay monotonic across such losses (see the
+// package documentation). Like Locker, waiters queue locally (FIFO) and are
+// woken by pub/sub; split votes back off with jitter.
+type Redlock struct {
+	c *core
+	q *quorum
+}
+
+// NewRedlock returns a Redlock over clients, one per independent server
+// (not replicas of each other). It fails unless len(clients) is odd and at
+// least 3: with an even count a majority buys nothing over the next lower
+// odd count. Close it to stop its pub/sub listeners.
+func NewRedlock(clients []*redis.Client, opts ...Option) (*Redlock, error) {
+	cs := make([]Client, len(clients))
+	for i, c := range clients {
+		cs[i] = c
+	}
+	return newRedlock(cs, opts...)
+}
+
+func newRedlock(clients []Client, opts ...Option) (*Redlock, error) {
+	if len(clients) < 3 || len(clients)%2 == 0 {
+		return nil, fmt.Errorf("locking: Redlock needs an odd number of at least 3 servers, got %d", len(clients))
+	}
+	cfg := defaultConfig(50 * time.Millisecond)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	q := &quorum{need: len(clients)/2 + 1}
+	notifiers := make([]*notifier, len(clients))
+	for i, cl := range clients {
+		q.nodes = append(q.nodes, rnode{name: nodeName(cl, i), client: cl})
+		notifiers[i] = newNotifier(cl)
+	}
+	c := newCore(cfg, q, notifiers)
+	q.c, q.cfg = c, &c.cfg
+	return &Redlock{c: c, q: q}, nil
+}
+
+// Acquire takes the lock named key on a majority of the servers, waiting
+// while it is held (see WithWait). The fencing token is fixed on a majority
+// before Acquire returns. Reentrancy works as for Locker.Acquire.
+//
+// A wait that ends fails with errors.Join(ErrNotObtained, ctx.Err(), the
+// NodeErrors of the last round...): with a majority of servers down it fails
+// closed, never open.
+func (r *Redlock) Acquire(ctx context.Context, key string) (*Lease, error) {
+	return r.c.acquire(ctx, key)
+}
+
+// Reset deletes the lock named key and its fencing counter on every server
+// it can reach (best effort) and fails if fewer than a majority answered.
+// Like Locker.Reset it is an administrative "start afresh".
+func (r *Redlock) Reset(ctx context.Context, key string) error {
+	return r.q.reset(ctx, r.c.cfg.prefix+key)
+}
+
+// AdvanceFence makes every later token of key greater than atLeast, as
+// Locker.AdvanceFence does. It raises the counter on every server it can
+// reach and fails unless a majority answered: a later token is the maximum
+// over a majority plus one, and any majority meets the one raised here.
+func (r *Redlock) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
+	fence := r.c.cfg.prefix + key + ":fence"
+	timeout := max(r.c.cfg.nodeTimeout, time.Second)
+	errs := make([]error, len(r.q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range r.q.nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			if err := advanceFence.Run(ctx, n.client, []string{fence}, atLeast).Err(); err != nil {
+				errs[i] = &NodeError{Node: n.name, Err: err}
+			}
+		})
+	}
+	wg.Wait()
+	errs = compact(errs)
+	if answered := len(r.q.nodes) - len(errs); answered < r.q.need {
+		return errors.Join(append([]error{
+			fmt.Errorf("locking: advance fence of %s: %d of %d nodes answered, %d needed", key, answered, len(r.q.nodes), r.q.need),
+		}, errs...)...)
+	}
+	return nil
+}
+
+// Close ends waiting Acquires, cancels the context of leases still held,
+// stops the pub/sub listeners and joins every goroutine of the Redlock. It
+// does not close the clients.
+func (r *Redlock) Close() error { return r.c.close() }
+
+type rnode struct {
+	name   string
+	client Client
+}
+
+type quorum struct {
+	c     *core
+	cfg   *config
+	nodes []rnode
+	need  int            // majority
+	bg    sync.WaitGroup // release calls still running after Release returned
+}
+
+// result is one node's answer in a parallel call.
+type result struct {
+	node int
+	v    any // the script's reply
+	err  error
+}
+
+// run calls f on every node in parallel, each call bounded by the node
+// timeout, and returns the answers as soon as decided says the outcome is
+// known (or all answered): a dead node must not hold up a majority that has
+// answered. Calls still running then finish in the background, counted in
+// wg; join wg before touching those nodes again for the same attempt.
+func (q *quorum) run(ctx context.Context, wg *sync.WaitGroup,
+	f func(ctx context.Context, i int, n rnode) (any, error), decided func(answers []result) bool,
+) []result {
+	ch := make(chan result, len(q.nodes)) // never blocks a straggler
+	wg.Add(len(q.nodes))
+	for i, n := range q.nodes {
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
+			defer cancel()
+			v, err := f(ctx, i, n)
+			if err != nil {
+				err = &NodeError{Node: n.name, Err: err}
+			}
+			ch <- result{node: i, v: v, err: err}
+		}()
+	}
+	answers := make([]result, 0, len(q.nodes))
+	for range q.nodes {
+		answers = append(answers, <-ch)
+		if decided != nil && decided(answers) {
+			break
+		}
+	}
+	return answers
+}
+
+// counted decides once ok answers reach a majority or can no longer reach it.
+func (q *quorum) counted(ok func(result) bool) func([]result) bool {
+	return func(answers []result) bool {
+		yes := 0
+		for _, r := range answers {
+			if ok(r) {
+				yes++
+			}
+		}
+		return yes >= q.need || len(answers)-yes > len(q.nodes)-q.need
+	}
+}
+
+func isOne(r result) bool {
+	n, ok := r.v.(int64)
+	return r.err == nil && ok && n == 1
+}
+
+func nodeErrors(answers []result) []error {
+	var errs []error
+	for _, r := range answers {
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	return errs
+}
+
+// round is the outcome of one acquisition round.
+type round struct {
+	ours    []int // nodes where the lock is ours
+	counter int64 // highest fencing counter among them
+	holders map[string]int
+	pttl    map[string]time.Duration // shortest remaining life of each holder
+	others  map[int]bool             // nodes held by someone else
+	errs    []error
+}
+
+func (q *quorum) tryAll(ctx context.Context, a *attempt) round {
+	won := func(r result) bool {
+		v, ok := r.v.([]any)
+		return r.err == nil && ok && len(v) == 3 && v[0] == int64(1)
+	}
+	// Calls left running after the round is decided must not be cut short
+	// when Acquire returns (its wait context ends then): a late SET that
+	// lands puts the lock on one more node, which is what lets the holder
+	// survive the loss of others. The node timeout still bounds them.
+	answers := q.run(context.WithoutCancel(ctx), &a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl)).Slice()
+	}, q.counted(won))
+	r := round{holders: map[string]int{}, pttl: map[string]time.Duration{}, others: map[int]bool{}}
+	for _, ans := range answers {
+		if ans.err != nil {
+			r.errs = append(r.errs, ans.err)
+			continue
+		}
+		ok, num, holder, err := triple(ans.v.([]any))
+		switch {
+		case err != nil:
+			r.errs = append(r.errs, &NodeError{Node: q.nodes[ans.node].name, Err: err})
+		case ok == 1:
+			r.ours = append(r.ours, ans.node)
+			r.counter = max(r.counter, num)
+		case holder != "":
+			r.others[ans.node] = true
+			r.holders[holder]++
+			d := time.Duration(num) * time.Millisecond
+			if p, seen := r.pttl[holder]; !seen || d < p {
+				r.pttl[holder] = d
+			}
+		}
+	}
+	return r
+}
+
+// top returns the contender holding the most nodes.
+func (r *round) top() (string, int) {
+	var who string
+	n := 0
+	for h, c := range r.holders {
+		if c > n {
+			who, n = h, c
+		}
+	}
+	return who, n
+}
+
+func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error {
+	cfg := q.cfg
+	if g.granted { // our predecessor handed the lock over
+		a.fence, a.validUntil = g.fence, g.validUntil
+		return nil
+	}
+	var subs []*subscription
+	defer func() {
+		for _, s := range subs {
+			s.disarm(a.inbox)
+		}
+	}()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	if g.releasedBy != "" && g.armed {
+		// Our predecessor gave the lock back to everyone: start when the
+		// release is announced, like the other processes' waiters, not
+		// before them.
+		subs = q.c.watch(ks)
+		t.Reset(cfg.pollInterval)
+		q.wait(ctx, a, t, true)
+	}
+	splits := 0
+	for {
+		a.inbox.take() // what arrived before this round is stale
+		start := time.Now()
+		r := q.tryAll(ctx, a)
+		if q.settle(ctx, a, &r, start) {
+			// Serve the goroutines of this process that wait now, by
+			// hand-over, then give the lock back to all (see leave).
+			q.c.mu.Lock()
+			a.batch = len(ks.waiters)
+			q.c.mu.Unlock()
+			return nil
+		}
+		// Our SET may have landed where the answer was late or lost:
+		// release wherever it may have, that is wherever the round did not
+		// see another holder.
+		a.pending.Wait()
+		q.release(context.WithoutCancel(ctx), a.key, a.token, r.others, len(r.ours) >= q.need)
+		if ctx.Err() != nil {
+			return q.c.notObtained(ctx, r.errs...)
+		}
+		if subs == nil {
+			// Contended: from now on listen for releases.
+			subs = q.c.watch(ks)
+			for _, s := range subs {
+				s.arm(a.inbox)
+			}
+		}
+		var d time.Duration
+		holder, n := r.top()
+		listen := n >= q.need
+		if listen {
+			// Someone holds a majority: its release (announced on every
+			// node) wakes us. Its TTL running out, or the poll interval,
+			// wakes us otherwise.
+			splits = 0
+			d = cfg.pollInterval
+			if p := r.pttl[holder]; p > 0 && p+time.Millisecond < d {
+				d = p + time.Millisecond
+			}
+		} else {
+			// A split vote, or nodes unreachable or not heard from: nobody
+			// is coming to wake us. Back off for a random while, longer
+			// after each split, so that contenders stop colliding.
+			splits++
+			d = time.Duration(rand.Int64N(int64(min(cfg.retryJitter<<min(splits-1, 3), cfg.pollInterval)))) + time.Millisecond
+		}
+		t.Reset(d)
+		q.c.waiting(a.key)
+		q.wait(ctx, a, t, listen)
+		if ctx.Err() != nil {
+			return q.c.notObtained(ctx, r.errs...)
+		}
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// wait returns when t fires, ctx ends, or (listen) a release is announced
+// or we are told to poll. Only holders of a majority announce their release,
+// and a holder that hands the lock to its next local waiter announces
+// nothing until the batch ends, so any announcement is worth a new round.
+func (q *quorum) wait(ctx context.Context, a *attempt, t *time.Timer, listen bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-a.inbox.c:
+		}
+		if listen {
+			return
+		}
+	}
+}
+
+// settle turns a round with a majority into a held lock: it checks the
+// validity, fixes the fencing token as one more than the highest counter
+// read on the nodes we hold, and writes it back (set-if-greater) to them;
+// the lock is held only if a majority took the token in time.
+func (q *quorum) settle(ctx context.Context, a *attempt, r *round, start time.Time) bool {
+	cfg := q.cfg
+	valid := cfg.ttl - cfg.drift()
+	if len(r.ours) < q.need || time.Since(start) >= valid {
+		return false
+	}
+	fence := r.counter + 1
+	// Written to every node, not only those the round heard from: the
+	// script writes only where the lock is ours, and late answers of the
+	// round may have made it ours on more nodes. The more nodes carry the
+	// token, the more node losses the fencing survives (doc.go).
+	answers := q.run(context.WithoutCancel(ctx), &a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+		return redlockFence.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, fence).Int64()
+	}, q.counted(isOne))
+	r.errs = append(r.errs, nodeErrors(answers)...)
+	n := 0
+	for _, ans := range answers {
+		if isOne(ans) {
+			n++
+		}
+	}
+	if n < q.need || time.Since(start) >= valid {
+		return false
+	}
+	a.fence, a.validUntil = fence, start.Add(valid)
+	return true
+}
+
+// release deletes token's lock on every node but skip (announcing the
+// release if publish). Join the attempt's pending calls first. It returns when a
+// majority confirmed, or cannot; the rest finish in the background, joined
+// by Close.
+func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bool, publish bool) (int, []error) {
+	pub := "0"
+	if publish {
+		pub = "1"
+	}
+	answers := q.run(ctx, &q.bg, func(ctx context.Context, i int, n rnode) (any, error) {
+		if skip[i] {
+			return int64(0), nil
+		}
+		return redlockRelease.Run(ctx, n.client, []string{key}, token, key+":wake", pub).Int64()
+	}, q.counted(isOne))
+	n := 0
+	for _, ans := range answers {
+		if isOne(ans) {
+			n++
+		}
+	}
+	return n, nodeErrors(answers)
+}
+
+// leave releases a held lock. With a local successor and hand-overs left in
+// the batch, it hands the lock over instead (one round, no race, the next
+// fence). Batches keep the lock for the goroutines that were waiting when
+// this process won it, then give it back to all: cheap hand-overs without
+// starving the other processes.
+func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGrant, error) {
+	if a.fence == 0 {
+		return slotGrant{}, nil // never held: a failed round released already
+	}
+	a.pending.Wait()
+	if next != nil && a.batch > 0 && !a.lost {
+		if g, ok := q.transfer(ctx, a, next); ok {
+			return g, nil
+		}
+	}
+	n, errs := q.release(ctx, a.key, a.token, nil, true)
+	var g slotGrant
+	if next != nil {
+		g = slotGrant{releasedBy: a.token, armed: true}
+	}
+	// The successor listens for this release's announcement, like every
+	// other waiter, before it tries.
+	if n >= q.need {
+		return g, nil
+	}
+	return g, errors.Join(append([]error{
+		fmt.Errorf("%w: %s: released on %d of %d nodes, %d needed", ErrLockLost, a.key, n, len(q.nodes), q.need),
+	}, errs...)...)
+}
+
+// transfer hands a's lock to next on a majority within the validity
+// window. The successor's token is a's plus one: a held a majority without
+// a break, so no other holder came between, and the counters of a majority
+// carry a.fence (doc.go).
+func (q *quorum) transfer(ctx context.Context, a, next *attempt) (slotGrant, bool) {
+	start := time.Now()
+	fence := a.fence + 1
+	answers := q.run(ctx, &next.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+		return redlockTransfer.Run(ctx, n.client, []string{a.key, a.key + ":fence"},
+			a.token, next.token, ms(q.cfg.ttl), fence).Int64()
+	}, q.counted(isOne))
+	n := 0
+	for _, ans := range answers {
+		if isOne(ans) {
+			n++
+		}
+	}
+	valid := q.cfg.ttl - q.cfg.drift()
+	if n >= q.need && time.Since(start) < valid {
+		next.batch = a.batch - 1
+		return slotGrant{granted: true, fence: fence, validUntil: start.Add(valid)}, true
+	}
+	// Undo the hand-over where it landed; the caller releases a's lock.
+	next.pending.Wait()
+	q.release(ctx, a.key, next.token, nil, true)
+	return slotGrant{}, false
+}
+
+// extend renews the lock on every node; it stays held if a majority renewed
+// it within the validity window. A node that lost the key (restarted empty)
+// is taken back, and every node's fencing counter raised to ours.
+func (q *quorum) extend(ctx context.Context, a *attempt) (time.Time, error) {
+	a.pending.Wait()
+	start := time.Now()
+	answers := q.run(ctx, &a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+		return redlockExtend.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl), a.fence).Int64()
+	}, q.counted(isOne))
+	n := 0
+	for _, ans := range answers {
+		if isOne(ans) {
+			n++
+		}
+	}
+	until := start.Add(q.cfg.ttl - q.cfg.drift())
+	if n < q.need || !time.Now().Before(until) {
+		return time.Time{}, errors.Join(append([]error{
+			fmt.Errorf("%w: %s: renewed on %d of %d nodes, %d needed", ErrLockLost, a.key, n, len(q.nodes), q.need),
+		}, nodeErrors(answers)...)...)
+	}
+	return until, nil
+}
+
+// reset deletes the lock's keys on every node; unlike the lock calls it
+// waits for every node (up to a second each): it is an administrative call,
+// and "best effort on all nodes" means trying all of them.
+func (q *quorum) reset(ctx context.Context, key string) error {
+	var wg sync.WaitGroup
+	timeout := max(q.cfg.nodeTimeout, time.Second)
+	errs := make([]error, len(q.nodes))
+	for i, n := range q.nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			if err := resetScript.Run(ctx, n.client, lockKeys(key)).Err(); err != nil {
+				errs[i] = &NodeError{Node: n.name, Err: err}
+			}
+		})
+	}
+	wg.Wait()
+	errs = compact(errs)
+	if answered := len(q.nodes) - len(errs); answered < q.need {
+		return errors.Join(append([]error{
+			fmt.Errorf("locking: reset %s: %d of %d nodes answered, %d needed", key, answered, len(q.nodes), q.need),
+		}, errs...)...)
+	}
+	return nil
+}
+
+func compact(errs []error) []error {
+	var out []error
+	for _, e := range errs {
+		if e != nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (q *quorum) drain() { q.bg.Wait() }
+
+func (q *quorum) channel(key string) string { return key + ":wake" }

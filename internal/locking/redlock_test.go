@@ -1,0 +1,284 @@
+package locking_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/redis/go-redis/v9"
+)
+
+// cluster starts n independent servers.
+func cluster(t *testing.T, n int) ([]*redisServer, []*redis.Client) {
+	t.Helper()
+	srvs := make([]*redisServer, n)
+	clients := make([]*redis.Client, n)
+	for i := range n {
+		srvs[i] = startRedis(t)
+		clients[i] = srvs[i].Client(t)
+	}
+	return srvs, clients
+}
+
+func newRedlock(t *testing.T, clients []*redis.Client, opts ...locking.Option) *locking.Redlock {
+	t.Helper()
+	// Generous per-node timeout: the race detector on 2 cores is slow, and a
+	// timeout here would only make the test flaky, not prove anything.
+	opts = append([]locking.Option{locking.WithNodeTimeout(500 * time.Millisecond)}, opts...)
+	r, err := locking.NewRedlock(clients, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return r
+}
+
+func TestNewRedlockRejectsEvenOrFew(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	for n := range 7 {
+		clients := make([]*redis.Client, n)
+		for i := range clients {
+			clients[i] = c
+		}
+		r, err := locking.NewRedlock(clients)
+		if ok := n >= 3 && n%2 == 1; ok != (err == nil) {
+			t.Fatalf("NewRedlock with %d clients: err %v", n, err)
+		}
+		if r != nil {
+			_ = r.Close()
+		}
+	}
+}
+
+func TestRedlockMutualExclusion(t *testing.T) {
+	_, clients := cluster(t, 5)
+	a := newRedlock(t, clients)
+	b := newRedlock(t, clients)
+	res := contend([]acquirer{a, b}, uniqueKey(t), 32, time.Second)
+	res.errs.Report(t)
+	if res.maxInside != 1 {
+		t.Fatalf("%d goroutines were in the critical section at once", res.maxInside)
+	}
+	if res.cycles < 32 {
+		t.Fatalf("only %d lock cycles in 1s", res.cycles)
+	}
+	t.Logf("%d cycles", res.cycles)
+}
+
+// TestRedlockMinorityDown: with 2 of 5 nodes stopped mid-run the held lock
+// survives (renewed on the majority) and new acquisitions still work.
+func TestRedlockMinorityDown(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := cluster(t, 5)
+	// A TTL of a second, not less: under the race detector on a loaded
+	// 2-core machine a renewal can be a few hundred milliseconds late, and
+	// a lock that really expired proves nothing about the majority.
+	const ttl = time.Second
+	r := newRedlock(t, clients, locking.WithTTL(ttl))
+	key := uniqueKey(t)
+
+	lease := acquire(t, r, ctx, key)
+	srvs[1].Stop()
+	srvs[3].Stop()
+	// Several renewals must pass on the remaining majority: a contender
+	// waiting 2.5 TTLs is kept out, and the work is not cancelled.
+	wctx, cancel := context.WithTimeout(ctx, 5*ttl/2)
+	defer cancel()
+	other := newRedlock(t, clients, locking.WithTTL(ttl))
+	if l, err := other.Acquire(wctx, key); !errors.Is(err, locking.ErrNotObtained) {
+		if l != nil {
+			_ = l.Release(ctx)
+		}
+		t.Fatalf("contender got in (err %v) while a majority holds the lock (first holder: %v)", err, context.Cause(lease.Context()))
+	}
+	if lease.Context().Err() != nil {
+		t.Fatalf("lost with 3 of 5 nodes up: %v", context.Cause(lease.Context()))
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := acquire(t, other, ctx, key)
+	if next.Token() <= lease.Token() {
+		t.Fatalf("token %d after %d", next.Token(), lease.Token())
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedlockMajorityDownFailsClosed: with 3 of 5 nodes down nobody gets
+// the lock, and a holder loses it.
+func TestRedlockMajorityDownFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := cluster(t, 5)
+	r := newRedlock(t, clients, locking.WithTTL(300*time.Millisecond))
+	key := uniqueKey(t)
+
+	lease := acquire(t, r, ctx, key)
+	for _, i := range []int{0, 2, 4} {
+		srvs[i].Stop()
+	}
+	lostWithin(t, lease.Context(), 5*time.Second)
+	if err := lease.Release(ctx); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("release: %v, want ErrLockLost", err)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	l, err := r.Acquire(wctx, key)
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatal("acquired with 3 of 5 nodes down: fails open")
+	}
+	var ne *locking.NodeError
+	if !errors.Is(err, locking.ErrNotObtained) || !errors.As(err, &ne) {
+		t.Fatalf("err %v, want ErrNotObtained joined with NodeErrors", err)
+	}
+	if err := r.Reset(ctx, key); err == nil {
+		t.Fatal("Reset with 3 of 5 nodes down reported success")
+	}
+}
+
+// TestRedlockRestartedEmptyNodes: two nodes restarted without their data
+// must not let a second holder in while the first holds the other three.
+func TestRedlockRestartedEmptyNodes(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := cluster(t, 5)
+	// A TTL of a second: see TestRedlockMinorityDown.
+	const ttl = time.Second
+	r := newRedlock(t, clients, locking.WithTTL(ttl))
+	other := newRedlock(t, clients, locking.WithTTL(ttl))
+	key := uniqueKey(t)
+
+	lease := acquire(t, r, ctx, key)
+	// Acquire returns once a majority answered; the other nodes follow.
+	// Wiping two nodes must leave the holder a majority, so wait (bounded)
+	// until it is on all five.
+	for i, c := range clients {
+		for try := 0; ; try++ {
+			n, err := c.Exists(ctx, "lock:"+key).Result()
+			if err == nil && n == 1 {
+				break
+			}
+			if try == 1000 {
+				t.Fatalf("node %d never got the lock key (%v)", i, err)
+			}
+		}
+	}
+	for _, i := range []int{0, 1} {
+		srvs[i].Stop()
+		srvs[i].Restart(t)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*ttl/2)
+	defer cancel()
+	if l, err := other.Acquire(wctx, key); !errors.Is(err, locking.ErrNotObtained) {
+		if l != nil {
+			_ = l.Release(ctx)
+		}
+		t.Fatalf("second holder got in (err %v) while the first holds a majority (first holder: %v)", err, context.Cause(lease.Context()))
+	}
+	if lease.Context().Err() != nil {
+		t.Fatalf("first holder lost the lock: %v", context.Cause(lease.Context()))
+	}
+	// The watchdog took the restarted nodes back: the lock is on all five.
+	for i, c := range clients {
+		if n, err := c.Exists(ctx, "lock:"+key).Result(); err != nil || n != 1 {
+			t.Errorf("node %d: lock key exists=%d (%v) after renewals", i, n, err)
+		}
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedlockFencingAcrossFailures: tokens keep growing strictly while
+// minorities of nodes go down, come back empty, and others go down.
+func TestRedlockFencingAcrossFailures(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := cluster(t, 5)
+	a := newRedlock(t, clients)
+	b := newRedlock(t, clients)
+	key := uniqueKey(t)
+	var last int64
+	cycle := func(stage string) {
+		t.Helper()
+		for i, l := range []*locking.Redlock{a, b, a, b} {
+			lease := acquire(t, l, ctx, key)
+			if lease.Token() <= last {
+				t.Fatalf("%s, cycle %d: token %d after %d", stage, i, lease.Token(), last)
+			}
+			last = lease.Token()
+			if err := lease.Release(ctx); err != nil {
+				t.Fatalf("%s: release: %v", stage, err)
+			}
+		}
+	}
+	cycle("all up")
+	srvs[3].Stop()
+	srvs[4].Stop()
+	cycle("3 and 4 down")
+	srvs[3].Restart(t) // back, empty: their counters are 0
+	srvs[4].Restart(t)
+	cycle("3 and 4 back empty")
+	// The last holder wrote its token to all five: wiping any two of them
+	// (a minority) leaves a majority of the others carrying it.
+	srvs[0].Stop()
+	srvs[0].Restart(t)
+	srvs[1].Stop()
+	srvs[1].Restart(t)
+	cycle("0 and 1 wiped")
+	srvs[2].Stop()
+	cycle("2 down, 0 and 1 wiped before")
+}
+
+func TestRedlockWakeOnRelease(t *testing.T) {
+	ctx := context.Background()
+	_, clients := cluster(t, 3)
+	opts := []locking.Option{locking.WithTTL(time.Minute), locking.WithPollInterval(time.Hour)}
+	holder := newRedlock(t, clients, opts...)
+	waiter := newRedlock(t, clients, opts...)
+	waiting := make(chan struct{}, 1)
+	waiter.SetWaitHook(func(string) {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	key := uniqueKey(t)
+	first := acquire(t, holder, ctx, key)
+	got := make(chan error, 1)
+	var second *locking.Lease
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		var err error
+		second, err = waiter.Acquire(wctx, key)
+		got <- err
+	}()
+	<-waiting
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter not woken by the release: %v", err)
+	}
+	if second.Token() <= first.Token() {
+		t.Fatalf("token %d after %d", second.Token(), first.Token())
+	}
+	_ = second.Release(ctx)
+}
+
+func TestRedlockPausedRenewalCancelsWork(t *testing.T) {
+	_, clients := cluster(t, 3)
+	r := newRedlock(t, clients, locking.WithTTL(200*time.Millisecond))
+	r.SetRenewHook(pause(t))
+	lease := acquire(t, r, context.Background(), uniqueKey(t))
+	lostWithin(t, lease.Context(), 5*time.Second)
+}

@@ -1,0 +1,241 @@
+package locking
+
+import "github.com/redis/go-redis/v9"
+
+// Keys of one lock named K (after the prefix):
+//
+//	K        the lock: a random token per holder, with a PX expiry
+//	K:fence  the fencing counter; it never expires (see doc.go)
+//	K:queue  single node only: waiting processes, oldest first, as
+//	         "deadlineMs:ttlMs:locker:token" (deadline on the server's clock;
+//	         locker is the random id of the waiter's Locker)
+//	K:wake:L single node: the channel of Locker L for K; "token fence" hands
+//	         the lock to token, "" asks its waiters to poll again (Reset).
+//	         One channel per Locker and key, not one per key, so a hand-over
+//	         wakes only the process it concerns.
+//	K:wake   Redlock: "token" says token released K, so the waiters that
+//	         lost to it try again; "" asks them to poll (Reset)
+
+// luaPromote hands a free lock to the oldest waiter whose deadline has not
+// passed, increments the fence for it and, unless it is skip, publishes the
+// hand-over on the waiter's channel (lock..':wake:'..locker). Waiters that
+// gave up or died are skipped on the way.
+const luaPromote = `
+local function promote(lock, fence, queue, skip)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  while true do
+    local e = redis.call('LPOP', queue)
+    if not e then return false, 0 end
+    local dl, ttl, id, tok = string.match(e, '^(%d+):(%d+):([^:]+):(.+)$')
+    if dl and tonumber(dl) > now then
+      redis.call('SET', lock, tok, 'PX', ttl)
+      local f = redis.call('INCR', fence)
+      if tok ~= skip then redis.call('PUBLISH', lock .. ':wake:' .. id, tok .. ' ' .. f) end
+      return tok, f
+    end
+  end
+end
+-- find returns tok's entry in the queue, or false.
+local function find(queue, tok)
+  local suffix = ':' .. tok
+  for _, e in ipairs(redis.call('LRANGE', queue, 0, -1)) do
+    if string.sub(e, -#suffix) == suffix then return e end
+  end
+  return false
+end
+local function element(wait, ttl, id, tok)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return string.format('%d:%d:%s:%s', now + tonumber(wait), tonumber(ttl), id, tok)
+end
+`
+
+// singleAcquire: KEYS lock, fence, queue; ARGV token, ttl ms, wait ms, our
+// queue element ("" if none, "?" if an earlier call's outcome is unknown),
+// locker id. Returns {fence, pttl, element}: fence > 0
+// when the lock is ours (pttl is then its remaining life, also when it was
+// handed to us earlier); else pttl is the holder's remaining life and element
+// our place in the queue. It is idempotent, so it doubles as the poll.
+//
+// A free lock is taken with SET NX PX and the fence incremented in the same
+// script, so a holder never exists without its fencing token. A free lock
+// with waiters queued goes to the oldest waiter, not to the caller: that is
+// what makes the lock fair across processes.
+var singleAcquire = redis.NewScript(luaPromote + `
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  return {tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('PTTL', KEYS[1]), ''}
+end
+if not cur then
+  if redis.call('LLEN', KEYS[3]) > 0 then
+    local tok, f = promote(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
+    if tok == ARGV[1] then return {f, redis.call('PTTL', KEYS[1]), ''} end
+    cur = tok
+  end
+  if not cur then
+    redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+    return {redis.call('INCR', KEYS[2]), tonumber(ARGV[2]), ''}
+  end
+end
+local e = ARGV[4]
+if e == '?' then
+  e = find(KEYS[3], ARGV[1]) or ''
+elseif e ~= '' and not redis.call('LPOS', KEYS[3], e) then
+  e = ''
+end
+if e == '' then
+  e = element(ARGV[3], ARGV[2], ARGV[5], ARGV[1])
+  redis.call('RPUSH', KEYS[3], e)
+end
+return {0, redis.call('PTTL', KEYS[1]), e}
+`)
+
+// singleLeave: KEYS lock, fence, queue; ARGV token, our queue element ("",
+// or "?" to find it by token), successor token or "", successor ttl ms, successor wait ms, channel.
+// Returns {held, fence, element}. held is 1 when the lock was ours and is
+// released, 0 when it was gone (expired), -1 when someone else holds it: a
+// release never touches another holder's lock. With a successor (the next
+// waiter of this process), fence > 0 means the lock went straight to it,
+// else element is its place at the end of the queue. A freed lock goes to
+// the oldest queued waiter and the hand-over is published.
+var singleLeave = redis.NewScript(luaPromote + `
+if ARGV[2] == '?' then
+  local e = find(KEYS[3], ARGV[1])
+  if e then redis.call('LREM', KEYS[3], 0, e) end
+elseif ARGV[2] ~= '' then
+  redis.call('LREM', KEYS[3], 1, ARGV[2])
+end
+local cur = redis.call('GET', KEYS[1])
+local held = -1
+if cur == ARGV[1] then
+  held = 1
+  redis.call('DEL', KEYS[1])
+  cur = false
+elseif not cur then
+  held = 0
+end
+local succ = ARGV[3]
+if not cur then
+  if succ ~= '' and redis.call('LLEN', KEYS[3]) == 0 then
+    redis.call('SET', KEYS[1], succ, 'PX', ARGV[4])
+    return {held, redis.call('INCR', KEYS[2]), ''}
+  end
+  local tok = promote(KEYS[1], KEYS[2], KEYS[3], '')
+  if succ ~= '' and not tok then
+    redis.call('SET', KEYS[1], succ, 'PX', ARGV[4])
+    return {held, redis.call('INCR', KEYS[2]), ''}
+  end
+end
+if succ == '' then return {held, 0, ''} end
+local e = element(ARGV[5], ARGV[4], ARGV[6], succ)
+redis.call('RPUSH', KEYS[3], e)
+return {held, 0, e}
+`)
+
+// singleExtend: KEYS lock; ARGV token, ttl ms. Compare-and-pexpire: 1 when
+// the lock is ours and renewed, else 0.
+var singleExtend = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+// resetScript: KEYS lock, fence, queue. Deletes the lock's state and tells
+// waiters (queued ones on their Locker's channel, Redlock ones on the
+// shared channel) to poll again: their places in line are gone.
+var resetScript = redis.NewScript(`
+for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+  local id = string.match(e, '^%d+:%d+:([^:]+):')
+  if id then redis.call('PUBLISH', KEYS[1] .. ':wake:' .. id, '') end
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('PUBLISH', KEYS[1] .. ':wake', '')
+return 1
+`)
+
+// redlockAcquire: KEYS lock, fence; ARGV token, ttl ms. Returns {1, counter,
+// ""} when the lock on this node is ours (taken now with SET NX PX, or
+// already ours from an earlier round), else {0, holder's pttl, holder}. The counter is
+// read in the same script as the SET: that is what the fencing argument in
+// doc.go relies on.
+var redlockAcquire = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+elseif cur or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if not cur then return {0, 0, ''} end
+  return {0, redis.call('PTTL', KEYS[1]), cur}
+end
+return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
+`)
+
+// redlockFence: KEYS lock, fence; ARGV token, fence. Set-if-greater of the
+// fencing counter, only on a node where the lock is ours: 1 when done.
+var redlockFence = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return 1
+`)
+
+// redlockExtend: KEYS lock, fence; ARGV token, ttl ms, fence. Renews the lock
+// if ours; if the key is missing (the node restarted empty) it takes it back,
+// which is safe because the caller still holds a valid majority; and it
+// raises the node's fencing counter to ours, healing a wiped counter.
+// Returns 1 when the lock on this node is ours afterwards, else 0.
+var redlockExtend = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+elseif not cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  return 0
+end
+if tonumber(ARGV[3]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+return 1
+`)
+
+// redlockRelease: KEYS lock; ARGV token, channel, publish ("1" or "0").
+// Compare-and-delete, then (unless told not to) publish our token so
+// waiters that lost to us try again. A contender undoing a failed round
+// does not publish: nobody waits for a lock that never had a majority.
+// Returns 1 when released, 0 when the key was gone, -1 when someone else
+// holds it.
+var redlockRelease = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if ARGV[3] == '1' then redis.call('PUBLISH', ARGV[2], ARGV[1]) end
+  return 1
+end
+if not cur then return 0 end
+return -1
+`)
+
+// redlockTransfer: KEYS lock, fence; ARGV token, next token, ttl ms, fence.
+// Hands a held lock to the next waiter of the same process without letting
+// go of it: compare-and-set of the token, with a fresh TTL, and the fence
+// raised (set-if-greater) to the successor's token. 1 when done.
+var redlockTransfer = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if tonumber(ARGV[4]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], ARGV[4])
+end
+return 1
+`)
+
+// advanceFence: KEYS fence; ARGV n. Set-if-greater of the fencing counter,
+// whoever holds the lock: the next token is then above n.
+var advanceFence = redis.NewScript(`
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+`)

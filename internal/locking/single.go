@@ -1,0 +1,318 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Locker is a lock over one Redis server, with a watchdog, fair waiting
+// (local FIFO, then a FIFO queue on the server) and fencing tokens. It is
+// safe for concurrent use; use one Locker per process and server.
+type Locker struct {
+	c *core
+	s *single
+}
+
+// New returns a Locker over client, usually a *redis.Client. Close it to
+// stop its pub/sub listener.
+func New(client Client, opts ...Option) *Locker {
+	cfg := defaultConfig(time.Second)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &single{client: client, node: nodeName(client, 0), id: newToken()}
+	c := newCore(cfg, s, []*notifier{newNotifier(client)})
+	s.c, s.cfg = c, &c.cfg
+	return &Locker{c: c, s: s}
+}
+
+// Acquire takes the lock named key, waiting for it while it is held (see
+// WithWait for how long). The lease's watchdog renews the lock until
+// Release. If ctx comes from a Lease of the same key and Locker, Acquire
+// re-enters it: it returns at once with another Lease of the same hold, and
+// the lock is freed when every such Lease is released.
+//
+// A wait that ends fails with errors.Join(ErrNotObtained, ctx.Err()), plus
+// the last NodeError if the server was failing.
+func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
+	return l.c.acquire(ctx, key)
+}
+
+// Reset deletes the lock named key, its fencing counter and its queue, and
+// tells waiters to try again. It is an administrative "start afresh": a
+// holder of the key loses it at its next renewal, and fencing tokens start
+// again from 1.
+func (l *Locker) Reset(ctx context.Context, key string) error {
+	return l.s.reset(ctx, l.c.cfg.prefix+key)
+}
+
+// AdvanceFence makes every later token of key greater than atLeast. A store
+// that remembers the highest token it accepted calls it when it refuses a
+// token: if Redis lost its data (a restart without persistence), its
+// counter started again from 1, and without this every new holder would be
+// refused until the counter caught up. It never lowers the counter.
+func (l *Locker) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
+	if err := advanceFence.Run(ctx, l.s.client, []string{l.c.cfg.prefix + key + ":fence"}, atLeast).Err(); err != nil {
+		return l.s.nodeErr(err)
+	}
+	return nil
+}
+
+// Close ends waiting Acquires with ErrClosed, cancels the context of leases
+// still held (their locks are no longer renewed), stops the pub/sub listener
+// and joins every goroutine of the Locker. It does not close the client.
+func (l *Locker) Close() error { return l.c.close() }
+
+// single is the backend over one server. Waiting processes queue on the
+// server and a release hands the lock straight to the oldest of them, with
+// a pub/sub message: the woken waiter already holds the lock, so hand-over
+// costs one script and one message, and no waiter can be overtaken.
+type single struct {
+	c      *core
+	cfg    *config
+	client Client
+	node   string
+	id     string // names this Locker's wake channels
+}
+
+func (s *single) channel(key string) string { return key + ":wake:" + s.id }
+
+func nodeName(client Client, i int) string {
+	if o, ok := client.(interface{ Options() *redis.Options }); ok {
+		return o.Options().Addr
+	}
+	return "node" + strconv.Itoa(i)
+}
+
+func lockKeys(key string) []string { return []string{key, key + ":fence", key + ":queue"} }
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// unknownElement marks an attempt whose last queueing script may have run
+// without us seeing the answer: leave then finds our entry by token.
+const unknownElement = "?"
+
+func (s *single) nodeErr(err error) error { return &NodeError{Node: s.node, Err: err} }
+
+type acquireReply struct {
+	fence   int64
+	pttl    time.Duration
+	element string
+}
+
+// triple parses the {integer, integer, string} reply of the scripts.
+func triple(v []any) (int64, int64, string, error) {
+	if len(v) == 3 {
+		a, ok1 := v[0].(int64)
+		b, ok2 := v[1].(int64)
+		s, ok3 := v[2].(string)
+		if ok1 && ok2 && ok3 {
+			return a, b, s, nil
+		}
+	}
+	return 0, 0, "", fmt.Errorf("locking: unexpected script reply %v", v)
+}
+
+// try runs the acquire script once: take the lock or keep our place in line.
+func (s *single) try(ctx context.Context, a *attempt) (acquireReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.nodeTimeout)
+	defer cancel()
+	v, err := singleAcquire.Run(ctx, s.client, lockKeys(a.key),
+		a.token, ms(s.cfg.ttl), ms(time.Until(a.deadline)), a.element, s.id).Slice()
+	if err != nil {
+		return acquireReply{}, s.nodeErr(err)
+	}
+	fence, pttl, el, err := triple(v)
+	if err != nil {
+		return acquireReply{}, s.nodeErr(err)
+	}
+	return acquireReply{fence: fence, pttl: time.Duration(pttl) * time.Millisecond, element: el}, nil
+}
+
+func (s *single) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error {
+	cfg := s.cfg
+	if g.granted {
+		a.fence, a.validUntil = g.fence, g.validUntil
+		return nil
+	}
+	subs := s.c.watch(ks)
+	if len(subs) == 0 {
+		return s.c.notObtained(ctx, ErrClosed)
+	}
+	sub := subs[0]
+	sub.arm(a.inbox)
+	defer sub.disarm(a.inbox)
+
+	// notBefore is when we last saw the lock not ours: a hand-over happened
+	// after it, so the lock lives at least until notBefore+ttl.
+	var notBefore time.Time
+	poll := true
+	if g.queued {
+		// Our predecessor put us in line. If we listened before it did, the
+		// hand-over message will find us and no poll is needed.
+		a.element, notBefore, poll = g.element, g.notBefore, !g.armed
+	}
+	var holderTTL time.Duration
+	var nodeErr error
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		if poll {
+			// Poll on a confirmed subscription, else a hand-over published
+			// before the server registered us would wait for the next poll.
+			select {
+			case <-sub.readyC():
+			default:
+				t.Reset(cfg.pollInterval)
+				select {
+				case <-sub.readyC():
+				case <-t.C:
+				case <-ctx.Done():
+					return s.c.notObtained(ctx, nodeErr)
+				}
+			}
+			a.inbox.take() // the poll's answer supersedes what arrived so far
+			sent := time.Now()
+			r, err := s.try(ctx, a)
+			switch {
+			case err != nil:
+				a.element = unknownElement
+				if ctx.Err() != nil {
+					return s.c.notObtained(ctx, err)
+				}
+				nodeErr, holderTTL = err, 0
+			case r.fence > 0:
+				a.fence, a.validUntil = r.fence, sent.Add(r.pttl-cfg.drift())
+				return nil
+			default:
+				a.element, notBefore, holderTTL, nodeErr = r.element, sent, r.pttl, nil
+			}
+		}
+		poll = true
+		// Poll when the holder's TTL runs out (it may have died) or after
+		// the poll interval, whichever is first.
+		d := cfg.pollInterval
+		if holderTTL > 0 && holderTTL+time.Millisecond < d {
+			d = holderTTL + time.Millisecond
+		}
+		t.Reset(d)
+		s.c.waiting(a.key)
+		granted, err := s.wait(ctx, a, t, notBefore)
+		if err != nil {
+			return s.c.notObtained(ctx, errors.Join(err, nodeErr))
+		}
+		if granted {
+			return nil
+		}
+	}
+}
+
+// wait waits for the hand-over to a, a hint to poll, or t.
+func (s *single) wait(ctx context.Context, a *attempt, t *time.Timer, notBefore time.Time) (bool, error) {
+	cfg := s.cfg
+	for {
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-t.C:
+			return false, nil
+		case <-a.inbox.c:
+		}
+		msgs, resync := a.inbox.take()
+		if f, ok := grantFor(a.token, msgs); ok {
+			a.fence, a.validUntil = f, notBefore.Add(cfg.ttl-cfg.drift())
+			if time.Until(a.validUntil) > cfg.ttl/2 {
+				return true, nil
+			}
+			// We last heard from the server long ago, so the lock may be
+			// near its end: confirm it is ours and restart its clock.
+			if until, err := s.extend(ctx, a); err == nil {
+				a.validUntil = until
+				return true, nil
+			}
+			a.fence = 0
+			return false, nil
+		}
+		if resync {
+			return false, nil
+		}
+	}
+}
+
+func grantFor(token string, msgs []string) (int64, bool) {
+	for _, m := range msgs {
+		tok, f, ok := strings.Cut(m, " ")
+		if ok && tok == token {
+			n, err := strconv.ParseInt(f, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+func (s *single) extend(ctx context.Context, a *attempt) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.nodeTimeout)
+	defer cancel()
+	sent := time.Now()
+	n, err := singleExtend.Run(ctx, s.client, []string{a.key}, a.token, ms(s.cfg.ttl)).Int64()
+	if err != nil {
+		return time.Time{}, s.nodeErr(err)
+	}
+	if n != 1 {
+		return time.Time{}, fmt.Errorf("%w: %s expired or was taken", ErrLockLost, a.key)
+	}
+	return sent.Add(s.cfg.ttl - s.cfg.drift()), nil
+}
+
+func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGrant, error) {
+	if next == nil && a.fence == 0 && a.element == "" {
+		return slotGrant{}, nil // never held, never queued
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.nodeTimeout)
+	defer cancel()
+	succ, sttl, swait := "", int64(0), int64(0)
+	if next != nil {
+		succ, sttl, swait = next.token, ms(s.cfg.ttl), ms(time.Until(next.deadline))
+	}
+	sent := time.Now()
+	v, err := singleLeave.Run(ctx, s.client, lockKeys(a.key),
+		a.token, a.element, succ, sttl, swait, s.id).Slice()
+	if err != nil {
+		return slotGrant{}, s.nodeErr(err)
+	}
+	held, fence, el, err := triple(v)
+	if err != nil {
+		return slotGrant{}, s.nodeErr(err)
+	}
+	var g slotGrant
+	switch {
+	case next == nil:
+	case fence > 0:
+		g = slotGrant{granted: true, fence: fence, validUntil: sent.Add(s.cfg.ttl - s.cfg.drift())}
+	default:
+		g = slotGrant{queued: true, element: el, notBefore: sent, armed: true}
+	}
+	switch held {
+	case 1:
+		return g, nil
+	case 0:
+		return g, fmt.Errorf("%w: %s had expired", ErrLockLost, a.key)
+	default:
+		return g, fmt.Errorf("%w: %s is held by someone else", ErrLockLost, a.key)
+	}
+}
+
+func (s *single) reset(ctx context.Context, key string) error {
+	if err := resetScript.Run(ctx, s.client, lockKeys(key)).Err(); err != nil {
+		return s.nodeErr(err)
+	}
+	return nil
+}
+
+func (s *single) drain() {}

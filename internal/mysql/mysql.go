@@ -1,0 +1,405 @@
+// Package mysql stores inventory in MySQL or MariaDB (InnoDB) through
+// go-sql-driver/mysql. Its SQL is written for MySQL alone; internal/postgres
+// has its own.
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/flashsale/stock/internal/inventory"
+	schema "github.com/flashsale/stock/sql"
+)
+
+// Store is an inventory.Store over a database/sql pool.
+type Store struct {
+	db *sql.DB
+}
+
+var (
+	_ inventory.Store = (*Store)(nil)
+	_ inventory.Tx    = (*tx)(nil)
+)
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	maxConns        int
+	lockWaitTimeout time.Duration
+}
+
+// WithMaxConns sets the size of the connection pool. Default 16.
+func WithMaxConns(n int) Option {
+	return func(o *options) { o.maxConns = n }
+}
+
+// WithLockWaitTimeout bounds how long a statement waits for a row lock
+// (InnoDB's innodb_lock_wait_timeout, whole seconds, at least 1) before it
+// fails with error 1205, which the service retries or answers busy. A client
+// frozen in the middle of an order would otherwise hold up every later order
+// on the row for the server's 50 s. Default 0: the server's setting.
+func WithLockWaitTimeout(d time.Duration) Option {
+	return func(o *options) { o.lockWaitTimeout = d }
+}
+
+// ParseURL turns mysql://user:pass@host:port/db?param=value into the driver's
+// configuration. Parameters are the driver's DSN parameters (tls, timeout, …).
+// Unless the URL says otherwise, times are parsed and query arguments are
+// interpolated by the client, which saves a prepare round trip per
+// statement; that is safe because the connection's charset is utf8mb4.
+func ParseURL(raw string) (*mysql.Config, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: parse DATABASE_URL: %w", err)
+	}
+	if u.Scheme != "mysql" {
+		return nil, fmt.Errorf("mysql: DATABASE_URL must start with mysql://, not %s://", u.Scheme)
+	}
+	host := u.Host
+	if host == "" {
+		return nil, errors.New("mysql: DATABASE_URL has no host")
+	}
+	if u.Port() == "" {
+		host += ":3306"
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return nil, errors.New("mysql: DATABASE_URL must name one database, as in mysql://root@127.0.0.1:3306/stock")
+	}
+	q := u.Query()
+	for k, v := range map[string]string{"parseTime": "true", "interpolateParams": "true", "charset": "utf8mb4", "timeout": "5s"} {
+		if !q.Has(k) {
+			q.Set(k, v)
+		}
+	}
+	// The driver's own DSN parser handles the parameters; only the user
+	// info needs the driver's quoting rules, so it is set afterwards.
+	cfg, err := mysql.ParseDSN(fmt.Sprintf("tcp(%s)/%s?%s", host, db, q.Encode()))
+	if err != nil {
+		return nil, fmt.Errorf("mysql: DATABASE_URL: %w", err)
+	}
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	return cfg, nil
+}
+
+// Open connects to the database at url (mysql://user:pass@host:port/db) and
+// checks that it answers.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	cfg, err := ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	o := options{maxConns: 16}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.lockWaitTimeout > 0 {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		// The driver sets unknown DSN parameters as session variables.
+		cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(o.lockWaitTimeout.Round(time.Second)/time.Second)))
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(o.maxConns)
+	db.SetMaxIdleConns(o.maxConns)
+	// A server restart leaves dead connections in the pool; recycling them
+	// bounds how long a stale one can linger.
+	db.SetConnMaxLifetime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("mysql: cannot reach %s: %w", cfg.Addr, wrap(ctx, err))
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { _ = s.db.Close() }
+
+// Migrate applies the embedded migrations in sql/mysql. A lock table keeps
+// instances that start together from migrating at once.
+func (s *Store) Migrate(ctx context.Context) error {
+	locker, err := lock.NewMySQLTableLocker()
+	if err != nil {
+		return fmt.Errorf("mysql: migration lock: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectMySQL, s.db, schema.MySQLFS(), goose.WithLocker(locker))
+	if err != nil {
+		return fmt.Errorf("mysql: migrations: %w", err)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		return fmt.Errorf("mysql: migrate: %w", err)
+	}
+	return nil
+}
+
+// Ping implements inventory.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	return wrap(ctx, s.db.PingContext(ctx))
+}
+
+// InTx implements inventory.Store.
+func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
+	sqltx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap(ctx, err)
+	}
+	// Rollback after a commit is a no-op (sql.ErrTxDone).
+	defer func() { _ = sqltx.Rollback() }()
+	if err := fn(ctx, &tx{tx: sqltx}); err != nil {
+		return err
+	}
+	if err := sqltx.Commit(); err != nil {
+		return wrapCommit(ctx, err)
+	}
+	return nil
+}
+
+// Level implements inventory.Store.
+func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) {
+	return readLevel(ctx, s.db, sku, `SELECT available, version, fence FROM stock WHERE sku = ?`)
+}
+
+// StartSale implements inventory.Store.
+func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
+	return wrap(ctx, s.inSQLTx(ctx, nil, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO stock (sku, initial, available, version, fence, updated_at)
+			VALUES (?, ?, ?, 0, 0, CURRENT_TIMESTAMP(6))
+			ON DUPLICATE KEY UPDATE
+				initial = ?, available = ?, version = 0, fence = 0, updated_at = CURRENT_TIMESTAMP(6)`,
+			sku, n, n, n, n); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM orders WHERE sku = ?`, sku); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE sku = ?`, sku)
+		return err
+	}))
+}
+
+// Audit implements inventory.Store. Both reads see one snapshot (REPEATABLE
+// READ, established by the first read), so a sale in progress still adds up.
+func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) {
+	a := inventory.Audit{SKU: sku}
+	opts := &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	err := s.inSQLTx(ctx, opts, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT initial, available FROM stock WHERE sku = ?`, sku).Scan(&a.Initial, &a.Available)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
+		}
+		if err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(quantity), 0), COUNT(*) FROM orders WHERE sku = ?`, sku).Scan(&a.Ordered, &a.Orders)
+	})
+	return a, wrap(ctx, err)
+}
+
+// FindOrder implements inventory.Store.
+func (s *Store) FindOrder(ctx context.Context, id string) (inventory.Order, bool, error) {
+	o, err := getOrder(ctx, s.db, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return inventory.Order{}, false, nil
+	}
+	if err != nil {
+		return inventory.Order{}, false, wrap(ctx, err)
+	}
+	return o, true, nil
+}
+
+// inSQLTx runs fn in a transaction of the admin paths, which need no
+// inventory.Tx.
+func (s *Store) inSQLTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// querier is what a pool and a transaction have in common.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+type tx struct {
+	tx *sql.Tx
+}
+
+func (t *tx) ReadLevel(ctx context.Context, sku string) (inventory.Level, error) {
+	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = ?`)
+}
+
+func (t *tx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
+	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = ? FOR UPDATE`)
+}
+
+func (t *tx) Deduct(ctx context.Context, sku string, quantity int64) error {
+	ok, err := t.execAffected(ctx, `
+		UPDATE stock SET available = available - ?, version = version + 1
+		WHERE sku = ?`, quantity, sku)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
+	}
+	return err
+}
+
+func (t *tx) DeductIfVersion(ctx context.Context, sku string, quantity, version int64) (bool, error) {
+	return t.execAffected(ctx, `
+		UPDATE stock SET available = available - ?, version = version + 1
+		WHERE sku = ? AND version = ?`, quantity, sku, version)
+}
+
+func (t *tx) DeductIfAvailable(ctx context.Context, sku string, quantity int64) (bool, error) {
+	return t.execAffected(ctx, `
+		UPDATE stock SET available = available - ?, version = version + 1
+		WHERE sku = ? AND available >= ?`, quantity, sku, quantity)
+}
+
+func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token int64) (bool, error) {
+	return t.execAffected(ctx, `
+		UPDATE stock SET available = available - ?, version = version + 1, fence = ?
+		WHERE sku = ? AND fence < ?`, quantity, token, sku, token)
+}
+
+func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
+	_, err := t.tx.ExecContext(ctx, `
+		INSERT INTO orders (id, sku, quantity, user_id, strategy)
+		VALUES (?, ?, ?, ?, ?)`, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy)
+	return wrap(ctx, err)
+}
+
+func (t *tx) GetOrder(ctx context.Context, id string) (inventory.Order, error) {
+	o, err := getOrder(ctx, t.tx, id)
+	return o, wrap(ctx, err)
+}
+
+func (t *tx) FindIdempotency(ctx context.Context, key string) (inventory.IdempotencyRecord, bool, error) {
+	r := inventory.IdempotencyRecord{Key: key}
+	err := t.tx.QueryRowContext(ctx, `
+		SELECT sku, request_hash, order_id FROM idempotency_keys
+		WHERE idempotency_key = ?`, key).Scan(&r.SKU, &r.RequestHash, &r.OrderID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, false, nil
+	}
+	return r, err == nil, wrap(ctx, err)
+}
+
+func (t *tx) InsertIdempotency(ctx context.Context, r inventory.IdempotencyRecord) (bool, error) {
+	// The no-op update waits for a concurrent insert of the same key and
+	// then changes no row: the key belongs to the other request. (INSERT
+	// IGNORE would also swallow unrelated errors.)
+	return t.execAffected(ctx, `
+		INSERT INTO idempotency_keys (idempotency_key, sku, request_hash, order_id)
+		VALUES (?, ?, ?, ?)
+		ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key`, r.Key, r.SKU, r.RequestHash, r.OrderID)
+}
+
+func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {
+	var l inventory.Level
+	err := q.QueryRowContext(ctx, query, sku).Scan(&l.Available, &l.Version, &l.Fence)
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
+	}
+	return l, wrap(ctx, err)
+}
+
+func getOrder(ctx context.Context, q querier, id string) (inventory.Order, error) {
+	o := inventory.Order{ID: id}
+	err := q.QueryRowContext(ctx, `
+		SELECT sku, quantity, user_id, strategy FROM orders
+		WHERE id = ?`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy)
+	return o, err
+}
+
+// execAffected runs a write and reports whether it touched a row.
+func (t *tx) execAffected(ctx context.Context, query string, args ...any) (bool, error) {
+	res, err := t.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return false, wrap(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, wrap(ctx, err)
+}
+
+// MySQL error numbers the service acts on.
+const (
+	erLockWaitTimeout   = 1205
+	erLockDeadlock      = 1213
+	erTooManyConns      = 1040
+	erServerShutdown    = 1053
+	erQueryInterrupted  = 1317
+	erMaxExecTimeExceed = 3024 // MySQL 8 max_execution_time
+	erStatementTimeout  = 1969 // MariaDB max_statement_time
+)
+
+// wrap files a MySQL error under the inventory error the service acts on,
+// keeping the original as the cause.
+func wrap(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, known := range []error{inventory.ErrUnknownSKU, inventory.ErrBusy, inventory.ErrUnavailable, inventory.ErrConflict} {
+		if errors.Is(err, known) {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		// The order's deadline passed (or it was cancelled) while the
+		// database worked: a busy answer, whatever the driver made of it.
+		return fmt.Errorf("%w: %w", inventory.ErrBusy, errors.Join(context.Cause(ctx), err))
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		switch myErr.Number {
+		case erLockDeadlock, erLockWaitTimeout:
+			// InnoDB rolled back the transaction (deadlock) or the
+			// statement (lock wait); ours is rolled back whole, so it
+			// may run again.
+			return fmt.Errorf("%w: %w", inventory.ErrConflict, err)
+		case erQueryInterrupted, erMaxExecTimeExceed, erStatementTimeout:
+			return fmt.Errorf("%w: %w", inventory.ErrBusy, err)
+		case erTooManyConns, erServerShutdown:
+			return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
+		}
+		return fmt.Errorf("mysql: %w", err)
+	}
+	// Anything else on the way to the server (refused, reset, bad
+	// connection) means the database is out of reach.
+	return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
+}
+
+// wrapCommit files a commit error. The server's own refusal means the
+// transaction was rolled back, and so does driver.ErrBadConn (the driver
+// returns it only when nothing was sent); any other failure leaves the
+// outcome unknown.
+func wrapCommit(ctx context.Context, err error) error {
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) {
+		return wrap(ctx, err)
+	}
+	return fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, err)
+}

@@ -1,0 +1,330 @@
+// Package postgres stores inventory in PostgreSQL through pgx/v5. Its SQL is
+// written for PostgreSQL alone; internal/mysql has its own.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/flashsale/stock/internal/inventory"
+	schema "github.com/flashsale/stock/sql"
+)
+
+// Store is an inventory.Store over a pgx pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var (
+	_ inventory.Store = (*Store)(nil)
+	_ inventory.Tx    = (*tx)(nil)
+)
+
+// Option configures Open.
+type Option func(*pgxpool.Config)
+
+// WithMaxConns sets the size of the connection pool. Default 16: enough to
+// keep a hot row busy, and three instances stay well under PostgreSQL's
+// default max_connections of 100.
+func WithMaxConns(n int32) Option {
+	return func(c *pgxpool.Config) { c.MaxConns = n }
+}
+
+// WithIdleInTransactionTimeout makes the server end a session that sits
+// idle inside a transaction for longer than d (PostgreSQL's
+// idle_in_transaction_session_timeout), releasing its row locks. A client
+// frozen in the middle of an order (a stopped process, a long pause) would
+// otherwise block every later order on the row until it wakes. Default 0:
+// the server's setting.
+func WithIdleInTransactionTimeout(d time.Duration) Option {
+	return func(c *pgxpool.Config) {
+		if d > 0 {
+			c.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(d.Milliseconds(), 10)
+		}
+	}
+}
+
+// Open connects to the database at url (postgres:// or postgresql://) and
+// checks that it answers.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse DATABASE_URL: %w", err)
+	}
+	cfg.MaxConns = 16
+	for _, o := range opts {
+		o(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: cannot reach %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, wrap(ctx, err))
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Migrate applies the embedded migrations in sql/postgres. An advisory lock
+// keeps instances that start together from migrating at once.
+func (s *Store) Migrate(ctx context.Context) error {
+	db := stdlib.OpenDBFromPool(s.pool)
+	defer db.Close()
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return fmt.Errorf("postgres: migration lock: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, schema.PostgresFS(), goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("postgres: migrations: %w", err)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return nil
+}
+
+// Ping implements inventory.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	return wrap(ctx, s.pool.Ping(ctx))
+}
+
+// InTx implements inventory.Store.
+func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
+	pgtx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return wrap(ctx, err)
+	}
+	// Rollback after a commit is a no-op; it runs on every other path,
+	// under a context that a cancelled request cannot cut short.
+	defer func() { _ = pgtx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(ctx, &tx{tx: pgtx}); err != nil {
+		return err
+	}
+	if err := pgtx.Commit(ctx); err != nil {
+		return wrapCommit(ctx, err)
+	}
+	return nil
+}
+
+// Level implements inventory.Store.
+func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) {
+	return readLevel(ctx, s.pool, sku, `SELECT available, version, fence FROM stock WHERE sku = $1`)
+}
+
+// StartSale implements inventory.Store.
+func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
+	return wrap(ctx, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO stock (sku, initial, available, version, fence, updated_at)
+			VALUES ($1, $2, $2, 0, 0, now())
+			ON CONFLICT (sku) DO UPDATE
+			SET initial = $2, available = $2, version = 0, fence = 0, updated_at = now()`, sku, n); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE sku = $1`, sku); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE sku = $1`, sku)
+		return err
+	}))
+}
+
+// Audit implements inventory.Store. Both reads see one snapshot (REPEATABLE
+// READ), so a sale in progress still adds up.
+func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) {
+	a := inventory.Audit{SKU: sku}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT initial, available FROM stock WHERE sku = $1`, sku).Scan(&a.Initial, &a.Available)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
+		}
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT COALESCE(SUM(quantity), 0), COUNT(*) FROM orders WHERE sku = $1`, sku).Scan(&a.Ordered, &a.Orders)
+	})
+	return a, wrap(ctx, err)
+}
+
+// FindOrder implements inventory.Store.
+func (s *Store) FindOrder(ctx context.Context, id string) (inventory.Order, bool, error) {
+	o, err := getOrder(ctx, s.pool, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return inventory.Order{}, false, nil
+	}
+	if err != nil {
+		return inventory.Order{}, false, wrap(ctx, err)
+	}
+	return o, true, nil
+}
+
+// querier is what a pool and a transaction have in common.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type tx struct {
+	tx pgx.Tx
+}
+
+func (t *tx) ReadLevel(ctx context.Context, sku string) (inventory.Level, error) {
+	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = $1`)
+}
+
+func (t *tx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
+	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = $1 FOR UPDATE`)
+}
+
+func (t *tx) Deduct(ctx context.Context, sku string, quantity int64) error {
+	ok, err := t.execAffected(ctx, `
+		UPDATE stock SET available = available - $2, version = version + 1
+		WHERE sku = $1`, sku, quantity)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
+	}
+	return err
+}
+
+func (t *tx) DeductIfVersion(ctx context.Context, sku string, quantity, version int64) (bool, error) {
+	return t.execAffected(ctx, `
+		UPDATE stock SET available = available - $2, version = version + 1
+		WHERE sku = $1 AND version = $3`, sku, quantity, version)
+}
+
+func (t *tx) DeductIfAvailable(ctx context.Context, sku string, quantity int64) (bool, error) {
+	return t.execAffected(ctx, `
+		UPDATE stock SET available = available - $2, version = version + 1
+		WHERE sku = $1 AND available >= $2`, sku, quantity)
+}
+
+func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token int64) (bool, error) {
+	return t.execAffected(ctx, `
+		UPDATE stock SET available = available - $2, version = version + 1, fence = $3
+		WHERE sku = $1 AND fence < $3`, sku, quantity, token)
+}
+
+func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
+	_, err := t.tx.Exec(ctx, `
+		INSERT INTO orders (id, sku, quantity, user_id, strategy)
+		VALUES ($1, $2, $3, $4, $5)`, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy)
+	return wrap(ctx, err)
+}
+
+func (t *tx) GetOrder(ctx context.Context, id string) (inventory.Order, error) {
+	o, err := getOrder(ctx, t.tx, id)
+	return o, wrap(ctx, err)
+}
+
+func (t *tx) FindIdempotency(ctx context.Context, key string) (inventory.IdempotencyRecord, bool, error) {
+	r := inventory.IdempotencyRecord{Key: key}
+	err := t.tx.QueryRow(ctx, `
+		SELECT sku, request_hash, order_id::text FROM idempotency_keys
+		WHERE idempotency_key = $1`, key).Scan(&r.SKU, &r.RequestHash, &r.OrderID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false, nil
+	}
+	return r, err == nil, wrap(ctx, err)
+}
+
+func (t *tx) InsertIdempotency(ctx context.Context, r inventory.IdempotencyRecord) (bool, error) {
+	// ON CONFLICT DO NOTHING waits for a concurrent insert of the same key
+	// and then reports no row: the key belongs to the other request.
+	return t.execAffected(ctx, `
+		INSERT INTO idempotency_keys (idempotency_key, sku, request_hash, order_id)
+		VALUES ($1, $2, $3, $4)
+		ON CONFLICT (idempotency_key) DO NOTHING`, r.Key, r.SKU, r.RequestHash, r.OrderID)
+}
+
+func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {
+	var l inventory.Level
+	err := q.QueryRow(ctx, query, sku).Scan(&l.Available, &l.Version, &l.Fence)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return l, fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
+	}
+	return l, wrap(ctx, err)
+}
+
+func getOrder(ctx context.Context, q querier, id string) (inventory.Order, error) {
+	o := inventory.Order{ID: id}
+	err := q.QueryRow(ctx, `
+		SELECT sku, quantity, user_id, strategy FROM orders
+		WHERE id = $1`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy)
+	return o, err
+}
+
+// execAffected runs a write and reports whether it touched a row.
+func (t *tx) execAffected(ctx context.Context, query string, args ...any) (bool, error) {
+	tag, err := t.tx.Exec(ctx, query, args...)
+	if err != nil {
+		return false, wrap(ctx, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// wrap files a PostgreSQL error under the inventory error the service acts
+// on, keeping the original as the cause.
+func wrap(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, known := range []error{inventory.ErrUnknownSKU, inventory.ErrBusy, inventory.ErrUnavailable, inventory.ErrConflict} {
+		if errors.Is(err, known) {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		// The order's deadline passed (or it was cancelled) while the
+		// database worked: a busy answer, whatever the driver made of it.
+		return fmt.Errorf("%w: %w", inventory.ErrBusy, errors.Join(context.Cause(ctx), err))
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "40P01" || pgErr.Code == "40001":
+			// deadlock_detected, serialization_failure: the transaction
+			// was rolled back and may run again.
+			return fmt.Errorf("%w: %w", inventory.ErrConflict, err)
+		case pgErr.Code == "55P03" || pgErr.Code == "57014":
+			// lock_not_available, query_canceled (statement timeout)
+			return fmt.Errorf("%w: %w", inventory.ErrBusy, err)
+		case pgErr.Severity == "FATAL" || pgErr.Code == "25P03" ||
+			len(pgErr.Code) >= 2 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "53" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "58"):
+			// The server ended the session (idle-in-transaction timeout,
+			// shutdown), or connection, resource or system errors.
+			return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
+		}
+		return fmt.Errorf("postgres: %w", err)
+	}
+	// Anything else on the way to the server (refused, reset, pool closed)
+	// means the database is out of reach.
+	return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
+}
+
+// wrapCommit files a commit error. The server's own refusal means the
+// transaction was rolled back; a lost connection leaves the outcome unknown.
+func wrapCommit(ctx context.Context, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return wrap(ctx, err)
+	}
+	if errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) {
+		// Rolled back, or the COMMIT never left this process.
+		return wrap(ctx, err)
+	}
+	return fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, err)
+}

@@ -1,0 +1,162 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Strategy explains what a strategy does, for readers who know SQL but not
+// this code base.
+type Strategy struct {
+	Name    string
+	Safe    bool
+	How     string
+	Expect  string
+	Unknown bool
+}
+
+// strategies describes the strategies the service has or is getting; an
+// unknown name still gets a row, with a note.
+var strategies = map[string]Strategy{
+	"naive": {
+		Name: "naive", Safe: false,
+		How:    "Reads the stock, checks it in Go, waits NAIVE_RACE_WINDOW, then writes available − q. No lock: between the read and the write another order can take the same units.",
+		Expect: "The control. It must oversell in the burst; that it does is the proof that the burst is hard enough to catch a broken strategy.",
+	},
+	"for-update": {
+		Name: "for-update", Safe: true,
+		How:    "BEGIN; SELECT … FOR UPDATE locks the row; Go checks; UPDATE; INSERT the order; COMMIT. Pessimistic: orders on one SKU queue on the row lock, which is held across two round trips and the commit.",
+		Expect: "Safe. Slower than conditional because the lock is held longer.",
+	},
+	"version-cas": {
+		Name: "version-cas", Safe: true,
+		How:    "Reads (available, version), then UPDATE … WHERE version = v. A lost race re-reads and retries after a jittered backoff, up to CAS_MAX_ATTEMPTS and within ORDER_TIMEOUT, then answers 503 busy.",
+		Expect: "Safe. Optimistic: no lock while deciding, but on one hot row most attempts lose, so it burns round trips and can leave buyers with 503.",
+	},
+	"conditional": {
+		Name: "conditional", Safe: true,
+		How:    "UPDATE stock SET available = available − q WHERE sku = ? AND available >= q, then INSERT the order, in one transaction. The database checks and writes in one statement; the row is locked only for that statement and the commit.",
+		Expect: "Safe, and the fewest round trips under the row lock: the one to beat.",
+	},
+	"redis-lock": {
+		Name: "redis-lock", Safe: true,
+		How:    "A single-node Redis lock (SET NX PX, renewed by a watchdog, with a fencing token checked by the UPDATE) taken around the database transaction: orders queue on the lock instead of on the row.",
+		Expect: "Safe thanks to the fencing token. Adds Redis round trips to every order, and waiters poll for the lock.",
+	},
+	"redlock": {
+		Name: "redlock", Safe: true,
+		How:    "Redlock over five independent Redis servers: a majority must grant the lock before the transaction runs; the fencing token still guards the row.",
+		Expect: "Safe thanks to the fencing token. On one contended name votes split across nodes and tries back off, so it is expected to be the slowest.",
+	},
+}
+
+// DescribeStrategy returns what the report says about a strategy.
+func DescribeStrategy(name string) Strategy {
+	if s, ok := strategies[name]; ok {
+		return s
+	}
+	return Strategy{Name: name, Safe: !IsControl(name), Unknown: true,
+		How: "A strategy this report has no description of; see the service's README."}
+}
+
+// fmtInt writes 1234567 as 1,234,567.
+func fmtInt(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "−" + b.String()
+	}
+	return b.String()
+}
+
+// fmtRate writes a per-second figure: whole numbers with separators, one
+// decimal under 100.
+func fmtRate(v float64) string {
+	switch {
+	case v <= 0 || math.IsNaN(v):
+		return "–"
+	case v < 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return fmtInt(int64(math.Round(v)))
+}
+
+// fmtDur writes a latency readably: 0.8 ms, 12.3 ms, 172 ms, 1.04 s.
+func fmtDur(d time.Duration) string {
+	msf := float64(d) / float64(time.Millisecond)
+	switch {
+	case d <= 0:
+		return "–"
+	case msf < 10:
+		return strconv.FormatFloat(msf, 'f', 1, 64) + " ms"
+	case msf < 1000:
+		return strconv.FormatFloat(msf, 'f', 0, 64) + " ms"
+	}
+	return strconv.FormatFloat(msf/1000, 'f', 2, 64) + " s"
+}
+
+// fmtRatio writes a ratio as 0.43× (two significant digits).
+func fmtRatio(v float64) string {
+	if v <= 0 {
+		return "–"
+	}
+	if v >= 10 {
+		return strconv.FormatFloat(v, 'f', 0, 64) + "×"
+	}
+	return strconv.FormatFloat(round(v, 2), 'f', -1, 64) + "×"
+}
+
+// fmtSeconds writes a window: 1.72 s, 15.0 s.
+func fmtSeconds(d time.Duration) string {
+	if d <= 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
+}
+
+// StatusText is the verdict as a table shows it.
+func StatusText(v Verdict) string {
+	switch v.Status {
+	case StatusOK:
+		return "OK"
+	case StatusFail:
+		return "FAIL"
+	case StatusError:
+		return "ERROR"
+	case StatusControlOversold:
+		return "oversold (control)"
+	case StatusControlHeld:
+		return "no oversell (control)"
+	}
+	return string(v.Status)
+}
+
+func conservationText(v Verdict) string {
+	if v.Status == StatusError {
+		return "–"
+	}
+	if v.Conserved && v.Unconfirmed == 0 {
+		return "OK"
+	}
+	return "NO"
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%s %s", fmtInt(n), one)
+	}
+	return fmt.Sprintf("%s %s", fmtInt(n), many)
+}

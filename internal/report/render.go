@@ -1,0 +1,556 @@
+package report
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	texttemplate "text/template"
+	"time"
+)
+
+//go:embed templates/index.html.tmpl
+var htmlSource string
+
+//go:embed templates/report.md.tmpl
+var mdSource string
+
+var funcs = template.FuncMap{
+	"join": strings.Join,
+	"inc":  func(i int) int { return i + 1 },
+	"dur":  fmtDur,
+	"rate": fmtRate,
+	"int":  fmtInt,
+	"secs": fmtSeconds,
+	"time": func(t time.Time) string { return t.Format("2006-01-02 15:04:05 MST") },
+}
+
+var (
+	htmlTemplate = template.Must(template.New("index.html").Funcs(funcs).Parse(htmlSource))
+	mdTemplate   = texttemplate.Must(texttemplate.New("report.md").Funcs(texttemplate.FuncMap(funcs)).Parse(mdSource))
+)
+
+// WriteHTML renders the self-contained page.
+func WriteHTML(w io.Writer, r *Report) error {
+	if err := htmlTemplate.Execute(w, buildPage(r)); err != nil {
+		return fmt.Errorf("report: html: %w", err)
+	}
+	return nil
+}
+
+// WriteMarkdown renders report.md: the same tables and facts, no charts.
+func WriteMarkdown(w io.Writer, r *Report) error {
+	if err := mdTemplate.Execute(w, buildPage(r)); err != nil {
+		return fmt.Errorf("report: markdown: %w", err)
+	}
+	return nil
+}
+
+// WriteFiles writes index.html, report.md and results.json into dir.
+func WriteFiles(dir string, r *Report) error {
+	if err := r.Save(dir); err != nil {
+		return err
+	}
+	for name, write := range map[string]func(io.Writer, *Report) error{
+		"index.html": WriteHTML,
+		"report.md":  WriteMarkdown,
+	} {
+		var buf bytes.Buffer
+		if err := write(&buf, r); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+	}
+	return nil
+}
+
+// page is what the templates show, computed once.
+type page struct {
+	R        *Report
+	OK       bool
+	Failures []string
+	// Headline is one sentence on safety, Findings one paragraph per
+	// backend on speed.
+	Headline  string
+	Findings  []finding
+	Ceilings  []ceilingRow
+	LoadGen   *LoadGen
+	Backends  []backendView
+	Burst     []tableRow
+	Steady    []tableRow
+	Strats    []Strategy
+	RunLinks  []runLink
+	BurstLoad string
+	StdyLoad  string
+	Duration  string
+	// Busy: the load average exceeded the core count before the run.
+	Busy bool
+	// Scope is "6 strategies × 2 backends".
+	Scope string
+}
+
+type finding struct {
+	Backend  string
+	Lines    []string
+	Control  []string
+	Ceilings []ceilingRow
+}
+
+type ceilingRow struct {
+	Backend, Statement, SQL, PerSec, Workers, P50, P99, Failed, Error string
+	Reference, Serial                                                 bool
+	// Spread is every round's rate when there were several.
+	Spread string
+}
+
+type backendView struct {
+	Name, Label                  string
+	Orders, Latency, Oversell    template.HTML
+	BurstLatency, SteadyLatency  template.HTML
+	HasCeiling                   bool
+	CeilingText, ForUpdateText   string
+	ceilingValue, forUpdateValue float64
+}
+
+type tableRow struct {
+	Backend, BackendLabel, Strategy                         string
+	Orders, OrdersPerSec, RequestsPerSec, Window            string
+	P50, P95, P99                                           string
+	SoldOut, Busy, Errors, Dropped, Offered                 string
+	Available, Oversold, Conservation, Ratio, Status        string
+	StatusClass, Problems, Dashboard, Dir, Untold, Requests string
+	Control, Bad, OversoldRed, AvailableRed                 bool
+	// First marks the first row of a backend, which opens its group.
+	First bool
+	// Spread lists every round's orders/s when there were several.
+	Spread string
+}
+
+type runLink struct {
+	Label, Dir, Dashboard, Command string
+	Metrics                        []string
+}
+
+// BackendLabel names a backend for people: PostgreSQL, MariaDB or MySQL.
+func (r *Report) BackendLabel(backend string) string {
+	switch backend {
+	case "postgres":
+		return "PostgreSQL"
+	case "mysql":
+		if strings.Contains(strings.ToLower(r.Env.MySQL), "mariadb") {
+			return "MariaDB"
+		}
+		return "MySQL"
+	}
+	return backend
+}
+
+func buildPage(r *Report) page {
+	p := page{R: r, LoadGen: r.LoadGen}
+	p.Scope = fmt.Sprintf("%s × %s", plural(int64(len(r.Strategies)), "strategy", "strategies"), plural(int64(len(r.Backends)), "backend", "backends"))
+	p.Failures = r.Failures()
+	// Only the load before the run says something about other work: during
+	// the run, k6, the instances and the databases load the machine
+	// themselves.
+	if f := strings.Fields(r.Env.LoadAtStart); len(f) > 0 && r.Env.Cores > 0 {
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil && v > float64(r.Env.Cores) {
+			p.Busy = true
+		}
+	}
+	p.OK = len(p.Failures) == 0
+	if !r.Finished.IsZero() && !r.Started.IsZero() {
+		p.Duration = r.Finished.Sub(r.Started).Round(time.Second).String()
+	}
+
+	burst, steady := r.Rows(Burst), r.Rows(Steady)
+	p.Burst, p.Steady = tableRows(r, burst), tableRows(r, steady)
+	if len(burst) > 0 {
+		run := burst[0].Run
+		p.BurstLoad = fmt.Sprintf("%s buyers for %s units (1 each), %s virtual users clicking at once, spread over %d instances",
+			fmtInt(int64(run.Buyers)), fmtInt(run.Stock), fmtInt(int64(run.VUs)), run.Instances)
+	}
+	if len(steady) > 0 {
+		run := steady[0].Run
+		rates := map[string]int{}
+		for _, row := range steady {
+			rates[r.BackendLabel(row.Run.Backend)] = row.Run.Rate
+		}
+		var parts []string
+		for _, b := range r.Backends {
+			if v, ok := rates[r.BackendLabel(b)]; ok {
+				parts = append(parts, fmt.Sprintf("%s orders/s on %s", fmtInt(int64(v)), r.BackendLabel(b)))
+			}
+		}
+		p.StdyLoad = fmt.Sprintf("%s offered for %s (constant-arrival-rate, up to %s orders in flight), over %d instances; stock never runs out",
+			strings.Join(parts, ", "), run.Duration, fmtInt(int64(run.VUs)), run.Instances)
+	}
+
+	p.Headline = headline(r, burst, steady)
+	for _, b := range r.Backends {
+		p.Backends = append(p.Backends, backendViewOf(r, b, burst, steady))
+	}
+	for _, b := range r.Backends {
+		ref, hasRef := r.ReferenceCeiling(b)
+		for _, c := range r.MedianCeilings() {
+			if c.Backend != b {
+				continue
+			}
+			var spread []string
+			if len(c.RoundsPerSec) > 1 {
+				for _, v := range c.RoundsPerSec {
+					spread = append(spread, fmtRate(v))
+				}
+			}
+			p.Ceilings = append(p.Ceilings, ceilingRow{
+				Spread:  strings.Join(spread, " · "),
+				Backend: r.BackendLabel(b), Statement: c.Statement, SQL: c.SQL,
+				PerSec: fmtRate(c.PerSecond), Workers: fmtInt(int64(c.Workers)),
+				P50: fmtDur(c.P50), P99: fmtDur(c.P99), Failed: fmtInt(c.Failed), Error: c.Error,
+				Reference: hasRef && ref.Statement == c.Statement && ref.Workers == c.Workers,
+				Serial:    c.Workers == 1,
+			})
+		}
+	}
+	for _, b := range r.Backends {
+		f := findingOf(r, b, burst)
+		for _, c := range p.Ceilings {
+			if c.Backend == f.Backend {
+				f.Ceilings = append(f.Ceilings, c)
+			}
+		}
+		p.Findings = append(p.Findings, f)
+	}
+	for _, s := range r.Strategies {
+		p.Strats = append(p.Strats, DescribeStrategy(s))
+	}
+	for _, run := range r.Runs {
+		p.RunLinks = append(p.RunLinks, runLink{
+			Label:     fmt.Sprintf("%s · %s · %s", r.BackendLabel(run.Backend), run.Strategy, run.Scenario) + roundLabel(r.Rounds, run.Round),
+			Dir:       run.Dir,
+			Dashboard: run.Dashboard,
+			Command:   run.Command,
+			Metrics:   run.Metrics,
+		})
+	}
+	return p
+}
+
+func headline(r *Report, rows ...[]Row) string {
+	var safe, held int
+	for _, run := range r.Runs {
+		if IsControl(run.Strategy) {
+			continue
+		}
+		safe++
+		if run.Judge().Status == StatusOK {
+			held++
+		}
+	}
+	var controlOversold []string
+	for _, set := range rows {
+		for _, row := range set {
+			if row.Verdict.Status == StatusControlOversold {
+				controlOversold = append(controlOversold, fmt.Sprintf("up to %s on %s (%s)",
+					plural(row.Verdict.Oversold, "unit", "units"), r.BackendLabel(row.Run.Backend), row.Run.Scenario))
+			}
+		}
+	}
+	var b strings.Builder
+	if safe > 0 && held == safe {
+		fmt.Fprintf(&b, "Every safe strategy passed the audit in all %d of its runs: no unit oversold, every unit sold is an order, every 201 has its order row.", safe)
+	} else if safe > 0 {
+		fmt.Fprintf(&b, "%d of %d runs of safe strategies passed the audit; see the failures below.", held, safe)
+	}
+	if len(controlOversold) > 0 {
+		fmt.Fprintf(&b, " The naive control oversold %s, which is what the demonstration needs to show.", strings.Join(controlOversold, ", "))
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func findingOf(r *Report, backend string, burst []Row) finding {
+	f := finding{Backend: r.BackendLabel(backend)}
+	ref, hasRef := r.ReferenceCeiling(backend)
+	for _, sc := range []string{Burst, Steady} {
+		if b, ok := r.Best(backend, sc); ok {
+			f.Lines = append(f.Lines, bestSentence(b, ref, hasRef))
+		}
+	}
+	for _, row := range burst {
+		if row.Run.Backend != backend || !row.Control || row.Audit == nil {
+			continue
+		}
+		a := row.Audit
+		switch row.Verdict.Status {
+		case StatusControlOversold:
+			f.Control = append(f.Control, fmt.Sprintf("%s sold %s of %s units: %s oversold, stock left at %s.",
+				row.Run.Strategy, fmtInt(a.Ordered), fmtInt(a.Initial), plural(row.Verdict.Oversold, "unit", "units"), fmtInt(a.Available)))
+		case StatusControlHeld:
+			f.Control = append(f.Control, fmt.Sprintf("%s did not oversell in this burst (a race it can lose, not a guarantee).", row.Run.Strategy))
+		}
+	}
+	return f
+}
+
+// bestSentence says which strategy won a scenario and by how much.
+func bestSentence(b Best, ref Ceiling, hasRef bool) string {
+	w := b.Winner
+	var s string
+	if len(b.Tied) > 1 {
+		var names []string
+		for _, t := range b.Tied {
+			names = append(names, t.Run.Strategy)
+		}
+		lo, hi := w.Stats.OrdersPerSec, w.Stats.OrdersPerSec
+		for _, t := range b.Tied {
+			lo, hi = min(lo, t.Stats.OrdersPerSec), max(hi, t.Stats.OrdersPerSec)
+		}
+		s = fmt.Sprintf("%s: %s tie at %s–%s orders/s (within %.0f%%)", b.Scenario, joinAnd(names), fmtRate(lo), fmtRate(hi), TieTolerance*100)
+		if w.Run.Rate > 0 && w.Stats.OrdersPerSec >= float64(w.Run.Rate)*(1-TieTolerance) {
+			s = fmt.Sprintf("%s: %s all served the %s orders/s offered", b.Scenario, joinAnd(names), fmtInt(int64(w.Run.Rate)))
+		}
+		s += fmt.Sprintf("; %s has the lowest p99, %s", w.Run.Strategy, fmtDur(w.Stats.P99))
+		if b.RunnerUp != nil && b.P99Factor > 0 {
+			s += fmt.Sprintf(", %s lower than %s's %s", fmtRatio(b.P99Factor), b.RunnerUp.Run.Strategy, fmtDur(b.RunnerUp.Stats.P99))
+		}
+	} else {
+		s = fmt.Sprintf("%s: %s is the fastest safe strategy, %s orders/s", b.Scenario, w.Run.Strategy, fmtRate(w.Stats.OrdersPerSec))
+		if b.RunnerUp != nil {
+			s += fmt.Sprintf(", %s the next, %s (%s)", fmtRatio(b.Factor), b.RunnerUp.Run.Strategy, fmtRate(b.RunnerUp.Stats.OrdersPerSec))
+			if overlap(w.RoundsPerSec, b.RunnerUp.RoundsPerSec) {
+				s += ", though their rounds overlap: within this run's noise"
+			}
+		}
+	}
+	if hasRef && w.HasRatio {
+		s += fmt.Sprintf("; %s the hot-row ceiling of %s/s", fmtRatio(w.Ratio), fmtRate(ref.PerSecond))
+	}
+	return s + "."
+}
+
+// overlap reports whether two sets of rounds (two or more each) share part
+// of their range: then the difference between their medians is noise.
+func overlap(a, b []float64) bool {
+	if len(a) < 2 || len(b) < 2 {
+		return false
+	}
+	return slices.Min(a) <= slices.Max(b) && slices.Min(b) <= slices.Max(a)
+}
+
+func joinAnd(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+func tableRows(r *Report, rows []Row) []tableRow {
+	var out []tableRow
+	for i, row := range rows {
+		t := tableRowOf(r, row)
+		t.First = i == 0 || rows[i-1].Run.Backend != row.Run.Backend
+		out = append(out, t)
+	}
+	return out
+}
+
+func tableRowOf(r *Report, row Row) tableRow {
+	st, v, run := row.Stats, row.Verdict, row.Run
+	t := tableRow{
+		Backend: run.Backend, BackendLabel: r.BackendLabel(run.Backend), Strategy: run.Strategy,
+		Orders:         fmtInt(st.Orders),
+		Requests:       fmtInt(st.Requests),
+		OrdersPerSec:   fmtRate(st.OrdersPerSec),
+		RequestsPerSec: fmtRate(st.RequestsPerSec),
+		Window:         fmtSeconds(st.SellWindow),
+		SoldOut:        fmtInt(st.SoldOut), Busy: fmtInt(st.Busy), Errors: fmtInt(st.Errors),
+		Dropped:      fmtInt(st.Dropped),
+		Conservation: conservationText(v),
+		Status:       StatusText(v),
+		StatusClass:  string(v.Status),
+		Problems:     strings.Join(v.Problems, "; "),
+		Dashboard:    run.Dashboard,
+		Dir:          run.Dir,
+		Control:      row.Control,
+		Bad:          v.Status == StatusFail || v.Status == StatusError,
+	}
+	if run.Rate > 0 {
+		t.Offered = fmtInt(int64(run.Rate)) + "/s"
+	}
+	if len(row.RoundsPerSec) > 1 {
+		var parts []string
+		for _, v := range row.RoundsPerSec {
+			parts = append(parts, fmtRate(v))
+		}
+		t.Spread = strings.Join(parts, " · ")
+	}
+	if st.HasLatency {
+		t.P50, t.P95, t.P99 = fmtDur(st.P50), fmtDur(st.P95), fmtDur(st.P99)
+	} else {
+		t.P50, t.P95, t.P99 = "–", "–", "–"
+	}
+	if row.Audit != nil {
+		t.Available = fmtInt(row.Audit.Available)
+		t.Oversold = fmtInt(v.Oversold)
+		t.OversoldRed = v.Oversold > 0
+		t.AvailableRed = row.Audit.Available < 0
+	} else {
+		t.Available, t.Oversold = "–", "–"
+	}
+	if v.Untold > 0 {
+		t.Untold = plural(v.Untold, "order", "orders") + " committed whose buyer did not get a 201"
+	}
+	t.Ratio = "–"
+	if row.HasRatio {
+		t.Ratio = fmtRatio(row.Ratio)
+	}
+	return t
+}
+
+func backendViewOf(r *Report, backend string, burst, steady []Row) backendView {
+	v := backendView{Name: backend, Label: r.BackendLabel(backend)}
+	var refs []refLine
+	if ref, ok := r.ReferenceCeiling(backend); ok {
+		v.HasCeiling = true
+		v.ceilingValue = ref.PerSecond
+		v.CeilingText = fmt.Sprintf("%s/s", fmtRate(ref.PerSecond))
+		refs = append(refs, refLine{Label: ceilingLabel(ref) + " (reference)", Value: ref.PerSecond, Class: "ref-ceiling"})
+	}
+	for _, c := range r.MedianCeilings() {
+		if c.Backend == backend && c.Error == "" && c.PerSecond > 0 && c.PerSecond != v.ceilingValue {
+			refs = append(refs, refLine{Label: ceilingLabel(c), Value: c.PerSecond, Class: "ref-other"})
+		}
+	}
+
+	byStrategy := func(rows []Row) map[string]Row {
+		m := map[string]Row{}
+		for _, row := range rows {
+			if row.Run.Backend == backend {
+				m[row.Run.Strategy] = row
+			}
+		}
+		return m
+	}
+	b, s := byStrategy(burst), byStrategy(steady)
+
+	orders := chart{
+		Width:  1240,
+		Title:  fmt.Sprintf("%s: successful orders per second", v.Label),
+		Unit:   "orders/s",
+		Refs:   refs,
+		Legend: []legendItem{{"burst (until sold out)", "b-burst"}, {"steady (open model)", "b-steady"}, {"naive control", "b-control"}},
+	}
+	latency := chart{
+		Title:  fmt.Sprintf("%s: latency of POST /orders (burst)", v.Label),
+		Unit:   "milliseconds, log scale",
+		Log:    true,
+		Legend: []legendItem{{"p50", "b-p50"}, {"p95", "b-p95"}, {"p99", "b-p99"}},
+	}
+	steadyLatency := latency
+	steadyLatency.Title = fmt.Sprintf("%s: latency of POST /orders (steady)", v.Label)
+	oversell := chart{
+		Title:   fmt.Sprintf("%s: units sold in the burst, against the stock", v.Label),
+		Unit:    "units",
+		Stacked: true,
+		Legend:  []legendItem{{"sold within the stock", "b-sold"}, {"oversold", "b-control"}},
+	}
+	var stock int64
+	for _, name := range r.Strategies {
+		br, hasB := b[name]
+		sr, hasS := s[name]
+		if !hasB && !hasS {
+			continue
+		}
+		control := IsControl(name)
+		class := ""
+		if control {
+			class = "control"
+		}
+		row := barRow{Label: name, Class: class}
+		burstClass, steadyClass := "b-burst", "b-steady"
+		if control {
+			burstClass, steadyClass = "b-control", "b-control2"
+		}
+		if hasB {
+			row.Bars = append(row.Bars, bar{Value: br.Stats.OrdersPerSec, Text: fmtRate(br.Stats.OrdersPerSec) + ratioSuffix(br), Title: "burst: " + fmtRate(br.Stats.OrdersPerSec) + " orders/s", Class: burstClass})
+		}
+		if hasS {
+			row.Bars = append(row.Bars, bar{Value: sr.Stats.OrdersPerSec, Text: fmtRate(sr.Stats.OrdersPerSec) + ratioSuffix(sr), Title: "steady: " + fmtRate(sr.Stats.OrdersPerSec) + " orders/s", Class: steadyClass})
+		}
+		orders.Rows = append(orders.Rows, row)
+		latRow := func(rr Row) barRow {
+			lr := barRow{Label: name, Class: class}
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			for _, q := range []struct {
+				name  string
+				d     time.Duration
+				class string
+			}{{"p50", rr.Stats.P50, "b-p50"}, {"p95", rr.Stats.P95, "b-p95"}, {"p99", rr.Stats.P99, "b-p99"}} {
+				c := q.class
+				if control {
+					c += " control"
+				}
+				lr.Bars = append(lr.Bars, bar{Value: ms(q.d), Text: fmtDur(q.d), Title: q.name + " " + fmtDur(q.d), Class: c})
+			}
+			return lr
+		}
+		if hasB && br.Stats.HasLatency {
+			latency.Rows = append(latency.Rows, latRow(br))
+		}
+		if hasS && sr.Stats.HasLatency {
+			steadyLatency.Rows = append(steadyLatency.Rows, latRow(sr))
+		}
+		if hasB && br.Audit != nil {
+			a := br.Audit
+			stock = max(stock, a.Initial)
+			within := min(a.Ordered, a.Initial)
+			over := br.Verdict.Oversold
+			text := fmtInt(a.Ordered) + " sold"
+			if over > 0 {
+				text += ": " + fmtInt(over) + " oversold"
+			}
+			bars := []bar{{Value: float64(within), Text: text, Title: fmtInt(within) + " sold within the stock", Class: "b-sold"}}
+			if over > 0 {
+				bars = append(bars, bar{Value: float64(over), Title: fmtInt(over) + " units oversold", Class: "b-control"})
+			}
+			oversell.Rows = append(oversell.Rows, barRow{Label: name, Class: class, Bars: bars})
+		}
+	}
+	if stock > 0 {
+		oversell.Refs = []refLine{{Label: fmt.Sprintf("stock: %s units", fmtInt(stock)), Value: float64(stock), Class: "ref-stock"}}
+	}
+	v.Orders, v.BurstLatency, v.SteadyLatency, v.Oversell = orders.render(), latency.render(), steadyLatency.render(), oversell.render()
+	return v
+}
+
+func ceilingLabel(c Ceiling) string {
+	conns := "connections"
+	if c.Workers == 1 {
+		conns = "connection"
+	}
+	return fmt.Sprintf("hot row, %s, %d %s: %s/s", c.Statement, c.Workers, conns, fmtRate(c.PerSecond))
+}
+
+func roundLabel(rounds, round int) string {
+	if rounds <= 1 || round == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" · round %d", round)
+}
+
+func ratioSuffix(r Row) string {
+	if !r.HasRatio {
+		return ""
+	}
+	return " (" + fmtRatio(r.Ratio) + ")"
+}

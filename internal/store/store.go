@@ -1,0 +1,74 @@
+// Package store opens the database that DATABASE_URL names with the adapter
+// of its engine: postgres:// and postgresql:// go to internal/postgres,
+// mysql:// to internal/mysql.
+package store
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/mysql"
+	"github.com/flashsale/stock/internal/postgres"
+)
+
+// Store is an inventory.Store that can also migrate its schema and close.
+type Store interface {
+	inventory.Store
+	Migrate(ctx context.Context) error
+	Close()
+}
+
+// Engines names the engines, as Engine reports them.
+var Engines = []string{"postgres", "mysql"}
+
+// Engine returns "postgres" or "mysql" for a DATABASE_URL, or an error that
+// says which schemes are understood.
+func Engine(databaseURL string) (string, error) {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		return "postgres", nil
+	case "mysql":
+		return "mysql", nil
+	}
+	return "", fmt.Errorf("DATABASE_URL: scheme %q is not postgres://, postgresql:// or mysql://", u.Scheme)
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	stuckTx time.Duration
+}
+
+// WithStuckTransactionTimeout bounds how long a transaction that stopped
+// moving — its client frozen mid-order — can hold a row lock over the
+// others: PostgreSQL ends a session idle in a transaction for longer
+// (idle_in_transaction_session_timeout), MySQL fails a statement that waits
+// longer for a row lock (innodb_lock_wait_timeout). Default 0: the
+// servers' settings (no limit, and 50 s).
+func WithStuckTransactionTimeout(d time.Duration) Option {
+	return func(o *options) { o.stuckTx = d }
+}
+
+// Open connects to the database with a pool of maxConns connections.
+func Open(ctx context.Context, databaseURL string, maxConns int, opts ...Option) (Store, error) {
+	engine, err := Engine(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if engine == "mysql" {
+		return mysql.Open(ctx, databaseURL, mysql.WithMaxConns(maxConns), mysql.WithLockWaitTimeout(o.stuckTx))
+	}
+	return postgres.Open(ctx, databaseURL, postgres.WithMaxConns(int32(maxConns)), postgres.WithIdleInTransactionTimeout(o.stuckTx))
+}

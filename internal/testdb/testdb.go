@@ -1,0 +1,165 @@
+// Package testdb gives each test a database of its own on the real servers:
+// a fresh schema in PostgreSQL, a fresh database in MySQL/MariaDB, migrated
+// and dropped again when the test ends.
+//
+// The servers are found through TEST_POSTGRES_URL (default
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) and
+// TEST_MYSQL_URL (default mysql://root@127.0.0.1:3306/mysql). A server that
+// does not answer skips the test, except under CI=true, where it fails it:
+// CI must never pass because a server was missing.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flashsale/stock/internal/mysql"
+	"github.com/flashsale/stock/internal/store"
+)
+
+// DefaultPostgresURL and DefaultMySQLURL are the local servers of a
+// development machine.
+const (
+	DefaultPostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	DefaultMySQLURL    = "mysql://root@127.0.0.1:3306/mysql"
+)
+
+func serverURL(env, def string) string {
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	return def
+}
+
+// unavailable skips the test, or fails it under CI.
+func unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("CI=true and "+format, args...)
+	}
+	tb.Skipf(format+" (set CI=true to make this a failure)", args...)
+}
+
+func randomName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// URL creates an empty database for the engine ("postgres" or "mysql") and
+// returns a DATABASE_URL that points at it. The database is dropped when the
+// test ends.
+func URL(tb testing.TB, engine string) string {
+	tb.Helper()
+	switch engine {
+	case "postgres":
+		return postgresURL(tb)
+	case "mysql":
+		return mysqlURL(tb)
+	}
+	tb.Fatalf("testdb: unknown engine %q", engine)
+	return ""
+}
+
+func postgresURL(tb testing.TB) string {
+	tb.Helper()
+	base := serverURL("TEST_POSTGRES_URL", DefaultPostgresURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		unavailable(tb, "PostgreSQL at %s does not answer: %v", base, err)
+	}
+	defer conn.Close(ctx)
+	schema := randomName("stock_test_")
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		tb.Fatalf("create schema: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("TEST_POSTGRES_URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func mysqlURL(tb testing.TB) string {
+	tb.Helper()
+	base := serverURL("TEST_MYSQL_URL", DefaultMySQLURL)
+	cfg, err := mysql.ParseURL(base)
+	if err != nil {
+		tb.Fatalf("TEST_MYSQL_URL: %v", err)
+	}
+	connector, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		tb.Fatalf("TEST_MYSQL_URL: %v", err)
+	}
+	db := sql.OpenDB(connector)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		unavailable(tb, "MySQL/MariaDB at %s does not answer: %v", cfg.Addr, err)
+	}
+	name := randomName("stock_test_")
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		_ = db.Close()
+		tb.Fatalf("create database: %v", err)
+	}
+	tb.Cleanup(func() {
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
+			tb.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("TEST_MYSQL_URL: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// New returns a migrated store on a fresh database of the engine, closed
+// when the test ends.
+func New(tb testing.TB, engine string, maxConns int) store.Store {
+	tb.Helper()
+	url := URL(tb, engine)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, url, maxConns)
+	if err != nil {
+		tb.Fatalf("open %s: %v", engine, err)
+	}
+	tb.Cleanup(s.Close)
+	if err := s.Migrate(ctx); err != nil {
+		tb.Fatalf("migrate %s: %v", engine, err)
+	}
+	return s
+}

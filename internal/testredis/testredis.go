@@ -1,0 +1,203 @@
+// Package testredis runs real redis-server processes for tests: each on a
+// free 127.0.0.1 port, without persistence (a restart comes back empty),
+// stopped by its own PID. It never touches a Redis it did not start.
+//
+// Without the redis-server binary a test skips, except under CI=true, where
+// it fails: CI must never pass because a server was missing.
+package testredis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Bin is where Debian's redis-server package puts the server.
+const Bin = "/usr/bin/redis-server"
+
+// ErrNoRedis means the redis-server binary is missing.
+var ErrNoRedis = errors.New("redis-server not found")
+
+// Server is a redis-server child process on a free loopback port,
+// without persistence, so a restart comes back empty.
+type Server struct {
+	Addr string
+	port int
+	dir  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	out    *readyWriter
+}
+
+// Start starts a redis-server for tb and stops it (by its own PID) in
+// tb's cleanup. It skips tb when redis-server is missing, unless CI=true.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	s, err := Spawn(tb.TempDir(), 0)
+	if errors.Is(err, ErrNoRedis) && os.Getenv("CI") != "true" {
+		tb.Skip(err, "(set CI=true to make this a failure)")
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// Spawn starts a redis-server outside any test (for TestMain); port 0 picks
+// a free one, dir "" a new temporary folder. Stop it with Stop.
+func Spawn(dir string, port int) (*Server, error) {
+	if _, err := os.Stat(Bin); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoRedis, err)
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "testredis-")
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+	}
+	s := &Server{dir: dir, port: port}
+	var err error
+	// A free port can be taken between our probe and redis' bind: try again.
+	for range 5 {
+		if port == 0 {
+			s.port = freePort()
+		}
+		if err = s.start(); err == nil {
+			s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
+			return s, nil
+		}
+	}
+	return nil, err
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// start runs the server and returns once it answers PING.
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("redis-server already running")
+	}
+	cmd := exec.Command(Bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir)
+	out := &readyWriter{ready: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+
+	// Wait for the server's own "ready" log line, not for a fixed time.
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	select {
+	case <-out.ready:
+	case <-exited:
+		return fmt.Errorf("redis-server on port %d exited: %s", s.port, out.String())
+	case <-timeout.C:
+		_ = cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("redis-server on port %d not ready in 10s: %s", s.port, out.String())
+	}
+	s.cmd, s.exited, s.out = cmd, exited, out
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.port)})
+	defer c.Close()
+	var err error
+	for range 50 { // bounded: the log line says it listens already
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	s.cmd = nil
+	return fmt.Errorf("redis-server on port %d does not answer PING: %w", s.port, err)
+}
+
+// Stop kills the server (SIGKILL: a crash, not a shutdown) and waits for it.
+// It is idempotent.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
+}
+
+// Restart starts a stopped server again on the same port, with no data.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	var err error
+	for range 5 { // the port may linger briefly after the kill
+		if err = s.start(); err == nil {
+			return
+		}
+	}
+	tb.Fatal(err)
+}
+
+// Client returns a client closed at tb's cleanup. One dial attempt instead
+// of go-redis' five keeps the log of tests that stop servers readable; the
+// lock must cope with either.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialerRetries: 1})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+type readyWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	ready chan struct{}
+	seen  bool
+}
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.buf.Len() < 1<<16 {
+		w.buf.Write(p)
+	}
+	if !w.seen && strings.Contains(w.buf.String(), "Ready to accept connections") {
+		w.seen = true
+		close(w.ready)
+	}
+	return len(p), nil
+}
+
+func (w *readyWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}

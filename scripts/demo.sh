@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# make demo: bring up what is missing, build, and run the comparison of the
+# anti-oversell strategies (cmd/demo), which writes reports/<timestamp>/ and
+# points reports/latest at it.
+#
+#   make demo                 # about 10 minutes on 2 cores (first k6 build: +4)
+#   DEMO_QUICK=1 make demo    # under 3 minutes
+#
+# Servers: PostgreSQL and MariaDB/MySQL that already answer on 127.0.0.1 are
+# used as they are. Otherwise, where a Docker engine answers, the missing
+# ones come from docker-compose.yml; failing that, scripts/ensure-services.sh
+# installs and starts them from Debian's packages. The Redis servers of the
+# lock strategies are started by the runner itself (five redis-servers on
+# free ports, stopped at the end), or by docker compose when redis-server is
+# not installed. Every setting is an environment variable: see
+# cmd/demo/config.go.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'demo: %s\n' "$*" >&2; }
+
+# port_open HOST PORT: something listens there.
+port_open() { timeout 2 bash -c "</dev/tcp/$1/$2" 2>/dev/null; }
+
+pg_ok() {
+  if command -v psql >/dev/null 2>&1; then
+    psql "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&connect_timeout=3" -Atc 'select 1' >/dev/null 2>&1
+  else
+    port_open 127.0.0.1 5432
+  fi
+}
+my_ok() {
+  if command -v mariadb >/dev/null 2>&1; then
+    mariadb --protocol=tcp -h 127.0.0.1 -P 3306 -u root --connect-timeout=3 -e 'select 1' >/dev/null 2>&1
+  else
+    port_open 127.0.0.1 3306
+  fi
+}
+docker_ok() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; }
+
+missing=()
+pg_ok || missing+=(postgres)
+my_ok || missing+=(mysql)
+if [ ${#missing[@]} -gt 0 ] && docker_ok; then
+  log "starting ${missing[*]} with docker compose"
+  docker compose up -d --wait "${missing[@]}"
+elif [ ${#missing[@]} -gt 0 ] || ! command -v redis-server >/dev/null 2>&1; then
+  # Installs (as root) and starts what is missing, creates the databases.
+  bash scripts/ensure-services.sh
+fi
+if ! command -v redis-server >/dev/null 2>&1 && [ -z "${REDIS_ADDRS:-}" ] && docker_ok; then
+  log "redis-server is not installed: starting five Redis servers with docker compose"
+  docker compose up -d --wait redis1 redis2 redis3 redis4 redis5
+  export REDIS_ADDRS=127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383
+fi
+# The stock database on both engines (docker compose creates it; a server
+# that was already running may not have it).
+if command -v psql >/dev/null 2>&1 && pg_ok; then
+  psql "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" -Atc "select 1 from pg_database where datname = 'stock'" | grep -q 1 \
+    || psql "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" -qc 'CREATE DATABASE stock'
+fi
+if command -v mariadb >/dev/null 2>&1 && my_ok; then
+  mariadb --protocol=tcp -h 127.0.0.1 -u root -e 'CREATE DATABASE IF NOT EXISTS stock'
+fi
+
+log "building bin/stock"
+go build -o bin/stock ./cmd/stock
+log "building the pinned k6 (loadtest/go.mod): cached after the first time, which takes about 4 minutes"
+(cd loadtest && go tool -n k6 >/dev/null)
+# STOCK_BIN: the runner uses the binary built above instead of rebuilding.
+STOCK_BIN=bin/stock exec go run ./cmd/demo "$@"
