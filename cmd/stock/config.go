@@ -22,6 +22,7 @@ type config struct {
 	DBMaxConns      int
 	OrderTimeout    time.Duration
 	CASMaxAttempts  int
+	CASMaxInFlight  int
 	NaiveRaceWindow time.Duration
 	Migrate         bool
 	ShutdownTimeout time.Duration
@@ -59,6 +60,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		DBMaxConns:      integer("DB_MAX_CONNS", 16, 1, 1000),
 		OrderTimeout:    duration("ORDER_TIMEOUT", 3*time.Second, false),
 		CASMaxAttempts:  integer("CAS_MAX_ATTEMPTS", 50, 1, 10000),
+		CASMaxInFlight:  integer("CAS_MAX_IN_FLIGHT", 2, 0, 1000),
 		NaiveRaceWindow: duration("NAIVE_RACE_WINDOW", 0, true),
 		Migrate:         boolean("MIGRATE", true),
 		ShutdownTimeout: duration("SHUTDOWN_TIMEOUT", 10*time.Second, false),
@@ -119,6 +121,7 @@ func (c config) logAttrs() []any {
 		"order_timeout", c.OrderTimeout.String(),
 		"http_read_timeout", c.ReadTimeout.String(),
 		"cas_max_attempts", c.CASMaxAttempts,
+		"cas_max_in_flight", c.CASMaxInFlight,
 		"naive_race_window", c.NaiveRaceWindow.String(),
 		"migrate", c.Migrate,
 		"log_level", c.LogLevel.String(),

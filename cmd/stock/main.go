@@ -92,7 +92,7 @@ func buildSQLStrategy(cfg config) (inventory.Strategy, error) {
 	case inventory.NameForUpdate:
 		return inventory.NewForUpdate(), nil
 	case inventory.NameVersionCAS:
-		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts)), nil
+		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts), inventory.WithMaxInFlight(cfg.CASMaxInFlight)), nil
 	case inventory.NameConditional:
 		return inventory.NewConditional(), nil
 	}

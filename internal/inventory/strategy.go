@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"time"
 )
@@ -146,11 +147,14 @@ var errVersionMoved = errors.New("stock version moved")
 // VersionCAS reads the row and its version, then writes only if the version is
 // unchanged; a lost race re-reads and tries again after a jittered backoff.
 // Optimistic: no lock is held while the order is decided, but under
-// contention most attempts lose.
+// contention most attempts lose, which is why each process lets only a few
+// attempts on one SKU run at once (WithMaxInFlight).
 type VersionCAS struct {
 	maxAttempts int
 	backoffBase time.Duration
 	backoffMax  time.Duration
+	inFlight    int
+	gates       [gateStripes]chan struct{}
 }
 
 // CASOption configures VersionCAS.
@@ -170,11 +174,37 @@ func WithBackoff(base, maxWait time.Duration) CASOption {
 	return func(v *VersionCAS) { v.backoffBase, v.backoffMax = base, maxWait }
 }
 
+// WithMaxInFlight bounds how many compare-and-set attempts one process runs
+// at once on one SKU; the others wait in the process, holding no connection,
+// until a slot frees or their deadline passes. Default 2; 0 means no bound.
+//
+// Why: on one hot row only one attempt per version can win, so every
+// attempt beyond the first that runs at the same time is a certain loss that
+// still costs a transaction, a pooled connection and, on InnoDB, a place in
+// the row's lock queue. With 3 instances of 10 connections racing for 500
+// units, no bound spent 22,000–24,000 attempts on MariaDB (7–9 s); a bound of
+// 2 spent about 4,200 (2 s); on PostgreSQL 3,800 against 4,600. The bound
+// is per process, so instances still race each other optimistically: it
+// thins the race, it does not serialise it.
+func WithMaxInFlight(n int) CASOption {
+	return func(v *VersionCAS) { v.inFlight = max(0, n) }
+}
+
+// gateStripes is how many semaphores the SKUs share, by hash: enough that
+// two hot SKUs rarely share one, and a fixed number, so that a flood of
+// unknown SKUs allocates nothing.
+const gateStripes = 64
+
 // NewVersionCAS returns the version compare-and-set strategy.
 func NewVersionCAS(opts ...CASOption) *VersionCAS {
-	v := &VersionCAS{maxAttempts: 50, backoffBase: time.Millisecond, backoffMax: 25 * time.Millisecond}
+	v := &VersionCAS{maxAttempts: 50, backoffBase: time.Millisecond, backoffMax: 25 * time.Millisecond, inFlight: 2}
 	for _, o := range opts {
 		o(v)
+	}
+	if v.inFlight > 0 {
+		for i := range v.gates {
+			v.gates[i] = make(chan struct{}, v.inFlight)
+		}
 	}
 	return v
 }
@@ -185,23 +215,7 @@ func (*VersionCAS) Name() string { return NameVersionCAS }
 // Deduct implements Strategy.
 func (v *VersionCAS) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
 	for attempt := 0; ; attempt++ {
-		err := inTx(ctx, func(ctx context.Context, tx Tx) error {
-			level, err := tx.ReadLevel(ctx, sku)
-			if err != nil {
-				return err
-			}
-			if level.Available < quantity {
-				return ErrSoldOut
-			}
-			ok, err := tx.DeductIfVersion(ctx, sku, quantity, level.Version)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return errVersionMoved
-			}
-			return nil
-		})
+		err := v.try(ctx, sku, quantity, inTx)
 		if !errors.Is(err, errVersionMoved) {
 			return err
 		}
@@ -212,6 +226,46 @@ func (v *VersionCAS) Deduct(ctx context.Context, sku string, quantity int64, inT
 			return err
 		}
 	}
+}
+
+// try makes one compare-and-set attempt, once the SKU's gate lets it in.
+func (v *VersionCAS) try(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
+	if gate := v.gate(sku); gate != nil {
+		select {
+		case gate <- struct{}{}:
+			defer func() { <-gate }()
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for a compare-and-set slot: %w", ErrBusy, context.Cause(ctx))
+		}
+	}
+	return inTx(ctx, func(ctx context.Context, tx Tx) error {
+		level, err := tx.ReadLevel(ctx, sku)
+		if err != nil {
+			return err
+		}
+		if level.Available < quantity {
+			return ErrSoldOut
+		}
+		ok, err := tx.DeductIfVersion(ctx, sku, quantity, level.Version)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errVersionMoved
+		}
+		return nil
+	})
+}
+
+// gate returns the semaphore of sku's stripe, or nil when attempts are not
+// bounded.
+func (v *VersionCAS) gate(sku string) chan struct{} {
+	if v.inFlight == 0 {
+		return nil
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sku))
+	return v.gates[h.Sum32()%gateStripes]
 }
 
 // jitter returns a random wait in [0, min(maxWait, base·2^attempt)].

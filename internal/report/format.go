@@ -33,7 +33,7 @@ var strategies = map[string]Strategy{
 	},
 	"version-cas": {
 		Name: "version-cas", Safe: true,
-		How:    "Reads (available, version), then UPDATE … WHERE version = v. A lost race re-reads and retries after a jittered backoff, up to CAS_MAX_ATTEMPTS and within ORDER_TIMEOUT, then answers 503 busy.",
+		How:    "Reads (available, version), then UPDATE … WHERE version = v. A lost race re-reads and retries after a jittered backoff, up to CAS_MAX_ATTEMPTS and within ORDER_TIMEOUT, then answers 503 busy. Each instance runs at most CAS_MAX_IN_FLIGHT (2) attempts on a SKU at once.",
 		Expect: "Safe. Optimistic: no lock while deciding, but on one hot row most attempts lose, so it burns round trips and can leave buyers with 503.",
 	},
 	"conditional": {
