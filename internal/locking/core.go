@@ -51,11 +51,12 @@ type attempt struct {
 	deadline   time.Time // end of the wait
 	inbox      *inbox
 	fence      int64
-	validUntil time.Time      // written by acquire, then only by the watchdog
-	element    string         // single node: our entry in the server's queue
-	pending    sync.WaitGroup // Redlock: calls for this attempt still running
-	batch      int            // Redlock: local hand-overs left before the lock must go back to all
-	lost       bool           // set by Release: the hold was lost, do not hand it on
+	fenceTop   int64           // highest fence reserved for this hold and its local successors (>= fence)
+	validUntil time.Time       // written by acquire, then only by the watchdog
+	element    string          // single node: our entry in the server's queue
+	pending    *sync.WaitGroup // Redlock: calls for this lock still running, shared along a chain of hand-overs
+	batch      int             // local hand-overs left before the lock must go back to all
+	lost       bool            // set by Release: the hold was lost, do not hand it on
 }
 
 // slotGrant is what the releasing holder passes to the next local waiter.
@@ -63,11 +64,15 @@ type slotGrant struct {
 	granted    bool // the lock is already ours
 	fence      int64
 	validUntil time.Time
-	queued     bool      // we have a place in the server's queue: element
-	element    string    //
-	notBefore  time.Time // the lock cannot have reached us before this
-	armed      bool      // our inbox listened on a confirmed subscription before we were queued
-	releasedBy string    // Redlock: our predecessor released this token for everyone
+	token      string          // local hand-over: the lock's value in Redis, inherited
+	pending    *sync.WaitGroup // local hand-over: the calls for that lock still running
+	fenceTop   int64           // local hand-over: the reserved fences
+	batch      int             // local hand-over: hand-overs left
+	queued     bool            // we have a place in the server's queue: element
+	element    string          //
+	notBefore  time.Time       // the lock cannot have reached us before this
+	armed      bool            // our inbox listened on a confirmed subscription before we were queued
+	releasedBy string          // Redlock: our predecessor released this token for everyone
 }
 
 // keyState is the process-local state of one key, guarded by core.mu.
@@ -137,7 +142,7 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 	wctx, cancel := c.waitContext(ctx)
 	defer cancel()
 	deadline, _ := wctx.Deadline()
-	a := &attempt{key: key, token: newToken(), deadline: deadline, inbox: newInbox()}
+	a := &attempt{key: key, token: newToken(), deadline: deadline, inbox: newInbox(), pending: new(sync.WaitGroup)}
 
 	c.mu.Lock()
 	if c.closed {
@@ -174,10 +179,21 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 			return nil, c.notObtained(wctx)
 		}
 	}
+	if g.token != "" {
+		// Handed over inside this process: the lock is ours already.
+		a.apply(g)
+		return c.newHold(ctx, ks, a)
+	}
 	if err := c.be.acquire(wctx, ks, a, g); err != nil {
 		_ = c.releaseSlot(ctx, ks, a)
 		return nil, err
 	}
+	// Serve the goroutines of this process that wait now, by hand-over,
+	// then give the lock back to all (see handOver).
+	c.mu.Lock()
+	a.batch = len(ks.waiters)
+	c.mu.Unlock()
+	a.fenceTop = max(a.fenceTop, a.fence) // a backend may have reserved more
 	return c.newHold(ctx, ks, a)
 }
 
@@ -215,6 +231,9 @@ func (a *attempt) apply(g slotGrant) {
 	}
 	if g.granted {
 		a.fence, a.validUntil = g.fence, g.validUntil
+	}
+	if g.token != "" {
+		a.token, a.fenceTop, a.batch, a.pending = g.token, g.fenceTop, g.batch, g.pending
 	}
 }
 
@@ -255,9 +274,61 @@ func (c *core) watchLocked(ks *keyState) []*subscription {
 	return ks.subs
 }
 
+// handOver passes a's lock to the next goroutine of this process that waits
+// for the key, without letting go of it in Redis: the successor inherits
+// the lock's value and its validity, and takes the next fencing token from a
+// block reserved for the batch. It does so only for the goroutines that
+// waited when the process took the lock (a.batch), and then gives the lock
+// back to everyone: cheap hand-overs, without starving other processes.
+//
+// The block is reserved with the first hand-over of a batch, by an extend
+// that also raises the fencing counter to the block's top (on a majority
+// for Redlock): every later acquisition reads a counter at least that high
+// and takes a token above the block, so tokens still grow with every new
+// holder (doc.go). That extend also restarts the lock's clock; it is
+// repeated when the validity handed on would be less than half the TTL.
+func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
+	if a.fence == 0 || a.lost || a.batch <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	waiting := !c.closed && len(ks.waiters) > 0
+	c.mu.Unlock()
+	if !waiting {
+		return false
+	}
+	if a.fenceTop <= a.fence || time.Until(a.validUntil) < c.cfg.ttl/2 {
+		a.fenceTop = max(a.fenceTop, a.fence+int64(a.batch))
+		until, err := c.be.extend(context.WithoutCancel(ctx), a)
+		if err != nil {
+			return false // the lock may be lost: leave reports it
+		}
+		a.validUntil = until
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := ks.pop()
+	if next == nil {
+		return false // the waiters gave up meanwhile
+	}
+	ks.owner = next.a
+	next.ready <- slotGrant{
+		granted: true, fence: a.fence + 1, validUntil: a.validUntil,
+		token: a.token, fenceTop: a.fenceTop, batch: a.batch - 1,
+		// A renewal's call that a slow node answers late may still be
+		// running: whoever finally releases the lock must wait for it, or
+		// it could put the lock back on that node after the release.
+		pending: a.pending,
+	}
+	return true
+}
+
 // releaseSlot gives up a's claim in Redis and hands the key's local slot to
 // the next local waiter, or frees it.
 func (c *core) releaseSlot(ctx context.Context, ks *keyState, a *attempt) error {
+	if c.handOver(ctx, ks, a) {
+		return nil
+	}
 	for _, s := range ks.subsSnapshot(c) {
 		s.disarm(a.inbox)
 	}

@@ -66,12 +66,27 @@
 // one TTL narrows the window; fencing checked by the resource is the last
 // line, and it is only as good as the counters.
 //
-// A Redlock holder that hands the lock to the next goroutine of its own
-// process (see Waiting) gives it its token plus one: it held a majority
-// without a break, so nobody else was reported holder in between, and the
-// hand-over writes the new token to a majority as an acquisition does.
+// # Hand-overs inside a process
+//
+// A holder whose process has goroutines waiting for the same key passes the
+// lock to the next of them without letting go of it in Redis (see Waiting).
+// The successor inherits the lock and takes the next integer from a block
+// of tokens reserved for the batch: the first hand-over of a batch renews
+// the lock and raises the counter (set-if-greater; on a majority for
+// Redlock, in the same script that renews) to the block's top, before the
+// successor learns its token. Nobody else can hold the lock in between, and
+// every later acquisition reads a counter at least that high, so it takes a
+// token above the whole block: tokens still grow strictly with each new
+// holder, with gaps where a reserved goroutine gave up.
 //
 // # Waiting
+//
+// Within a process, goroutines queue locally (FIFO) and one of them talks to
+// Redis for the key. A process that takes the lock serves the goroutines
+// that were waiting for it at that moment by hand-over (no Redis call but
+// one renewal per batch, see above) and then gives it back to all: batching
+// makes contended locks cheap without starving other processes, since each
+// goroutine gets one turn per batch of its process.
 //
 // Locker: waiting processes queue on the server (K:queue, oldest first) and
 // a release hands the lock straight to the oldest of them, publishing the
@@ -84,10 +99,7 @@
 // that lost to that holder tries again when it hears it, and so does the
 // releasing process's own next waiter, so it gets no head start. After a
 // split vote (nobody reached a majority) contenders back off for a random,
-// growing while. A process that wins the lock serves the goroutines that
-// were waiting for it at that moment by hand-over (one round, no race)
-// before giving it back to all: that batching is what keeps Redlock's
-// throughput up under contention without starving other processes. In both, polling is only a fallback (lost messages, a
+// growing while. In both, polling is only a fallback (lost messages, a
 // holder that died), and the wait is bounded by WithWait, the context's
 // deadline, or twice the TTL.
 package locking

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,8 +48,10 @@ func newRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 	notifiers := make([]*notifier, len(clients))
 	for i, cl := range clients {
 		q.nodes = append(q.nodes, rnode{name: nodeName(cl, i), client: cl})
+		q.byName = append(q.byName, i)
 		notifiers[i] = newNotifier(cl)
 	}
+	slices.SortStableFunc(q.byName, func(i, j int) int { return strings.Compare(q.nodes[i].name, q.nodes[j].name) })
 	c := newCore(cfg, q, notifiers)
 	q.c, q.cfg = c, &c.cfg
 	return &Redlock{c: c, q: q}, nil
@@ -109,11 +114,80 @@ type rnode struct {
 }
 
 type quorum struct {
-	c     *core
-	cfg   *config
-	nodes []rnode
-	need  int            // majority
-	bg    sync.WaitGroup // release calls still running after Release returned
+	c      *core
+	cfg    *config
+	nodes  []rnode
+	byName []int          // node indexes in the order of their names
+	need   int            // majority
+	bg     sync.WaitGroup // release calls still running after Release returned
+}
+
+// gate returns the node a contender for key tries first (see tryGate). It
+// is picked by the key's hash among the nodes sorted by name, so processes
+// that list the same servers in another order still agree on it.
+func (q *quorum) gate(key string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return q.byName[h.Sum32()%uint32(len(q.byName))]
+}
+
+// gateState is what the gate node said.
+type gateState int
+
+const (
+	gateUnknown gateState = iota // no answer: go on to a full round without it
+	gateOurs                     // ours now: go on to a full round
+	gateTaken                    // another contender has it: wait for its release
+	gateQueued                   // free, but an older waiter is first in line
+)
+
+// tryGate runs the gate script on key's gate node alone before a full
+// round: contenders queue there, oldest first, and only the first in line
+// may take the gate. Without it, the contenders that all start a round on
+// the same release announcement split the votes (each takes a node or two,
+// nobody a majority, all release and back off), and the one who wins is
+// whoever is lucky, which makes waits long-tailed and unfair. With it, the
+// holder of the gate goes on to a full round that it nearly always wins,
+// and processes take turns in the order they started waiting. The gate
+// decides nothing about safety (the full round still needs a majority);
+// when it does not answer, contenders race without it.
+func (q *quorum) tryGate(ctx context.Context, a *attempt) (gateState, time.Duration) {
+	n := q.nodes[q.gate(a.key)]
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
+	defer cancel()
+	v, err := redlockGate.Run(ctx, n.client, lockKeys(a.key), a.token, ms(q.cfg.ttl), ms(time.Until(a.deadline))).Slice()
+	if err != nil {
+		a.element = unknownElement // the script may have queued us
+		return gateUnknown, 0
+	}
+	state, pttl, el, err := triple(v)
+	if err != nil {
+		return gateUnknown, 0
+	}
+	a.element = el
+	switch state {
+	case 1:
+		return gateOurs, 0
+	case 0:
+		return gateTaken, time.Duration(pttl) * time.Millisecond
+	default:
+		return gateQueued, 0
+	}
+}
+
+// leaveGateQueue removes a's entry from the gate node's queue, if it may
+// have one: an attempt that gave up, or that won without the gate, must not
+// stay first in line until its deadline.
+func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt) {
+	if a.element == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
+	defer cancel()
+	n := q.nodes[q.gate(a.key)]
+	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.token).Err() == nil {
+		a.element = ""
+	}
 }
 
 // result is one node's answer in a parallel call.
@@ -202,7 +276,7 @@ func (q *quorum) tryAll(ctx context.Context, a *attempt) round {
 	// when Acquire returns (its wait context ends then): a late SET that
 	// lands puts the lock on one more node, which is what lets the holder
 	// survive the loss of others. The node timeout still bounds them.
-	answers := q.run(context.WithoutCancel(ctx), &a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+	answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
 		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl)).Slice()
 	}, q.counted(won))
 	r := round{holders: map[string]int{}, pttl: map[string]time.Duration{}, others: map[int]bool{}}
@@ -244,10 +318,6 @@ func (r *round) top() (string, int) {
 
 func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error {
 	cfg := q.cfg
-	if g.granted { // our predecessor handed the lock over
-		a.fence, a.validUntil = g.fence, g.validUntil
-		return nil
-	}
 	var subs []*subscription
 	defer func() {
 		for _, s := range subs {
@@ -265,32 +335,80 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		q.wait(ctx, a, t, true)
 	}
 	splits := 0
+	// startListening subscribes, the first time we find the lock taken,
+	// and reports whether it did: the caller then looks again before it
+	// waits, since a release announced before the subscription was
+	// confirmed would not wake us.
+	startListening := func() bool {
+		if subs != nil {
+			return false
+		}
+		subs = q.c.watch(ks)
+		for _, s := range subs {
+			s.arm(a.inbox)
+			select {
+			case <-s.readyC():
+			case <-ctx.Done():
+			}
+		}
+		return true
+	}
+	gate := q.gate(a.key)
+	bypassGate := false
 	for {
 		a.inbox.take() // what arrived before this round is stale
+		gateState, pttl := gateUnknown, time.Duration(0)
+		if !bypassGate {
+			gateState, pttl = q.tryGate(ctx, a)
+		}
+		bypassGate = false
+		if gateState == gateTaken || gateState == gateQueued {
+			// Someone is ahead of us: a release (or a failed round's
+			// undoing of the gate) wakes us, else the holder's TTL or the
+			// poll interval.
+			if startListening() {
+				continue
+			}
+			d := cfg.pollInterval
+			if gateState == gateTaken {
+				d = min(d, pttl+time.Millisecond)
+			}
+			t.Reset(d)
+			q.c.waiting(a.key)
+			// Nothing announced before the timer: the gate may be held by
+			// nobody who will release it (a contender whose gate call
+			// landed after it gave up leaves it for a TTL), so race
+			// without it once rather than trust it.
+			bypassGate = !q.wait(ctx, a, t, true)
+			if ctx.Err() != nil {
+				return q.c.notObtained(ctx)
+			}
+			continue
+		}
 		start := time.Now()
 		r := q.tryAll(ctx, a)
-		if q.settle(ctx, a, &r, start) {
-			// Serve the goroutines of this process that wait now, by
-			// hand-over, then give the lock back to all (see leave).
-			q.c.mu.Lock()
-			a.batch = len(ks.waiters)
-			q.c.mu.Unlock()
+		if q.settle(ctx, ks, a, &r, start) {
+			q.leaveGateQueue(ctx, a)
 			return nil
 		}
 		// Our SET may have landed where the answer was late or lost:
 		// release wherever it may have, that is wherever the round did not
 		// see another holder.
+		// Announce the release if we held a majority, or if we held the
+		// gate and nobody holds a majority: the waiters behind us would
+		// otherwise sleep until they poll. (When someone does hold a
+		// majority, its own release will wake them, and announcing ours
+		// would only wake us and them for nothing.)
 		a.pending.Wait()
-		q.release(context.WithoutCancel(ctx), a.key, a.token, r.others, len(r.ours) >= q.need)
+		_, topVotes := r.top()
+		heldGate := gateState == gateOurs || slices.Contains(r.ours, gate)
+		q.release(context.WithoutCancel(ctx), a.key, a.token, r.others, len(r.ours) >= q.need || heldGate && topVotes < q.need)
 		if ctx.Err() != nil {
+			q.leaveGateQueue(context.WithoutCancel(ctx), a)
 			return q.c.notObtained(ctx, r.errs...)
 		}
-		if subs == nil {
-			// Contended: from now on listen for releases.
-			subs = q.c.watch(ks)
-			for _, s := range subs {
-				s.arm(a.inbox)
-			}
+		if startListening() {
+			continue
 		}
 		var d time.Duration
 		holder, n := r.top()
@@ -329,20 +447,20 @@ func sum(m map[string]int) int {
 }
 
 // wait returns when t fires, ctx ends, or (listen) a release is announced
-// or we are told to poll. Only holders of a majority announce their release,
+// or we are told to poll; it reports whether a message woke it. Only holders of a majority announce their release,
 // and a holder that hands the lock to its next local waiter announces
 // nothing until the batch ends, so any announcement is worth a new round.
-func (q *quorum) wait(ctx context.Context, a *attempt, t *time.Timer, listen bool) {
+func (q *quorum) wait(ctx context.Context, a *attempt, t *time.Timer, listen bool) bool {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-t.C:
-			return
+			return false
 		case <-a.inbox.c:
 		}
 		if listen {
-			return
+			return true
 		}
 	}
 }
@@ -351,19 +469,25 @@ func (q *quorum) wait(ctx context.Context, a *attempt, t *time.Timer, listen boo
 // validity, fixes the fencing token as one more than the highest counter
 // read on the nodes we hold, and writes it back (set-if-greater) to them;
 // the lock is held only if a majority took the token in time.
-func (q *quorum) settle(ctx context.Context, a *attempt, r *round, start time.Time) bool {
+func (q *quorum) settle(ctx context.Context, ks *keyState, a *attempt, r *round, start time.Time) bool {
 	cfg := q.cfg
 	valid := cfg.ttl - cfg.drift()
 	if len(r.ours) < q.need || time.Since(start) >= valid {
 		return false
 	}
 	fence := r.counter + 1
+	// The counter is raised past the tokens of the goroutines of this
+	// process that wait now, which the lock will be handed to (core's
+	// handOver), so those hand-overs need no round of their own.
+	q.c.mu.Lock()
+	top := fence + int64(len(ks.waiters))
+	q.c.mu.Unlock()
 	// Written to every node, not only those the round heard from: the
 	// script writes only where the lock is ours, and late answers of the
 	// round may have made it ours on more nodes. The more nodes carry the
 	// token, the more node losses the fencing survives (doc.go).
-	answers := q.run(context.WithoutCancel(ctx), &a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockFence.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, fence).Int64()
+	answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+		return redlockFence.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, top).Int64()
 	}, q.counted(isOne))
 	r.errs = append(r.errs, nodeErrors(answers)...)
 	n := 0
@@ -375,7 +499,7 @@ func (q *quorum) settle(ctx context.Context, a *attempt, r *round, start time.Ti
 	if n < q.need || time.Since(start) >= valid {
 		return false
 	}
-	a.fence, a.validUntil = fence, start.Add(valid)
+	a.fence, a.fenceTop, a.validUntil = fence, top, start.Add(valid)
 	return true
 }
 
@@ -403,28 +527,21 @@ func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bo
 	return n, nodeErrors(answers)
 }
 
-// leave releases a held lock. With a local successor and hand-overs left in
-// the batch, it hands the lock over instead (one round, no race, the next
-// fence). Batches keep the lock for the goroutines that were waiting when
-// this process won it, then give it back to all: cheap hand-overs without
-// starving the other processes.
+// leave releases a held lock to everyone (local hand-overs are core's
+// handOver); the next local waiter listens for the release's announcement
+// like every other waiter before it tries.
 func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGrant, error) {
 	if a.fence == 0 {
-		return slotGrant{}, nil // never held: a failed round released already
+		// Never held: a failed round released already.
+		q.leaveGateQueue(ctx, a)
+		return slotGrant{}, nil
 	}
 	a.pending.Wait()
-	if next != nil && a.batch > 0 && !a.lost {
-		if g, ok := q.transfer(ctx, a, next); ok {
-			return g, nil
-		}
-	}
 	n, errs := q.release(ctx, a.key, a.token, nil, true)
 	var g slotGrant
 	if next != nil {
 		g = slotGrant{releasedBy: a.token, armed: true}
 	}
-	// The successor listens for this release's announcement, like every
-	// other waiter, before it tries.
 	if n >= q.need {
 		return g, nil
 	}
@@ -433,42 +550,14 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	}, errs...)...)
 }
 
-// transfer hands a's lock to next on a majority within the validity
-// window. The successor's token is a's plus one: a held a majority without
-// a break, so no other holder came between, and the counters of a majority
-// carry a.fence (doc.go).
-func (q *quorum) transfer(ctx context.Context, a, next *attempt) (slotGrant, bool) {
-	start := time.Now()
-	fence := a.fence + 1
-	answers := q.run(ctx, &next.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockTransfer.Run(ctx, n.client, []string{a.key, a.key + ":fence"},
-			a.token, next.token, ms(q.cfg.ttl), fence).Int64()
-	}, q.counted(isOne))
-	n := 0
-	for _, ans := range answers {
-		if isOne(ans) {
-			n++
-		}
-	}
-	valid := q.cfg.ttl - q.cfg.drift()
-	if n >= q.need && time.Since(start) < valid {
-		next.batch = a.batch - 1
-		return slotGrant{granted: true, fence: fence, validUntil: start.Add(valid)}, true
-	}
-	// Undo the hand-over where it landed; the caller releases a's lock.
-	next.pending.Wait()
-	q.release(ctx, a.key, next.token, nil, true)
-	return slotGrant{}, false
-}
-
 // extend renews the lock on every node; it stays held if a majority renewed
 // it within the validity window. A node that lost the key (restarted empty)
 // is taken back, and every node's fencing counter raised to ours.
 func (q *quorum) extend(ctx context.Context, a *attempt) (time.Time, error) {
 	a.pending.Wait()
 	start := time.Now()
-	answers := q.run(ctx, &a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockExtend.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl), a.fence).Int64()
+	answers := q.run(ctx, a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+		return redlockExtend.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl), max(a.fence, a.fenceTop)).Int64()
 	}, q.counted(isOne))
 	n := 0
 	for _, ans := range answers {

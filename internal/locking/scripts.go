@@ -133,13 +133,17 @@ redis.call('RPUSH', KEYS[3], e)
 return {held, 0, e}
 `)
 
-// singleExtend: KEYS lock; ARGV token, ttl ms. Compare-and-pexpire: 1 when
-// the lock is ours and renewed, else 0.
+// singleExtend: KEYS lock, fence; ARGV token, ttl ms, fence. Compare-and-
+// pexpire, and set-if-greater of the fencing counter to fence (the top of
+// the tokens reserved for local hand-overs): 1 when the lock is ours and
+// renewed, else 0.
 var singleExtend = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if tonumber(ARGV[3]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], ARGV[3])
 end
-return 0
+return 1
 `)
 
 // resetScript: KEYS lock, fence, queue. Deletes the lock's state and tells
@@ -169,6 +173,50 @@ elseif cur or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1]), cur}
 end
 return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
+`)
+
+// redlockGate: KEYS lock, fence, queue; ARGV token, ttl ms, wait ms. The
+// gate of a Redlock key (one node, see quorum.tryGate): waiters whose wait
+// ended are dropped from the head of the queue; a free lock goes to the
+// caller only if nobody is queued or the caller is first in line. Returns
+// {1, 0, ""} when the lock on this node is ours, {0, pttl, element} when
+// someone holds it, {-1, 0, element} when it is free but an older waiter is
+// first; element is the caller's place in the queue.
+var redlockGate = redis.NewScript(luaPromote + `
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then return {1, 0, ''} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local head
+while true do
+  head = redis.call('LINDEX', KEYS[3], 0)
+  if not head then break end
+  local dl = string.match(head, '^(%d+):')
+  if dl and tonumber(dl) > now then break end
+  redis.call('LPOP', KEYS[3])
+end
+local suffix = ':' .. ARGV[1]
+local first = head and string.sub(head, -#suffix) == suffix
+if not cur and (not head or first) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if first then redis.call('LPOP', KEYS[3]) end
+  return {1, 0, ''}
+end
+local e = find(KEYS[3], ARGV[1])
+if not e then
+  e = element(ARGV[3], ARGV[2], 'redlock', ARGV[1])
+  redis.call('RPUSH', KEYS[3], e)
+end
+if cur then return {0, redis.call('PTTL', KEYS[1]), e} end
+return {-1, 0, e}
+`)
+
+// redlockGateLeave: KEYS lock, fence, queue; ARGV token. Removes token's
+// place in the gate's queue.
+var redlockGateLeave = redis.NewScript(luaPromote + `
+local e = find(KEYS[3], ARGV[1])
+if e then redis.call('LREM', KEYS[3], 0, e) end
+return 1
 `)
 
 // redlockFence: KEYS lock, fence; ARGV token, fence. Set-if-greater of the
@@ -216,19 +264,6 @@ if cur == ARGV[1] then
 end
 if not cur then return 0 end
 return -1
-`)
-
-// redlockTransfer: KEYS lock, fence; ARGV token, next token, ttl ms, fence.
-// Hands a held lock to the next waiter of the same process without letting
-// go of it: compare-and-set of the token, with a fresh TTL, and the fence
-// raised (set-if-greater) to the successor's token. 1 when done.
-var redlockTransfer = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if tonumber(ARGV[4]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
-  redis.call('SET', KEYS[2], ARGV[4])
-end
-return 1
 `)
 
 // advanceFence: KEYS fence; ARGV n. Set-if-greater of the fencing counter,

@@ -260,7 +260,7 @@ func (s *single) extend(ctx context.Context, a *attempt) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.nodeTimeout)
 	defer cancel()
 	sent := time.Now()
-	n, err := singleExtend.Run(ctx, s.client, []string{a.key}, a.token, ms(s.cfg.ttl)).Int64()
+	n, err := singleExtend.Run(ctx, s.client, []string{a.key, a.key + ":fence"}, a.token, ms(s.cfg.ttl), max(a.fence, a.fenceTop)).Int64()
 	if err != nil {
 		return time.Time{}, s.nodeErr(err)
 	}
