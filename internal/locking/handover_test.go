@@ -22,13 +22,8 @@ func TestHandOverReservesTokens(t *testing.T) {
 	client := shared.Client(t)
 	other := newLocker(t, client)
 	l := newLocker(t, client)
-	blocked := make(chan struct{}, 1)
-	l.SetWaitHook(func(string) {
-		select {
-		case blocked <- struct{}{}:
-		default:
-		}
-	})
+	blocked, hook := blockedSignal()
+	l.SetWaitHook(hook)
 
 	holder := acquire(t, other, ctx, key)
 	leases := make(chan *locking.Lease, 3)
@@ -112,13 +107,8 @@ func TestRedlockTurnsInWaitingOrder(t *testing.T) {
 	for i := range 2 {
 		name := "waiter-" + strconv.Itoa(i)
 		r := newRedlock(t, clients, opts...)
-		blocked := make(chan struct{}, 1)
-		r.SetWaitHook(func(string) {
-			select {
-			case blocked <- struct{}{}:
-			default:
-			}
-		})
+		blocked, hook := blockedSignal()
+		r.SetWaitHook(hook)
 		wg.Go(func() {
 			lease, err := r.Acquire(ctx, key)
 			if err != nil {
@@ -142,5 +132,17 @@ func TestRedlockTurnsInWaitingOrder(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != "waiter-0" || got[1] != "waiter-1" {
 		t.Fatalf("turns %v, want waiter-0 then waiter-1", got)
+	}
+}
+
+// blockedSignal returns a wait hook and the channel it signals (without
+// blocking) each time the acquirer blocks in Redis.
+func blockedSignal() (<-chan struct{}, func(string)) {
+	blocked := make(chan struct{}, 1)
+	return blocked, func(string) {
+		select {
+		case blocked <- struct{}{}:
+		default:
+		}
 	}
 }

@@ -317,7 +317,11 @@ func bestSentence(b Best, ref Ceiling, hasRef bool) string {
 			s = fmt.Sprintf("%s: %s all served the %s orders/s offered", b.Scenario, joinAnd(names), fmtInt(int64(w.Run.Rate)))
 		}
 		s += fmt.Sprintf("; %s has the lowest p99, %s", w.Run.Strategy, fmtDur(w.Stats.P99))
-		if b.RunnerUp != nil && b.P99Factor > 0 {
+		switch {
+		case b.RunnerUp == nil || b.P99Factor <= 0:
+		case b.P99Factor < 1+TieTolerance:
+			s += fmt.Sprintf(", about the same as %s's %s", b.RunnerUp.Run.Strategy, fmtDur(b.RunnerUp.Stats.P99))
+		default:
 			s += fmt.Sprintf(", %s lower than %s's %s", fmtRatio(b.P99Factor), b.RunnerUp.Run.Strategy, fmtDur(b.RunnerUp.Stats.P99))
 		}
 	} else {
