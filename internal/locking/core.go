@@ -56,6 +56,7 @@ type attempt struct {
 	element    string          // single node: our entry in the server's queue
 	pending    *sync.WaitGroup // Redlock: calls for this lock still running, shared along a chain of hand-overs
 	batch      int             // local hand-overs left before the lock must go back to all
+	generation int             // keyState.generation when the chain of hand-overs began
 	lost       bool            // set by Release: the hold was lost, do not hand it on
 }
 
@@ -68,6 +69,7 @@ type slotGrant struct {
 	pending    *sync.WaitGroup // local hand-over: the calls for that lock still running
 	fenceTop   int64           // local hand-over: the reserved fences
 	batch      int             // local hand-over: hand-overs left
+	generation int             // local hand-over: the chain's generation
 	queued     bool            // we have a place in the server's queue: element
 	element    string          //
 	notBefore  time.Time       // the lock cannot have reached us before this
@@ -81,7 +83,12 @@ type keyState struct {
 	owner   *attempt // the one goroutine of this process that talks to Redis for key
 	hold    *hold    // owner's hold once it has the lock
 	waiters []*localWaiter
-	subs    []*subscription // one per server, while someone waits
+	// fenceFloor: tokens handed over must exceed it (AdvanceFence).
+	fenceFloor int64
+	// generation counts Resets: a chain of hand-overs begun before one
+	// stops.
+	generation int
+	subs       []*subscription // one per server, while someone waits
 }
 
 type localWaiter struct {
@@ -191,7 +198,7 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 	// Serve the goroutines of this process that wait now, by hand-over,
 	// then give the lock back to all (see handOver).
 	c.mu.Lock()
-	a.batch = len(ks.waiters)
+	a.batch, a.generation = len(ks.waiters), ks.generation
 	c.mu.Unlock()
 	a.fenceTop = max(a.fenceTop, a.fence) // a backend may have reserved more
 	return c.newHold(ctx, ks, a)
@@ -233,7 +240,7 @@ func (a *attempt) apply(g slotGrant) {
 		a.fence, a.validUntil = g.fence, g.validUntil
 	}
 	if g.token != "" {
-		a.token, a.fenceTop, a.batch, a.pending = g.token, g.fenceTop, g.batch, g.pending
+		a.token, a.fenceTop, a.batch, a.pending, a.generation = g.token, g.fenceTop, g.batch, g.pending, g.generation
 	}
 }
 
@@ -281,26 +288,42 @@ func (c *core) watchLocked(ks *keyState) []*subscription {
 // waited when the process took the lock (a.batch), and then gives the lock
 // back to everyone: cheap hand-overs, without starving other processes.
 //
-// The block is reserved with the first hand-over of a batch, by an extend
-// that also raises the fencing counter to the block's top (on a majority
-// for Redlock): every later acquisition reads a counter at least that high
-// and takes a token above the block, so tokens still grow with every new
-// holder (doc.go). That extend also restarts the lock's clock; it is
-// repeated when the validity handed on would be less than half the TTL.
+// The block is reserved before any of its tokens is handed on: by Redlock's
+// fence write when it takes the lock, else by an extend that raises the
+// counter to the block's top (on a majority for Redlock). Every later
+// acquisition reads a counter at least that high and takes a token above
+// the block, so tokens still grow with every new holder (doc.go). Nothing
+// is handed on once the validity has ended; the lock is confirmed in Redis
+// (an extend, within the validity) whenever its last confirmation is older
+// than a renewal interval, so a chain of short holds notices a lost lock as
+// soon as one long hold would; a Reset in this process ends the chain, and
+// AdvanceFence raises the tokens still to be handed.
 func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
-	if a.fence == 0 || a.lost || a.batch <= 0 {
+	if a.fence == 0 || a.lost || a.batch <= 0 || !time.Now().Before(a.validUntil) {
 		return false
 	}
 	c.mu.Lock()
-	waiting := !c.closed && len(ks.waiters) > 0
+	waiting := !c.closed && len(ks.waiters) > 0 && a.generation == ks.generation
+	fence := max(a.fence, ks.fenceFloor) + 1
 	c.mu.Unlock()
 	if !waiting {
 		return false
 	}
-	if a.fenceTop <= a.fence || time.Until(a.validUntil) < c.cfg.ttl/2 {
-		a.fenceTop = max(a.fenceTop, a.fence+int64(a.batch))
-		until, err := c.be.extend(context.WithoutCancel(ctx), a)
-		if err != nil {
+	// Go back to Redis when the block is used up (or AdvanceFence raised
+	// the floor past it), and when the lock was last confirmed there more
+	// than a renewal interval ago: a chain of short holds must not outlive
+	// a lock lost to Reset or to a server that restarted empty for longer
+	// than one hold would.
+	confirmedLongAgo := time.Until(a.validUntil) < c.cfg.ttl-c.cfg.drift()-c.cfg.renewInterval()
+	if fence > a.fenceTop || confirmedLongAgo {
+		a.fenceTop = max(a.fenceTop, fence+int64(a.batch)-1)
+		// Within the validity, like a renewal: Redlock's extend takes back
+		// nodes that lost the key, which is safe only while we hold a
+		// majority.
+		ectx, cancel := context.WithDeadline(context.WithoutCancel(ctx), a.validUntil)
+		until, err := c.be.extend(ectx, a)
+		cancel()
+		if err != nil || !time.Now().Before(until) {
 			return false // the lock may be lost: leave reports it
 		}
 		a.validUntil = until
@@ -313,14 +336,35 @@ func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
 	}
 	ks.owner = next.a
 	next.ready <- slotGrant{
-		granted: true, fence: a.fence + 1, validUntil: a.validUntil,
-		token: a.token, fenceTop: a.fenceTop, batch: a.batch - 1,
+		granted: true, fence: fence, validUntil: a.validUntil,
+		token: a.token, fenceTop: a.fenceTop, batch: a.batch - 1, generation: a.generation,
 		// A renewal's call that a slow node answers late may still be
 		// running: whoever finally releases the lock must wait for it, or
 		// it could put the lock back on that node after the release.
 		pending: a.pending,
 	}
 	return true
+}
+
+// raiseFenceFloor makes the hand-overs of key's current chain take tokens
+// above atLeast (AdvanceFence raised the counters in Redis; the tokens the
+// chain reserved before may be below it).
+func (c *core) raiseFenceFloor(key string, atLeast int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ks := c.keys[key]; ks != nil {
+		ks.fenceFloor = max(ks.fenceFloor, atLeast)
+	}
+}
+
+// endChain stops key's current chain of hand-overs (Reset): its lock is
+// gone, and the holder learns it at its next renewal or release.
+func (c *core) endChain(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ks := c.keys[key]; ks != nil {
+		ks.generation++
+	}
 }
 
 // releaseSlot gives up a's claim in Redis and hands the key's local slot to

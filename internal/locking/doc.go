@@ -71,13 +71,17 @@
 // A holder whose process has goroutines waiting for the same key passes the
 // lock to the next of them without letting go of it in Redis (see Waiting).
 // The successor inherits the lock and takes the next integer from a block
-// of tokens reserved for the batch: the first hand-over of a batch renews
-// the lock and raises the counter (set-if-greater; on a majority for
-// Redlock, in the same script that renews) to the block's top, before the
-// successor learns its token. Nobody else can hold the lock in between, and
+// of tokens reserved for the batch before any of them is handed on: Redlock
+// writes the block's top as the counter when it fixes the holder's token
+// (the same set-if-greater write, on a majority); otherwise a renewal
+// raises the counter to it. Nobody else can hold the lock in between, and
 // every later acquisition reads a counter at least that high, so it takes a
 // token above the whole block: tokens still grow strictly with each new
-// holder, with gaps where a reserved goroutine gave up.
+// holder, with gaps where a reserved goroutine gave up. Nothing is handed on
+// after the validity ends, and a chain of hand-overs confirms the lock in
+// Redis at least once per renewal interval, like a single hold, so it
+// notices a lost lock (Reset, a server restarted empty) no later than one
+// hold would. AdvanceFence raises the tokens still to be handed.
 //
 // # Waiting
 //
@@ -95,11 +99,16 @@
 // message. A waiter that died keeps its place until its wait deadline, and
 // a lock handed to it blocks the key for one TTL, like a holder that died.
 //
-// Redlock: a release publishes the releasing token on every node; a waiter
-// that lost to that holder tries again when it hears it, and so does the
-// releasing process's own next waiter, so it gets no head start. After a
-// split vote (nobody reached a majority) contenders back off for a random,
-// growing while. In both, polling is only a fallback (lost messages, a
+// Redlock: contenders first queue at the key's gate node (picked by the
+// key's hash among the nodes sorted by address), and only the first in
+// line runs the full round, so contenders woken by the same release do not
+// split the votes; the gate decides nothing about safety, and a gate node
+// that is down, a gate that stays taken with no release announced, or a
+// first-in-line that does not take a free gate, is bypassed. A release
+// publishes the releasing token on every node; waiters look again when
+// they hear it, and so does the releasing process's own next waiter, which
+// joins the end of the line. After a split vote (nobody reached a
+// majority) contenders back off for a random, growing while. In both, polling is only a fallback (lost messages, a
 // holder that died), and the wait is bounded by WithWait, the context's
 // deadline, or twice the TTL.
 package locking

@@ -21,11 +21,23 @@ func (r *Redlock) SetWaitHook(f func(key string)) { r.c.setWaitHook(f) }
 
 // LocalWaiters reports how many goroutines of this Locker queue locally for
 // key behind the one that talks to Redis.
-func (l *Locker) LocalWaiters(key string) int {
-	l.c.mu.Lock()
-	defer l.c.mu.Unlock()
-	if ks := l.c.keys[l.c.cfg.prefix+key]; ks != nil {
+func (l *Locker) LocalWaiters(key string) int { return l.c.localWaiters(key) }
+
+// LocalWaiters: see Locker.LocalWaiters.
+func (r *Redlock) LocalWaiters(key string) int { return r.c.localWaiters(key) }
+
+func (c *core) localWaiters(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ks := c.keys[c.cfg.prefix+key]; ks != nil {
 		return len(ks.waiters)
 	}
 	return 0
 }
+
+// StopTimers stops the lease's watchdog and its expiry timer, as if its
+// process had paused before either could run.
+func (l *Lease) StopTimers() { l.h.stopRenewal(); l.h.expiry.Stop() }
+
+// GateNode returns the index of key's gate node among the clients.
+func (r *Redlock) GateNode(key string) int { return r.q.gate(r.c.cfg.prefix + key) }

@@ -2,6 +2,8 @@ package locking_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"sync"
@@ -144,5 +146,179 @@ func blockedSignal() (<-chan struct{}, func(string)) {
 		case blocked <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// batchAcquirer is a Locker or a Redlock, with the test hooks.
+type batchAcquirer interface {
+	acquirer
+	SetWaitHook(func(string))
+	LocalWaiters(key string) int
+}
+
+// startBatch makes p take key while n more of its goroutines wait for it
+// locally, so that p hands the lock over n times. other holds key first and
+// is released by the caller; the leases arrive on the channel in turn.
+func startBatch(t *testing.T, p, other batchAcquirer, key string, n int) (<-chan *locking.Lease, *locking.Lease) {
+	t.Helper()
+	ctx := context.Background()
+	holder := acquire(t, other, ctx, key)
+	blocked, hook := blockedSignal()
+	p.SetWaitHook(hook)
+	t.Cleanup(func() { p.SetWaitHook(nil) })
+	leases := make(chan *locking.Lease, n+1)
+	for i := range n + 1 {
+		go func() {
+			lease, err := p.Acquire(ctx, key)
+			if err != nil {
+				t.Error(err)
+				close(leases)
+				return
+			}
+			leases <- lease
+		}()
+		if i == 0 {
+			<-blocked // the slot owner waits in Redis
+			continue
+		}
+		for p.LocalWaiters(key) != i {
+			runtime.Gosched()
+		}
+	}
+	return leases, holder
+}
+
+func nextLease(t *testing.T, leases <-chan *locking.Lease) *locking.Lease {
+	t.Helper()
+	lease, ok := <-leases
+	if !ok {
+		t.Fatal("a goroutine of the batch failed to acquire")
+	}
+	return lease
+}
+
+// TestHandOverNeverRevivesAnExpiredLock: a holder whose lock expired while
+// its process was paused (its timers had not run yet) must not hand the
+// lock on when it releases: Redlock's renewal would put the key back on
+// every node, and the successor would hold a token below the one of the
+// process that held the lock meanwhile.
+func TestHandOverNeverRevivesAnExpiredLock(t *testing.T) {
+	ctx := context.Background()
+	_, clients := cluster(t, 3)
+	key := uniqueKey(t)
+	const ttl = 300 * time.Millisecond
+	// The successor's wait outlasts the pause (the default is 2 TTLs).
+	p := newRedlock(t, clients, locking.WithTTL(ttl), locking.WithWait(10*time.Second))
+	other := newRedlock(t, clients, locking.WithTTL(ttl))
+	leases, holder := startBatch(t, p, other, key, 1)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	paused := nextLease(t, leases)
+	paused.StopTimers()
+	time.Sleep(ttl + 100*time.Millisecond) // the expiry under test
+	meanwhile := acquire(t, other, ctx, key)
+	if err := meanwhile.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := paused.Release(ctx); !errors.Is(err, locking.ErrLockLost) {
+		t.Errorf("release of an expired lock: %v, want ErrLockLost", err)
+	}
+	successor := nextLease(t, leases)
+	defer successor.Release(ctx)
+	if successor.Token() <= meanwhile.Token() {
+		t.Errorf("successor's token %d is not above %d, the token of the holder in between", successor.Token(), meanwhile.Token())
+	}
+}
+
+// TestHandOverStopsAtReset: after Reset, the chain of hand-overs stops; the
+// next goroutine of the process gets the lock from Redis, never while
+// another process holds it.
+func TestHandOverStopsAtReset(t *testing.T) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	client := shared.Client(t)
+	p, other := newLocker(t, client), newLocker(t, client)
+	leases, holder := startBatch(t, p, other, key, 2)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := nextLease(t, leases)
+	if err := first.Release(ctx); err != nil { // the first hand-over reserves the block
+		t.Fatal(err)
+	}
+	second := nextLease(t, leases)
+	if err := p.Reset(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Release(ctx); !errors.Is(err, locking.ErrLockLost) {
+		t.Errorf("release after Reset: %v, want ErrLockLost", err)
+	}
+	third := nextLease(t, leases)
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if o, err := other.Acquire(wctx, key); err == nil {
+		_ = o.Release(ctx)
+		if third.Context().Err() == nil {
+			t.Fatalf("two holders: the third goroutine (token %d) and another process (token %d)", third.Token(), o.Token())
+		}
+	}
+	_ = third.Release(ctx)
+}
+
+// TestHandOverHonoursAdvanceFence: AdvanceFence during a batch raises the
+// tokens the rest of the batch is handed.
+func TestHandOverHonoursAdvanceFence(t *testing.T) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	client := shared.Client(t)
+	p, other := newLocker(t, client), newLocker(t, client)
+	leases, holder := startBatch(t, p, other, key, 2)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := nextLease(t, leases)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := nextLease(t, leases)
+	if err := p.AdvanceFence(ctx, key, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	third := nextLease(t, leases)
+	defer third.Release(ctx)
+	if third.Token() <= 1000 {
+		t.Errorf("token %d handed over after AdvanceFence(1000)", third.Token())
+	}
+}
+
+// TestRedlockGateSkipsACrashedWaiter: a waiter that crashed while first in
+// the gate's line does not keep others from a free lock, even when nothing
+// polls (poll interval 1h).
+func TestRedlockGateSkipsACrashedWaiter(t *testing.T) {
+	ctx := context.Background()
+	_, clients := cluster(t, 3)
+	key := uniqueKey(t)
+	r := newRedlock(t, clients, locking.WithPollInterval(time.Hour), locking.WithWait(2*time.Second))
+	gate := clients[r.GateNode(key)]
+	now, err := gate.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := fmt.Sprintf("%d:%d:redlock:%s", now.Add(time.Minute).UnixMilli(), 5000, "crashed-waiter")
+	if err := gate.RPush(ctx, "lock:"+key+":queue", crashed).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		lease := acquire(t, r, ctx, key)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := gate.LLen(ctx, "lock:"+key+":queue").Result(); err != nil || n != 1 {
+		t.Errorf("gate queue holds %d entries (%v), want only the crashed one", n, err)
 	}
 }

@@ -72,6 +72,7 @@ func (r *Redlock) Acquire(ctx context.Context, key string) (*Lease, error) {
 // it can reach (best effort) and fails if fewer than a majority answered.
 // Like Locker.Reset it is an administrative "start afresh".
 func (r *Redlock) Reset(ctx context.Context, key string) error {
+	r.c.endChain(r.c.cfg.prefix + key)
 	return r.q.reset(ctx, r.c.cfg.prefix+key)
 }
 
@@ -80,6 +81,7 @@ func (r *Redlock) Reset(ctx context.Context, key string) error {
 // reach and fails unless a majority answered: a later token is the maximum
 // over a majority plus one, and any majority meets the one raised here.
 func (r *Redlock) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
+	r.c.raiseFenceFloor(r.c.cfg.prefix+key, atLeast)
 	fence := r.c.cfg.prefix + key + ":fence"
 	timeout := max(r.c.cfg.nodeTimeout, time.Second)
 	errs := make([]error, len(r.q.nodes))
@@ -155,7 +157,11 @@ func (q *quorum) tryGate(ctx context.Context, a *attempt) (gateState, time.Durat
 	n := q.nodes[q.gate(a.key)]
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 	defer cancel()
-	v, err := redlockGate.Run(ctx, n.client, lockKeys(a.key), a.token, ms(q.cfg.ttl), ms(time.Until(a.deadline))).Slice()
+	// The entry lives until our wait ends, or until we have not looked at
+	// the gate for a while (each look refreshes it): a crashed waiter then
+	// blocks the line for about two poll intervals, not for its whole wait.
+	life := min(time.Until(a.deadline), 2*q.cfg.pollInterval+q.cfg.nodeTimeout)
+	v, err := redlockGate.Run(ctx, n.client, lockKeys(a.key), a.token, ms(q.cfg.ttl), ms(life)).Slice()
 	if err != nil {
 		a.element = unknownElement // the script may have queued us
 		return gateUnknown, 0
@@ -355,40 +361,60 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 	}
 	gate := q.gate(a.key)
 	bypassGate := false
+	queuedBefore := false // the last look found the gate free but someone else first
+	var lastErrs []error  // the node errors of the last round, for the caller
 	for {
+		if ctx.Err() != nil {
+			return q.c.notObtained(ctx, lastErrs...)
+		}
 		a.inbox.take() // what arrived before this round is stale
 		gateState, pttl := gateUnknown, time.Duration(0)
 		if !bypassGate {
 			gateState, pttl = q.tryGate(ctx, a)
 		}
 		bypassGate = false
+		if gateState == gateQueued && queuedBefore {
+			// The gate stayed free with the same kind of answer after a
+			// wait: whoever is first in line is not taking it (a crashed
+			// waiter keeps its place until its entry expires). Race.
+			gateState = gateUnknown
+		}
+		queuedBefore = false
 		if gateState == gateTaken || gateState == gateQueued {
 			// Someone is ahead of us: a release (or a failed round's
 			// undoing of the gate) wakes us, else the holder's TTL or the
-			// poll interval.
+			// poll interval. A free gate that someone else is first in
+			// line for is looked at again soon: the first in line takes
+			// it within a round trip if it is alive.
 			if startListening() {
 				continue
 			}
 			d := cfg.pollInterval
-			if gateState == gateTaken {
+			switch gateState {
+			case gateTaken:
 				d = min(d, pttl+time.Millisecond)
+			case gateQueued:
+				d = min(d, max(2*cfg.nodeTimeout, 10*time.Millisecond))
 			}
 			t.Reset(d)
 			q.c.waiting(a.key)
-			// Nothing announced before the timer: the gate may be held by
-			// nobody who will release it (a contender whose gate call
-			// landed after it gave up leaves it for a TTL), so race
-			// without it once rather than trust it.
-			bypassGate = !q.wait(ctx, a, t, true)
+			woken := q.wait(ctx, a, t, true)
 			if ctx.Err() != nil {
-				return q.c.notObtained(ctx)
+				return q.c.notObtained(ctx, lastErrs...)
 			}
+			// Nothing announced before the timer: a taken gate may be
+			// held by nobody who will release it (a contender whose gate
+			// call landed after it gave up leaves it for a TTL), so race
+			// without it once rather than trust it.
+			bypassGate = !woken && gateState == gateTaken
+			queuedBefore = !woken && gateState == gateQueued
 			continue
 		}
 		start := time.Now()
 		r := q.tryAll(ctx, a)
+		lastErrs = r.errs
 		if q.settle(ctx, ks, a, &r, start) {
-			q.leaveGateQueue(ctx, a)
+			q.leaveGateQueue(context.WithoutCancel(ctx), a)
 			return nil
 		}
 		// Our SET may have landed where the answer was late or lost:
@@ -447,9 +473,10 @@ func sum(m map[string]int) int {
 }
 
 // wait returns when t fires, ctx ends, or (listen) a release is announced
-// or we are told to poll; it reports whether a message woke it. Only holders of a majority announce their release,
-// and a holder that hands the lock to its next local waiter announces
-// nothing until the batch ends, so any announcement is worth a new round.
+// or we are told to poll; it reports whether a message woke it. Only
+// holders of a majority (and a gate holder whose round split) announce a
+// release, and a process announces nothing until its batch of hand-overs
+// ends, so any announcement is worth a new look.
 func (q *quorum) wait(ctx context.Context, a *attempt, t *time.Timer, listen bool) bool {
 	for {
 		select {
@@ -537,6 +564,7 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 		return slotGrant{}, nil
 	}
 	a.pending.Wait()
+	q.leaveGateQueue(ctx, a) // if removing it after the win failed
 	n, errs := q.release(ctx, a.key, a.token, nil, true)
 	var g slotGrant
 	if next != nil {

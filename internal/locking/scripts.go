@@ -6,9 +6,10 @@ import "github.com/redis/go-redis/v9"
 //
 //	K        the lock: a random token per holder, with a PX expiry
 //	K:fence  the fencing counter; it never expires (see doc.go)
-//	K:queue  single node only: waiting processes, oldest first, as
+//	K:queue  waiting processes, oldest first, as
 //	         "deadlineMs:ttlMs:locker:token" (deadline on the server's clock;
-//	         locker is the random id of the waiter's Locker)
+//	         locker is the random id of the waiter's Locker). Redlock keeps
+//	         it on the key's gate node only, with locker "redlock".
 //	K:wake:L single node: the channel of Locker L for K; "token fence" hands
 //	         the lock to token, "" asks its waiters to poll again (Reset).
 //	         One channel per Locker and key, not one per key, so a hand-over
@@ -175,7 +176,8 @@ end
 return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
 `)
 
-// redlockGate: KEYS lock, fence, queue; ARGV token, ttl ms, wait ms. The
+// redlockGate: KEYS lock, fence, queue; ARGV token, ttl ms, entry life ms
+// (each call sets the caller's entry to expire that long from now). The
 // gate of a Redlock key (one node, see quorum.tryGate): waiters whose wait
 // ended are dropped from the head of the queue; a free lock goes to the
 // caller only if nobody is queued or the caller is first in line. Returns
@@ -184,7 +186,11 @@ return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
 // first; element is the caller's place in the queue.
 var redlockGate = redis.NewScript(luaPromote + `
 local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then return {1, 0, ''} end
+if cur == ARGV[1] then
+  local mine = find(KEYS[3], ARGV[1])
+  if mine then redis.call('LREM', KEYS[3], 0, mine) end
+  return {1, 0, ''}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local head
@@ -202,9 +208,11 @@ if not cur and (not head or first) then
   if first then redis.call('LPOP', KEYS[3]) end
   return {1, 0, ''}
 end
-local e = find(KEYS[3], ARGV[1])
-if not e then
-  e = element(ARGV[3], ARGV[2], 'redlock', ARGV[1])
+local old = find(KEYS[3], ARGV[1])
+local e = element(ARGV[3], ARGV[2], 'redlock', ARGV[1])
+if old then
+  redis.call('LSET', KEYS[3], redis.call('LPOS', KEYS[3], old), e)
+else
   redis.call('RPUSH', KEYS[3], e)
 end
 if cur then return {0, redis.call('PTTL', KEYS[1]), e} end
@@ -252,7 +260,9 @@ return 1
 // redlockRelease: KEYS lock; ARGV token, channel, publish ("1" or "0").
 // Compare-and-delete, then (unless told not to) publish our token so
 // waiters that lost to us try again. A contender undoing a failed round
-// does not publish: nobody waits for a lock that never had a majority.
+// publishes only if it held the gate while nobody held a majority: then
+// the waiters queued behind it at the gate would otherwise sleep until they
+// poll.
 // Returns 1 when released, 0 when the key was gone, -1 when someone else
 // holds it.
 var redlockRelease = redis.NewScript(`

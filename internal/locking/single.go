@@ -49,6 +49,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 // holder of the key loses it at its next renewal, and fencing tokens start
 // again from 1.
 func (l *Locker) Reset(ctx context.Context, key string) error {
+	l.c.endChain(l.c.cfg.prefix + key)
 	return l.s.reset(ctx, l.c.cfg.prefix+key)
 }
 
@@ -58,6 +59,7 @@ func (l *Locker) Reset(ctx context.Context, key string) error {
 // counter started again from 1, and without this every new holder would be
 // refused until the counter caught up. It never lowers the counter.
 func (l *Locker) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
+	l.c.raiseFenceFloor(l.c.cfg.prefix+key, atLeast)
 	if err := advanceFence.Run(ctx, l.s.client, []string{l.c.cfg.prefix + key + ":fence"}, atLeast).Err(); err != nil {
 		return l.s.nodeErr(err)
 	}
