@@ -231,23 +231,33 @@ func TestHandOverNeverRevivesAnExpiredLock(t *testing.T) {
 	}
 }
 
-// TestHandOverStopsAtReset: after Reset, the chain of hand-overs stops; the
-// next goroutine of the process gets the lock from Redis, never while
-// another process holds it.
-func TestHandOverStopsAtReset(t *testing.T) {
+// secondOfLockerBatch starts a batch of three in a Locker and returns once
+// the second goroutine holds the lock by hand-over (the first hand-over
+// reserved the block), with the Locker, another process's Locker, the key
+// and the channel the third lease will arrive on.
+func secondOfLockerBatch(t *testing.T) (p, other *locking.Locker, key string, leases <-chan *locking.Lease, second *locking.Lease) {
+	t.Helper()
 	ctx := context.Background()
-	key := uniqueKey(t)
+	key = uniqueKey(t)
 	client := shared.Client(t)
-	p, other := newLocker(t, client), newLocker(t, client)
+	p, other = newLocker(t, client), newLocker(t, client)
 	leases, holder := startBatch(t, p, other, key, 2)
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	first := nextLease(t, leases)
-	if err := first.Release(ctx); err != nil { // the first hand-over reserves the block
+	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	second := nextLease(t, leases)
+	return p, other, key, leases, nextLease(t, leases)
+}
+
+// TestHandOverStopsAtReset: after Reset, the chain of hand-overs stops; the
+// next goroutine of the process gets the lock from Redis, never while
+// another process holds it.
+func TestHandOverStopsAtReset(t *testing.T) {
+	ctx := context.Background()
+	p, other, key, leases, second := secondOfLockerBatch(t)
 	if err := p.Reset(ctx, key); err != nil {
 		t.Fatal(err)
 	}
@@ -270,18 +280,7 @@ func TestHandOverStopsAtReset(t *testing.T) {
 // tokens the rest of the batch is handed.
 func TestHandOverHonoursAdvanceFence(t *testing.T) {
 	ctx := context.Background()
-	key := uniqueKey(t)
-	client := shared.Client(t)
-	p, other := newLocker(t, client), newLocker(t, client)
-	leases, holder := startBatch(t, p, other, key, 2)
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first := nextLease(t, leases)
-	if err := first.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	second := nextLease(t, leases)
+	p, _, key, leases, second := secondOfLockerBatch(t)
 	if err := p.AdvanceFence(ctx, key, 1000); err != nil {
 		t.Fatal(err)
 	}
