@@ -132,13 +132,10 @@ func (l *Locked) Deduct(ctx context.Context, sku string, quantity int64, inTx Tx
 	}
 	var rowFence int64
 	err = inTx(txCtx, func(ctx context.Context, tx Tx) error {
-		level, err := tx.ReadLevel(ctx, sku)
+		level, err := readAvailable(ctx, tx, sku, quantity)
+		rowFence = level.Fence
 		if err != nil {
 			return err
-		}
-		rowFence = level.Fence
-		if level.Available < quantity {
-			return ErrSoldOut
 		}
 		if freeze {
 			l.freeze()

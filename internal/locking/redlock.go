@@ -419,12 +419,10 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		}
 		// Our SET may have landed where the answer was late or lost:
 		// release wherever it may have, that is wherever the round did not
-		// see another holder.
-		// Announce the release if we held a majority, or if we held the
-		// gate and nobody holds a majority: the waiters behind us would
-		// otherwise sleep until they poll. (When someone does hold a
-		// majority, its own release will wake them, and announcing ours
-		// would only wake us and them for nothing.)
+		// see another holder. Announce the release if we held a majority,
+		// or if we held the gate and nobody holds a majority: the waiters
+		// behind us would otherwise sleep until they poll. (When someone
+		// does hold a majority, its own release will wake them.)
 		a.pending.Wait()
 		_, topVotes := r.top()
 		heldGate := gateState == gateOurs || slices.Contains(r.ours, gate)
@@ -462,14 +460,6 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 			return q.c.notObtained(ctx, r.errs...)
 		}
 	}
-}
-
-func sum(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }
 
 // wait returns when t fires, ctx ends, or (listen) a release is announced
