@@ -35,6 +35,20 @@
 // is reported held only when a majority W acknowledged the token, and only
 // if its validity (ttl - elapsed - drift) has not run out.
 //
+// The write-back usually goes with the acquisition instead: the contender
+// that holds the gate (see Waiting) learns the gate node's counter c there
+// and proposes token c+1 with its round. The acquire script then, after its
+// read and in the same script as the SET, raises the counter to the
+// proposal's top (the token plus the block reserved for local hand-overs,
+// see below; set-if-greater) and replies with the value it read. If every
+// value read on the majority M is below c+1, the token is c+1 and W = M
+// took it with the SET; otherwise the proposal is dropped and the token is
+// fixed as above, by max+1 and a second round. Either way the token exceeds
+// every value read on a majority, and a majority holds it (or more) before
+// the lock is reported held, which is all the argument below uses. A
+// dropped proposal, or a round that failed after raising some counters,
+// only leaves a counter higher than needed: a gap in the tokens.
+//
 // Why the tokens of successive holders H1, H2 grow: W1 (where H1 wrote t1)
 // and M2 (where H2 set K and read the counter) are both majorities of the
 // same N nodes, so they share a node n. On n, H1's key was present when H1
@@ -50,7 +64,10 @@
 //
 // The token is written to every node where the lock is H1's, not just to
 // the first majority that answered, so W1 is usually all live nodes, and
-// H1's renewals keep writing it (also to nodes that came back empty).
+// H1's renewals keep writing it (also to nodes that came back empty). (With
+// the second round, an acquisition call that lands late can set the key on
+// a node after the token was written; that node carries the token from the
+// next renewal on.)
 //
 // What breaks it: nodes losing data. The argument needs one node of W1 in
 // every majority to have kept its data, so the guarantee holds while fewer
@@ -73,7 +90,8 @@
 // The successor inherits the lock and takes the next integer from a block
 // of tokens reserved for the batch before any of them is handed on: Redlock
 // writes the block's top as the counter when it fixes the holder's token
-// (the same set-if-greater write, on a majority); otherwise a renewal
+// (in the acquisition round or the second round, on a majority, see above);
+// otherwise a renewal
 // raises the counter to it. Nobody else can hold the lock in between, and
 // every later acquisition reads a counter at least that high, so it takes a
 // token above the whole block: tokens still grow strictly with each new

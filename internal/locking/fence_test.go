@@ -2,9 +2,14 @@ package locking_test
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/flashsale/stock/internal/locking"
+	"github.com/redis/go-redis/v9"
 )
 
 // fenceAdvancer is what both lock types offer for a counter that went back.
@@ -65,4 +70,109 @@ func TestAdvanceFence(t *testing.T) {
 	}
 	var _ fenceAdvancer = (*locking.Locker)(nil)
 	var _ fenceAdvancer = (*locking.Redlock)(nil)
+}
+
+// TestRedlockTokenFixedWithTheRound: an uncontended Redlock acquisition
+// costs one gate call and one round, the token proposed in that round
+// lands on every node; and when the gate node's counter is stale (it came
+// back empty), the proposal is dropped and the token is still above every
+// earlier one.
+func TestRedlockTokenFixedWithTheRound(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := cluster(t, 3)
+	key := uniqueKey(t)
+	// cycle acquires and releases once with a Redlock of its own, closed
+	// afterwards: Close joins the release calls that Release left running
+	// once a majority had answered, so the servers' statistics are final.
+	cycle := func() int64 {
+		t.Helper()
+		l := newRedlock(t, clients)
+		lease := acquire(t, l, ctx, key)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return lease.Token()
+	}
+	counters := func() []int64 {
+		t.Helper()
+		var out []int64
+		for _, c := range clients {
+			n, err := c.Get(ctx, "lock:"+key+":fence").Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				t.Fatal(err)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	cycle() // loads the scripts
+	for _, c := range clients {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := cycle()
+	// Release joins the acquisition's calls to every node, so all three
+	// ran the script that wrote the token.
+	if got := counters(); !slices.Equal(got, []int64{last, last, last}) {
+		t.Fatalf("counters %v after token %d, want it on every node", got, last)
+	}
+	var scripts int64
+	for _, c := range clients {
+		scripts += scriptCalls(t, c)
+	}
+	// gate (1) + acquire round (3) + release round (3): no fence round.
+	if scripts != 7 {
+		t.Errorf("%d script calls for one acquire and release over 3 nodes, want 7", scripts)
+	}
+
+	probe, err := locking.NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := srvs[probe.GateNode(key)]
+	_ = probe.Close()
+	srv.Stop()
+	srv.Restart(t) // empty: its counter is 0, so its proposal is 1
+	token := cycle()
+	if token <= last {
+		t.Fatalf("token %d after %d: a stale gate's proposal was taken", token, last)
+	}
+	// The second round writes the token where the key is ours; a late
+	// answer of the first may set the key on a node after that, so only a
+	// majority is sure to carry it.
+	carrying := 0
+	for _, n := range counters() {
+		if n >= token {
+			carrying++
+		}
+	}
+	if carrying < 2 {
+		t.Errorf("counters %v: fewer than a majority carry the token %d", counters(), token)
+	}
+}
+
+// scriptCalls returns the EVALSHA and EVAL calls a server counted.
+func scriptCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		calls, err := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+		if err != nil {
+			t.Fatal(line, err)
+		}
+		n += calls
+	}
+	return n
 }

@@ -78,8 +78,8 @@ func (r *Redlock) Reset(ctx context.Context, key string) error {
 
 // AdvanceFence makes every later token of key greater than atLeast, as
 // Locker.AdvanceFence does. It raises the counter on every server it can
-// reach and fails unless a majority answered: a later token is the maximum
-// over a majority plus one, and any majority meets the one raised here.
+// reach and fails unless a majority answered: a later token is above every
+// counter it read on a majority, and any majority meets the one raised here.
 func (r *Redlock) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
 	r.c.raiseFenceFloor(r.c.cfg.prefix+key, atLeast)
 	fence := r.c.cfg.prefix + key + ":fence"
@@ -153,7 +153,11 @@ const (
 // and processes take turns in the order they started waiting. The gate
 // decides nothing about safety (the full round still needs a majority);
 // when it does not answer, contenders race without it.
-func (q *quorum) tryGate(ctx context.Context, a *attempt) (gateState, time.Duration) {
+//
+// It returns the gate's state; with gateTaken, the holder's remaining life;
+// with gateOurs, the gate node's fencing counter, from which the full round
+// proposes our token (see settle).
+func (q *quorum) tryGate(ctx context.Context, a *attempt) (state gateState, pttl time.Duration, counter int64) {
 	n := q.nodes[q.gate(a.key)]
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 	defer cancel()
@@ -164,20 +168,20 @@ func (q *quorum) tryGate(ctx context.Context, a *attempt) (gateState, time.Durat
 	v, err := redlockGate.Run(ctx, n.client, lockKeys(a.key), a.token, ms(q.cfg.ttl), ms(life)).Slice()
 	if err != nil {
 		a.element = unknownElement // the script may have queued us
-		return gateUnknown, 0
+		return gateUnknown, 0, 0
 	}
-	state, pttl, el, err := triple(v)
+	code, num, el, err := triple(v)
 	if err != nil {
-		return gateUnknown, 0
+		return gateUnknown, 0, 0
 	}
 	a.element = el
-	switch state {
+	switch code {
 	case 1:
-		return gateOurs, 0
+		return gateOurs, 0, num
 	case 0:
-		return gateTaken, time.Duration(pttl) * time.Millisecond
+		return gateTaken, time.Duration(num) * time.Millisecond, 0
 	default:
-		return gateQueued, 0
+		return gateQueued, 0, 0
 	}
 }
 
@@ -265,15 +269,25 @@ func nodeErrors(answers []result) []error {
 
 // round is the outcome of one acquisition round.
 type round struct {
-	ours    []int // nodes where the lock is ours
-	counter int64 // highest fencing counter among them
-	holders map[string]int
-	pttl    map[string]time.Duration // shortest remaining life of each holder
-	others  map[int]bool             // nodes held by someone else
-	errs    []error
+	proposal proposal
+	ours     []int // nodes where the lock is ours
+	counter  int64 // highest fencing counter among them, as read before the proposal's write
+	holders  map[string]int
+	pttl     map[string]time.Duration // shortest remaining life of each holder
+	others   map[int]bool             // nodes held by someone else
+	errs     []error
 }
 
-func (q *quorum) tryAll(ctx context.Context, a *attempt) round {
+// proposal is a fencing token proposed with an acquisition round, and the
+// top of the block reserved with it for local hand-overs (core's handOver).
+// The zero proposal proposes nothing.
+type proposal struct{ fence, top int64 }
+
+// tryAll runs the acquire script on every node. With a proposal, each node
+// where the lock becomes ours also raises its counter to the proposal's
+// top, in the same script: when the counters it read on a majority are all
+// below the proposed token, settle needs no second round (doc.go).
+func (q *quorum) tryAll(ctx context.Context, a *attempt, p proposal) round {
 	won := func(r result) bool {
 		v, ok := r.v.([]any)
 		return r.err == nil && ok && len(v) == 3 && v[0] == int64(1)
@@ -283,9 +297,9 @@ func (q *quorum) tryAll(ctx context.Context, a *attempt) round {
 	// lands puts the lock on one more node, which is what lets the holder
 	// survive the loss of others. The node timeout still bounds them.
 	answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl)).Slice()
+		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl), p.top).Slice()
 	}, q.counted(won))
-	r := round{holders: map[string]int{}, pttl: map[string]time.Duration{}, others: map[int]bool{}}
+	r := round{proposal: p, holders: map[string]int{}, pttl: map[string]time.Duration{}, others: map[int]bool{}}
 	for _, ans := range answers {
 		if ans.err != nil {
 			r.errs = append(r.errs, ans.err)
@@ -322,8 +336,15 @@ func (r *round) top() (string, int) {
 	return who, n
 }
 
-func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error {
+func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) (err error) {
 	cfg := q.cfg
+	defer func() {
+		if err != nil {
+			// A failed round's release calls may still run: join them, so
+			// nothing outlives the attempt (Close joins only q.bg).
+			a.pending.Wait()
+		}
+	}()
 	var subs []*subscription
 	defer func() {
 		for _, s := range subs {
@@ -364,13 +385,18 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 	queuedBefore := false // the last look found the gate free but someone else first
 	var lastErrs []error  // the node errors of the last round, for the caller
 	for {
+		// The next round uses the same token, so the last round's release
+		// must have landed first: a compare-and-delete arriving after the
+		// round found the key "already ours" there would delete the lock
+		// we then report held.
+		a.pending.Wait()
 		if ctx.Err() != nil {
 			return q.c.notObtained(ctx, lastErrs...)
 		}
 		a.inbox.take() // what arrived before this round is stale
-		gateState, pttl := gateUnknown, time.Duration(0)
+		gateState, pttl, counter := gateUnknown, time.Duration(0), int64(0)
 		if !bypassGate {
-			gateState, pttl = q.tryGate(ctx, a)
+			gateState, pttl, counter = q.tryGate(ctx, a)
 		}
 		bypassGate = false
 		if gateState == gateQueued && queuedBefore {
@@ -410,8 +436,19 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 			queuedBefore = !woken && gateState == gateQueued
 			continue
 		}
+		var p proposal
+		if gateState == gateOurs {
+			// The gate node's counter is, nearly always, what every node
+			// holds: the last holder wrote its block's top everywhere. So
+			// propose the next token with the round, and reserve the
+			// tokens of the goroutines of this process that wait now,
+			// which the lock will be handed to (core's handOver).
+			q.c.mu.Lock()
+			p = proposal{fence: counter + 1, top: counter + 1 + int64(len(ks.waiters))}
+			q.c.mu.Unlock()
+		}
 		start := time.Now()
-		r := q.tryAll(ctx, a)
+		r := q.tryAll(ctx, a, p)
 		lastErrs = r.errs
 		if q.settle(ctx, ks, a, &r, start) {
 			q.leaveGateQueue(context.WithoutCancel(ctx), a)
@@ -426,7 +463,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		a.pending.Wait()
 		_, topVotes := r.top()
 		heldGate := gateState == gateOurs || slices.Contains(r.ours, gate)
-		q.release(context.WithoutCancel(ctx), a.key, a.token, r.others, len(r.ours) >= q.need || heldGate && topVotes < q.need)
+		q.release(context.WithoutCancel(ctx), a.pending, a.key, a.token, r.others, len(r.ours) >= q.need || heldGate && topVotes < q.need)
 		if ctx.Err() != nil {
 			q.leaveGateQueue(context.WithoutCancel(ctx), a)
 			return q.c.notObtained(ctx, r.errs...)
@@ -482,15 +519,21 @@ func (q *quorum) wait(ctx context.Context, a *attempt, t *time.Timer, listen boo
 	}
 }
 
-// settle turns a round with a majority into a held lock: it checks the
-// validity, fixes the fencing token as one more than the highest counter
-// read on the nodes we hold, and writes it back (set-if-greater) to them;
-// the lock is held only if a majority took the token in time.
+// settle turns a round with a majority into a held lock. It checks the
+// validity and fixes the fencing token: the round's proposal if every
+// counter it read was below it (the round raised them to the proposal's top
+// already), else one more than the highest counter read, written back
+// (set-if-greater) in a second round; the lock is held only if a majority
+// took the token in time.
 func (q *quorum) settle(ctx context.Context, ks *keyState, a *attempt, r *round, start time.Time) bool {
 	cfg := q.cfg
 	valid := cfg.ttl - cfg.drift()
 	if len(r.ours) < q.need || time.Since(start) >= valid {
 		return false
+	}
+	if p := r.proposal; p.fence > r.counter {
+		a.fence, a.fenceTop, a.validUntil = p.fence, p.top, start.Add(valid)
+		return true
 	}
 	fence := r.counter + 1
 	// The counter is raised past the tokens of the goroutines of this
@@ -522,14 +565,15 @@ func (q *quorum) settle(ctx context.Context, ks *keyState, a *attempt, r *round,
 
 // release deletes token's lock on every node but skip (announcing the
 // release if publish). Join the attempt's pending calls first. It returns when a
-// majority confirmed, or cannot; the rest finish in the background, joined
-// by Close.
-func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bool, publish bool) (int, []error) {
+// majority confirmed, or cannot; the rest finish in the background, counted
+// in wg: the attempt's own when it will try again with the same token,
+// else q.bg, which Close joins.
+func (q *quorum) release(ctx context.Context, wg *sync.WaitGroup, key, token string, skip map[int]bool, publish bool) (int, []error) {
 	pub := "0"
 	if publish {
 		pub = "1"
 	}
-	answers := q.run(ctx, &q.bg, func(ctx context.Context, i int, n rnode) (any, error) {
+	answers := q.run(ctx, wg, func(ctx context.Context, i int, n rnode) (any, error) {
 		if skip[i] {
 			return int64(0), nil
 		}
@@ -555,7 +599,7 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	}
 	a.pending.Wait()
 	q.leaveGateQueue(ctx, a) // if removing it after the win failed
-	n, errs := q.release(ctx, a.key, a.token, nil, true)
+	n, errs := q.release(ctx, &q.bg, a.key, a.token, nil, true)
 	var g slotGrant
 	if next != nil {
 		g = slotGrant{releasedBy: a.token, armed: true}

@@ -3,6 +3,8 @@ package locking_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -281,4 +283,116 @@ func TestRedlockPausedRenewalCancelsWork(t *testing.T) {
 	r.SetRenewHook(pause(t))
 	lease := acquire(t, r, context.Background(), uniqueKey(t))
 	lostWithin(t, lease.Context(), 5*time.Second)
+}
+
+// blockFirstRelease holds back the first call of the release script (EVALSHA
+// sha 1 K token K:wake publish) made through one client until unblock is
+// closed, as a slow link to one server would: the call reaches the server
+// only then.
+type blockFirstRelease struct {
+	armed   *atomic.Bool
+	blocked chan struct{} // closed when the call is held
+	unblock chan struct{}
+}
+
+func (h blockFirstRelease) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h blockFirstRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h blockFirstRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) == 7 && strings.EqualFold(cmd.Name(), "evalsha") {
+			if ch, ok := args[5].(string); ok && strings.HasSuffix(ch, ":wake") && h.armed.CompareAndSwap(true, false) {
+				close(h.blocked)
+				<-h.unblock
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestRedlockRetryWaitsForItsRelease: a round that failed releases what it
+// took, and the next round uses the same token; if a release call still on
+// its way could land after the next round found the key "already ours" on
+// that node, it would delete the lock the round then reports held, and a
+// second holder could get in. The retry must wait for its release.
+func TestRedlockRetryWaitsForItsRelease(t *testing.T) {
+	ctx := context.Background()
+	srvs, admin := cluster(t, 3)
+	key := uniqueKey(t)
+	lockKey := "lock:" + key
+	clients := make([]*redis.Client, 3)
+	for i, s := range srvs {
+		clients[i] = s.Client(t)
+	}
+	opts := []locking.Option{locking.WithNodeTimeout(10 * time.Second), locking.WithPollInterval(10 * time.Millisecond)}
+	a := newRedlock(t, clients, opts...)
+	x := a.GateNode(key)
+	y, z := (x+1)%3, (x+2)%3
+	hook := blockFirstRelease{armed: new(atomic.Bool), blocked: make(chan struct{}), unblock: make(chan struct{})}
+	hook.armed.Store(true)
+	clients[x].AddHook(hook)
+
+	// Someone else holds y and z: A's first round takes the gate node x
+	// only, fails, and its release on x is held back.
+	for _, n := range []int{y, z} {
+		if err := admin[n].Set(ctx, lockKey, "foreign", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acquired := make(chan *locking.Lease, 1)
+	failed := make(chan error, 1)
+	go func() {
+		lease, err := a.Acquire(ctx, key)
+		if err != nil {
+			failed <- err
+			return
+		}
+		acquired <- lease
+	}()
+	<-hook.blocked
+	if err := admin[y].Del(ctx, lockKey).Err(); err != nil { // y is free now
+		t.Fatal(err)
+	}
+	var leaseA *locking.Lease
+	select {
+	case leaseA = <-acquired:
+		// Won while its release on x was still held back: only correct if
+		// that release cannot delete the lock afterwards (checked below).
+		close(hook.unblock)
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(time.Second):
+		// Still waiting for its own release, as it should: let it land.
+		close(hook.unblock)
+		select {
+		case leaseA = <-acquired:
+		case err := <-failed:
+			t.Fatal(err)
+		}
+	}
+	defer leaseA.Release(ctx)
+
+	// The foreign holder lets go of z. If A's late release removed its key
+	// on x, B takes x and z while A believes it holds the lock.
+	if err := admin[z].Del(ctx, lockKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b := newRedlock(t, []*redis.Client{srvs[0].Client(t), srvs[1].Client(t), srvs[2].Client(t)},
+		append(opts, locking.WithWait(300*time.Millisecond))...)
+	leaseB, err := b.Acquire(ctx, key)
+	if err == nil {
+		defer leaseB.Release(ctx)
+		if leaseA.Context().Err() == nil {
+			t.Fatalf("two holders: A (token %d) and B (token %d)", leaseA.Token(), leaseB.Token())
+		}
+	} else if !errors.Is(err, locking.ErrNotObtained) {
+		t.Fatal(err)
+	}
+	if v, err := admin[x].Get(ctx, lockKey).Result(); err != nil || v == "" {
+		t.Errorf("A's key on the gate node: %q, %v: its own late release deleted it", v, err)
+	}
 }

@@ -160,11 +160,14 @@ redis.call('PUBLISH', KEYS[1] .. ':wake', '')
 return 1
 `)
 
-// redlockAcquire: KEYS lock, fence; ARGV token, ttl ms. Returns {1, counter,
-// ""} when the lock on this node is ours (taken now with SET NX PX, or
-// already ours from an earlier round), else {0, holder's pttl, holder}. The counter is
-// read in the same script as the SET: that is what the fencing argument in
-// doc.go relies on.
+// redlockAcquire: KEYS lock, fence; ARGV token, ttl ms, proposed top (0 for
+// none). Returns {1, counter, ""} when the lock on this node is ours (taken
+// now with SET NX PX, or already ours from an earlier round), else {0,
+// holder's pttl, holder}. The counter is read in the same script as the SET:
+// that is what the fencing argument in doc.go relies on. With a proposed top,
+// the counter is raised to it (set-if-greater) in that same script, after the
+// read: the reply is the counter as it was before, so the caller can tell
+// whether its proposal was above every earlier token (doc.go).
 var redlockAcquire = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
@@ -173,7 +176,9 @@ elseif cur or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not cur then return {0, 0, ''} end
   return {0, redis.call('PTTL', KEYS[1]), cur}
 end
-return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
+local old = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[3]) > old then redis.call('SET', KEYS[2], ARGV[3]) end
+return {1, old, ''}
 `)
 
 // redlockGate: KEYS lock, fence, queue; ARGV token, ttl ms, entry life ms
@@ -181,7 +186,8 @@ return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
 // gate of a Redlock key (one node, see quorum.tryGate): waiters whose wait
 // ended are dropped from the head of the queue; a free lock goes to the
 // caller only if nobody is queued or the caller is first in line. Returns
-// {1, 0, ""} when the lock on this node is ours, {0, pttl, element} when
+// {1, counter, ""} when the lock on this node is ours (counter: this node's
+// fencing counter, from which the caller proposes its token), {0, pttl, element} when
 // someone holds it, {-1, 0, element} when it is free but an older waiter is
 // first; element is the caller's place in the queue.
 var redlockGate = redis.NewScript(luaPromote + `
@@ -189,7 +195,7 @@ local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   local mine = find(KEYS[3], ARGV[1])
   if mine then redis.call('LREM', KEYS[3], 0, mine) end
-  return {1, 0, ''}
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -206,7 +212,7 @@ local first = head and string.sub(head, -#suffix) == suffix
 if not cur and (not head or first) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if first then redis.call('LPOP', KEYS[3]) end
-  return {1, 0, ''}
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
 end
 local old = find(KEYS[3], ARGV[1])
 local e = element(ARGV[3], ARGV[2], 'redlock', ARGV[1])
