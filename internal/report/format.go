@@ -43,13 +43,13 @@ var strategies = map[string]Strategy{
 	},
 	"redis-lock": {
 		Name: "redis-lock", Safe: true,
-		How:    "A single-node Redis lock (SET NX PX, renewed by a watchdog, with a fencing token checked by the UPDATE) taken around the database transaction: orders queue on the lock instead of on the row.",
-		Expect: "Safe thanks to the fencing token. Adds Redis round trips to every order, and waiters poll for the lock.",
+		How:    "A single-node Redis lock taken around the plain read-check-write: one script sets the lock and increments the SKU's fencing counter, a watchdog renews it, and the UPDATE refuses a token no higher than the last one it stored. Orders queue on the lock instead of on the row: a release hands the lock to the oldest waiting instance (pub/sub, no polling), and inside an instance it passes from one order to the next without a Redis call.",
+		Expect: "Safe thanks to the fencing token. One transaction at a time reaches the hot row, so under a burst it can beat the strategies that queue on the row lock, at the price of a second system to run.",
 	},
 	"redlock": {
 		Name: "redlock", Safe: true,
-		How:    "Redlock over five independent Redis servers: a majority must grant the lock before the transaction runs; the fencing token still guards the row.",
-		Expect: "Safe thanks to the fencing token. On one contended name votes split across nodes and tries back off, so it is expected to be the slowest.",
+		How:    "Redlock over five independent Redis servers around the same read-check-write: instances queue at one gate server, then a majority must grant the lock (and take the fencing token) before the transaction runs; the token still guards the row.",
+		Expect: "Safe thanks to the fencing token, and keeps selling with 2 of 5 servers down. One round to five servers per batch of orders, so close to redis-lock; Redlocks without the gate split their votes on one contended name and collapse.",
 	},
 }
 
