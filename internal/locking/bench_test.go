@@ -231,23 +231,37 @@ func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecon
 func commandCalls(b *testing.B, clients []*redis.Client) int64 {
 	var total int64
 	for _, c := range clients {
-		info, err := c.Info(context.Background(), "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		sc := bufio.NewScanner(strings.NewReader(info))
-		for sc.Scan() {
-			line := sc.Text()
-			name, rest, ok := strings.Cut(line, ":calls=")
-			if !ok || name == "cmdstat_info" {
-				continue
+		for name, n := range commandStats(b, c) {
+			if name != "info" {
+				total += n
 			}
-			n, err := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
-			if err != nil {
-				b.Fatal(line, err)
-			}
-			total += n
 		}
 	}
 	return total
+}
+
+// commandStats returns the calls per command (lower case) that a server
+// counted since it started or its statistics were reset (INFO commandstats);
+// commands run inside scripts count under their own names.
+func commandStats(tb testing.TB, c *redis.Client) map[string]int64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	calls := make(map[string]int64)
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+		if err != nil {
+			tb.Fatal(line, err)
+		}
+		calls[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return calls
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/flashsale/stock/internal/locking"
@@ -158,21 +156,6 @@ func TestRedlockTokenFixedWithTheRound(t *testing.T) {
 // scriptCalls returns the EVALSHA and EVAL calls a server counted.
 func scriptCalls(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		calls, err := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
-		if err != nil {
-			t.Fatal(line, err)
-		}
-		n += calls
-	}
-	return n
+	stats := commandStats(t, c)
+	return stats["evalsha"] + stats["eval"]
 }
