@@ -33,6 +33,9 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 			DialTimeout:  time.Second,
 			ReadTimeout:  time.Second,
 			WriteTimeout: time.Second,
+			// The lock bounds each call with a context deadline (its node
+			// timeout, 50ms for a Redlock): go-redis honours it only so.
+			ContextTimeoutEnabled: true,
 			// A down node must fail fast, not be retried into the lock's
 			// validity.
 			MaxRetries: -1,

@@ -53,7 +53,8 @@ type attempt struct {
 	fence      int64
 	fenceTop   int64           // highest fence reserved for this hold and its local successors (>= fence)
 	validUntil time.Time       // written by acquire, then only by the watchdog
-	element    string          // single node: our entry in the server's queue
+	element    string          // our entry in the server's queue (single node) or in the gate's (Redlock)
+	queueID    string          // Redlock: our name in the gate's queue; token changes after a failed round, this does not
 	pending    *sync.WaitGroup // Redlock: calls for this lock still running, shared along a chain of hand-overs
 	batch      int             // local hand-overs left before the lock must go back to all
 	generation int             // keyState.generation when the chain of hand-overs began

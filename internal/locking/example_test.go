@@ -17,7 +17,7 @@ import (
 
 func ExampleLocker() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
 	locker := locking.New(rdb) // defaults: 5s TTL renewed every 5s/3
@@ -46,7 +46,7 @@ func ExampleLocker() {
 
 func ExampleLocker_Acquire_reentrant() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker := locking.New(rdb)
 	defer locker.Close()
@@ -66,7 +66,7 @@ func ExampleLocker_Acquire_reentrant() {
 
 func ExampleLease_Context() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker := locking.New(rdb, locking.WithRenewEvery(100*time.Millisecond))
 	defer locker.Close()
@@ -87,7 +87,8 @@ func ExampleRedlock() {
 	ctx := context.Background()
 	var clients []*redis.Client
 	for _, s := range exampleServers {
-		c := redis.NewClient(&redis.Options{Addr: s.Addr})
+		// ContextTimeoutEnabled: the per-node timeout is a context deadline.
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
 		defer c.Close()
 		clients = append(clients, c)
 	}

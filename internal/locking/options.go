@@ -63,6 +63,12 @@ func WithWait(d time.Duration) Option {
 // release). The default is 50ms for a Redlock, where a slow node must not eat
 // the lock's validity (the Redlock algorithm wants it small against the TTL),
 // and 1s for a single-node Locker, which has no other node to turn to.
+//
+// The bound is a context deadline, which go-redis honours only for clients
+// built with redis.Options.ContextTimeoutEnabled; without it a call to a
+// server that stopped answering lasts the client's ReadTimeout (3s by
+// default). Safety does not depend on it (validity is measured, not
+// assumed), but a dead node then slows every round that waits for it.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {

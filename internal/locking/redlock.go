@@ -165,7 +165,7 @@ func (q *quorum) tryGate(ctx context.Context, a *attempt) (state gateState, pttl
 	// the gate for a while (each look refreshes it): a crashed waiter then
 	// blocks the line for about two poll intervals, not for its whole wait.
 	life := min(time.Until(a.deadline), 2*q.cfg.pollInterval+q.cfg.nodeTimeout)
-	v, err := redlockGate.Run(ctx, n.client, lockKeys(a.key), a.token, ms(q.cfg.ttl), ms(life)).Slice()
+	v, err := redlockGate.Run(ctx, n.client, lockKeys(a.key), a.token, ms(q.cfg.ttl), ms(life), a.gateID()).Slice()
 	if err != nil {
 		a.element = unknownElement // the script may have queued us
 		return gateUnknown, 0, 0
@@ -185,6 +185,14 @@ func (q *quorum) tryGate(ctx context.Context, a *attempt) (state gateState, pttl
 	}
 }
 
+// gateID names a in the gate's queue: the token it started with.
+func (a *attempt) gateID() string {
+	if a.queueID != "" {
+		return a.queueID
+	}
+	return a.token
+}
+
 // leaveGateQueue removes a's entry from the gate node's queue, if it may
 // have one: an attempt that gave up, or that won without the gate, must not
 // stay first in line until its deadline.
@@ -195,7 +203,7 @@ func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt) {
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 	defer cancel()
 	n := q.nodes[q.gate(a.key)]
-	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.token).Err() == nil {
+	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.gateID()).Err() == nil {
 		a.element = ""
 	}
 }
@@ -296,8 +304,9 @@ func (q *quorum) tryAll(ctx context.Context, a *attempt, p proposal) round {
 	// when Acquire returns (its wait context ends then): a late SET that
 	// lands puts the lock on one more node, which is what lets the holder
 	// survive the loss of others. The node timeout still bounds them.
+	token := a.token // the calls may outlive the round; a.token may not
 	answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl), p.top).Slice()
+		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, token, ms(q.cfg.ttl), p.top).Slice()
 	}, q.counted(won))
 	r := round{proposal: p, holders: map[string]int{}, pttl: map[string]time.Duration{}, others: map[int]bool{}}
 	for _, ans := range answers {
@@ -336,15 +345,9 @@ func (r *round) top() (string, int) {
 	return who, n
 }
 
-func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) (err error) {
+func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error {
 	cfg := q.cfg
-	defer func() {
-		if err != nil {
-			// A failed round's release calls may still run: join them, so
-			// nothing outlives the attempt (Close joins only q.bg).
-			a.pending.Wait()
-		}
-	}()
+	a.queueID = a.token
 	var subs []*subscription
 	defer func() {
 		for _, s := range subs {
@@ -385,11 +388,6 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 	queuedBefore := false // the last look found the gate free but someone else first
 	var lastErrs []error  // the node errors of the last round, for the caller
 	for {
-		// The next round uses the same token, so the last round's release
-		// must have landed first: a compare-and-delete arriving after the
-		// round found the key "already ours" there would delete the lock
-		// we then report held.
-		a.pending.Wait()
 		if ctx.Err() != nil {
 			return q.c.notObtained(ctx, lastErrs...)
 		}
@@ -463,7 +461,13 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		a.pending.Wait()
 		_, topVotes := r.top()
 		heldGate := gateState == gateOurs || slices.Contains(r.ours, gate)
-		q.release(context.WithoutCancel(ctx), a.pending, a.key, a.token, r.others, len(r.ours) >= q.need || heldGate && topVotes < q.need)
+		q.release(context.WithoutCancel(ctx), a.key, a.token, r.others, len(r.ours) >= q.need || heldGate && topVotes < q.need)
+		// The next round sets a new value. With the same one, a release
+		// call of this round that reaches a node late (after the client
+		// gave up on it, even) would find the key "already ours" again
+		// and delete the lock the next round counted there. Our place in
+		// the gate's queue keeps its name (queueID).
+		a.token = newToken()
 		if ctx.Err() != nil {
 			q.leaveGateQueue(context.WithoutCancel(ctx), a)
 			return q.c.notObtained(ctx, r.errs...)
@@ -546,8 +550,9 @@ func (q *quorum) settle(ctx context.Context, ks *keyState, a *attempt, r *round,
 	// script writes only where the lock is ours, and late answers of the
 	// round may have made it ours on more nodes. The more nodes carry the
 	// token, the more node losses the fencing survives (doc.go).
+	token := a.token
 	answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockFence.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, top).Int64()
+		return redlockFence.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, token, top).Int64()
 	}, q.counted(isOne))
 	r.errs = append(r.errs, nodeErrors(answers)...)
 	n := 0
@@ -565,15 +570,14 @@ func (q *quorum) settle(ctx context.Context, ks *keyState, a *attempt, r *round,
 
 // release deletes token's lock on every node but skip (announcing the
 // release if publish). Join the attempt's pending calls first. It returns when a
-// majority confirmed, or cannot; the rest finish in the background, counted
-// in wg: the attempt's own when it will try again with the same token,
-// else q.bg, which Close joins.
-func (q *quorum) release(ctx context.Context, wg *sync.WaitGroup, key, token string, skip map[int]bool, publish bool) (int, []error) {
+// majority confirmed, or cannot; the rest finish in the background, joined
+// by Close.
+func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bool, publish bool) (int, []error) {
 	pub := "0"
 	if publish {
 		pub = "1"
 	}
-	answers := q.run(ctx, wg, func(ctx context.Context, i int, n rnode) (any, error) {
+	answers := q.run(ctx, &q.bg, func(ctx context.Context, i int, n rnode) (any, error) {
 		if skip[i] {
 			return int64(0), nil
 		}
@@ -599,7 +603,7 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	}
 	a.pending.Wait()
 	q.leaveGateQueue(ctx, a) // if removing it after the win failed
-	n, errs := q.release(ctx, &q.bg, a.key, a.token, nil, true)
+	n, errs := q.release(ctx, a.key, a.token, nil, true)
 	var g slotGrant
 	if next != nil {
 		g = slotGrant{releasedBy: a.token, armed: true}

@@ -288,11 +288,12 @@ func TestRedlockPausedRenewalCancelsWork(t *testing.T) {
 // blockFirstRelease holds back the first call of the release script (EVALSHA
 // sha 1 K token K:wake publish) made through one client until unblock is
 // closed, as a slow link to one server would: the call reaches the server
-// only then.
+// only then, and done is closed when the server has answered it.
 type blockFirstRelease struct {
 	armed   *atomic.Bool
 	blocked chan struct{} // closed when the call is held
 	unblock chan struct{}
+	done    chan struct{}
 }
 
 func (h blockFirstRelease) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -308,18 +309,21 @@ func (h blockFirstRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 			if ch, ok := args[5].(string); ok && strings.HasSuffix(ch, ":wake") && h.armed.CompareAndSwap(true, false) {
 				close(h.blocked)
 				<-h.unblock
+				defer close(h.done)
 			}
 		}
 		return next(ctx, cmd)
 	}
 }
 
-// TestRedlockRetryWaitsForItsRelease: a round that failed releases what it
-// took, and the next round uses the same token; if a release call still on
-// its way could land after the next round found the key "already ours" on
-// that node, it would delete the lock the round then reports held, and a
-// second holder could get in. The retry must wait for its release.
-func TestRedlockRetryWaitsForItsRelease(t *testing.T) {
+// TestRedlockLateReleaseOfAFailedRound: a round that failed releases what
+// it took; a release call that reaches a node only after the next round has
+// started (a slow link; or a call the client gave up on, whose bytes were
+// sent) must not delete the lock that round takes. With the same lock value
+// in both rounds it did: the next round found the key "already ours" on
+// that node, counted it, and the late compare-and-delete removed it, so a
+// second holder could get in.
+func TestRedlockLateReleaseOfAFailedRound(t *testing.T) {
 	ctx := context.Background()
 	srvs, admin := cluster(t, 3)
 	key := uniqueKey(t)
@@ -332,9 +336,16 @@ func TestRedlockRetryWaitsForItsRelease(t *testing.T) {
 	a := newRedlock(t, clients, opts...)
 	x := a.GateNode(key)
 	y, z := (x+1)%3, (x+2)%3
-	hook := blockFirstRelease{armed: new(atomic.Bool), blocked: make(chan struct{}), unblock: make(chan struct{})}
+	hook := blockFirstRelease{armed: new(atomic.Bool), blocked: make(chan struct{}), unblock: make(chan struct{}), done: make(chan struct{})}
 	hook.armed.Store(true)
 	clients[x].AddHook(hook)
+	waited := make(chan struct{}, 1)
+	a.SetWaitHook(func(string) {
+		select {
+		case waited <- struct{}{}:
+		default:
+		}
+	})
 
 	// Someone else holds y and z: A's first round takes the gate node x
 	// only, fails, and its release on x is held back.
@@ -360,24 +371,27 @@ func TestRedlockRetryWaitsForItsRelease(t *testing.T) {
 	var leaseA *locking.Lease
 	select {
 	case leaseA = <-acquired:
-		// Won while its release on x was still held back: only correct if
-		// that release cannot delete the lock afterwards (checked below).
+		// A took x and y while its first release to x was on its way:
+		// let it arrive.
 		close(hook.unblock)
-	case err := <-failed:
-		t.Fatal(err)
-	case <-time.After(time.Second):
-		// Still waiting for its own release, as it should: let it land.
+		<-hook.done
+	case <-waited:
+		// A found x still held by its first round's value and waits: let
+		// the release arrive, then A gets x and y.
 		close(hook.unblock)
+		<-hook.done
 		select {
 		case leaseA = <-acquired:
 		case err := <-failed:
 			t.Fatal(err)
 		}
+	case err := <-failed:
+		t.Fatal(err)
 	}
 	defer leaseA.Release(ctx)
 
-	// The foreign holder lets go of z. If A's late release removed its key
-	// on x, B takes x and z while A believes it holds the lock.
+	// The foreign holder lets go of z. Had the late release removed A's key
+	// on x, B would take x and z while A believes it holds the lock.
 	if err := admin[z].Del(ctx, lockKey).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +406,65 @@ func TestRedlockRetryWaitsForItsRelease(t *testing.T) {
 	} else if !errors.Is(err, locking.ErrNotObtained) {
 		t.Fatal(err)
 	}
-	if v, err := admin[x].Get(ctx, lockKey).Result(); err != nil || v == "" {
-		t.Errorf("A's key on the gate node: %q, %v: its own late release deleted it", v, err)
+	if n, err := admin[x].Exists(ctx, lockKey).Result(); err != nil || n != 1 {
+		t.Errorf("A's key on the gate node: exists=%d, %v: the late release deleted it", n, err)
+	}
+}
+
+// TestRedlockCloseJoinsReleases: Close returns only once every call the
+// Redlock started has ended, a failed round's release included (it may
+// still be on its way when Acquire gives up): a caller that closes its
+// clients after Close must not cut it off and leave the key behind.
+func TestRedlockCloseJoinsReleases(t *testing.T) {
+	ctx := context.Background()
+	srvs, admin := cluster(t, 3)
+	key := uniqueKey(t)
+	clients := make([]*redis.Client, 3)
+	for i, s := range srvs {
+		clients[i] = s.Client(t)
+	}
+	l, err := locking.NewRedlock(clients, locking.WithNodeTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := l.GateNode(key)
+	hook := blockFirstRelease{armed: new(atomic.Bool), blocked: make(chan struct{}), unblock: make(chan struct{}), done: make(chan struct{})}
+	hook.armed.Store(true)
+	clients[x].AddHook(hook)
+	for _, n := range []int{(x + 1) % 3, (x + 2) % 3} {
+		if err := admin[n].Set(ctx, "lock:"+key, "foreign", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, key)
+		acquired <- err
+	}()
+	<-hook.blocked // the first round failed; its release to x is held
+	closed := make(chan struct{})
+	go func() {
+		_ = l.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a release call was still running")
+	case <-time.After(200 * time.Millisecond):
+		// Still joining, as it should: a bounded look for the failure,
+		// not a synchronisation.
+	}
+	close(hook.unblock)
+	<-closed
+	select {
+	case <-hook.done:
+	default:
+		t.Fatal("Close returned before the release call ended")
+	}
+	if err := <-acquired; !errors.Is(err, locking.ErrNotObtained) {
+		t.Fatalf("Acquire during Close: %v, want ErrNotObtained", err)
+	}
+	if n, err := admin[x].Exists(ctx, "lock:"+key).Result(); err != nil || n != 0 {
+		t.Errorf("key on the gate node after Close: exists=%d, %v", n, err)
 	}
 }

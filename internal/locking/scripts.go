@@ -181,8 +181,10 @@ if tonumber(ARGV[3]) > old then redis.call('SET', KEYS[2], ARGV[3]) end
 return {1, old, ''}
 `)
 
-// redlockGate: KEYS lock, fence, queue; ARGV token, ttl ms, entry life ms
-// (each call sets the caller's entry to expire that long from now). The
+// redlockGate: KEYS lock, fence, queue; ARGV token (the lock's value), ttl
+// ms, entry life ms (each call sets the caller's entry to expire that long
+// from now), queue id (the caller's name in the queue, which outlives the
+// tokens of its failed rounds). The
 // gate of a Redlock key (one node, see quorum.tryGate): waiters whose wait
 // ended are dropped from the head of the queue; a free lock goes to the
 // caller only if nobody is queued or the caller is first in line. Returns
@@ -193,7 +195,7 @@ return {1, old, ''}
 var redlockGate = redis.NewScript(luaPromote + `
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
-  local mine = find(KEYS[3], ARGV[1])
+  local mine = find(KEYS[3], ARGV[4])
   if mine then redis.call('LREM', KEYS[3], 0, mine) end
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
 end
@@ -207,15 +209,15 @@ while true do
   if dl and tonumber(dl) > now then break end
   redis.call('LPOP', KEYS[3])
 end
-local suffix = ':' .. ARGV[1]
+local suffix = ':' .. ARGV[4]
 local first = head and string.sub(head, -#suffix) == suffix
 if not cur and (not head or first) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if first then redis.call('LPOP', KEYS[3]) end
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
 end
-local old = find(KEYS[3], ARGV[1])
-local e = element(ARGV[3], ARGV[2], 'redlock', ARGV[1])
+local old = find(KEYS[3], ARGV[4])
+local e = element(ARGV[3], ARGV[2], 'redlock', ARGV[4])
 if old then
   redis.call('LSET', KEYS[3], redis.call('LPOS', KEYS[3], old), e)
 else
@@ -225,8 +227,8 @@ if cur then return {0, redis.call('PTTL', KEYS[1]), e} end
 return {-1, 0, e}
 `)
 
-// redlockGateLeave: KEYS lock, fence, queue; ARGV token. Removes token's
-// place in the gate's queue.
+// redlockGateLeave: KEYS lock, fence, queue; ARGV queue id. Removes the
+// caller's place in the gate's queue.
 var redlockGateLeave = redis.NewScript(luaPromote + `
 local e = find(KEYS[3], ARGV[1])
 if e then redis.call('LREM', KEYS[3], 0, e) end

@@ -168,10 +168,11 @@ func (s *Server) Restart(tb testing.TB) {
 
 // Client returns a client closed at tb's cleanup. One dial attempt instead
 // of go-redis' five keeps the log of tests that stop servers readable; the
-// lock must cope with either.
+// lock must cope with either. Context deadlines are honoured, as the
+// service's clients do (locking.WithNodeTimeout).
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialerRetries: 1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialerRetries: 1, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
 }
