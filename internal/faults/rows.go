@@ -105,6 +105,37 @@ func readRowsMySQL(ctx context.Context, databaseURL string) ([]orderRow, []keyRo
 	return orders, keys, rows.Err()
 }
 
+// stuckTransactions counts, on PostgreSQL, the sessions of the run's
+// database that have sat idle inside a transaction for longer than d while
+// other sessions wait for their locks: a process stopped between its
+// UPDATE and its COMMIT, whose row lock the others wait for until
+// PostgreSQL ends the session (idle_in_transaction_session_timeout). A
+// process stopped after a plain read holds no row lock and is not counted.
+// -1 when it cannot tell.
+func stuckTransactions(ctx context.Context, databaseURL string, d time.Duration) int {
+	if engineOf(databaseURL) != "postgres" {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return -1
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	err = conn.QueryRow(ctx, `
+		SELECT count(*) FROM pg_stat_activity a
+		WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+		  AND a.state = 'idle in transaction' AND now() - a.state_change > $1::interval
+		  AND EXISTS (SELECT 1 FROM pg_stat_activity w WHERE a.pid = ANY(pg_blocking_pids(w.pid)))`,
+		fmt.Sprintf("%d milliseconds", d.Milliseconds())).Scan(&n)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // blockedBy explains, on PostgreSQL, why writers may be stuck: sessions of
 // the run's database that sit idle inside a transaction (a paused process
 // that has written holds its row locks until it resumes or its connection

@@ -174,9 +174,16 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 		pauses = append(pauses, pausedAt{sku, paused})
 		// Stay stopped past the TTL and until the others sold what is left.
 		maxPause := e.scale(10*time.Second, 5*time.Second)
+		stuck := -1 // transactions of the stopped instance that hold the row
 		soldOut := waitUntil(ctx, maxPause, func() bool {
 			if r.load.now()-paused < ttl*5/2 {
 				return false
+			}
+			if stuck < 0 {
+				// Stopped between its UPDATE and its COMMIT, the instance
+				// keeps the row locked after its Redis lock expired: the
+				// others then wait for the database, not for the lock.
+				stuck = max(0, stuckTransactions(ctx, r.dbURL, ttl*2))
 			}
 			a, err := r.cluster.Audit(ctx, sku)
 			return err == nil && a.Available < 3
@@ -195,6 +202,11 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 		a, _ := r.cluster.Audit(ctx, sku)
 		r.note("pause %d (%s): instance 0 lost %.0f lock(s) and had %.0f write(s) fenced off; %s ends with %d available",
 			round, sku, lost1-lost0, fenced1-fenced0, sku, a.Available)
+		if stuck > 0 {
+			r.note("pause %d (%s): instance 0 was stopped inside its database transaction, after its UPDATE: the row stayed locked "+
+				"after the Redis lock expired, until PostgreSQL ended the idle session (idle_in_transaction_session_timeout = ORDER_TIMEOUT, %s); "+
+				"the others waited for that, not for the lock", round, sku, r.res.Config.OrderTimeout)
+		}
 	}
 	r.load.stop()
 	r.note("instance 0 was caught holding the lock in %d of %d external pauses", caught, rounds)
