@@ -97,8 +97,15 @@ type loadSpec struct {
 	attempts   int           // attempts per order when idempotent
 	// weights, when set, gives instance i weights[i] shares of the
 	// requests (default: equal shares).
-	weights    []int
-	userPrefix string
+	weights []int
+	// perInstance, when set, caps the requests one instance has in flight,
+	// as a load balancer's connection limit per backend does: an attempt
+	// for an instance at its cap goes to the next instance in the round
+	// robin that is not. Without it, a stopped instance that takes a large
+	// share of the requests ends up holding every worker until the client
+	// timeout, and the others get no load.
+	perInstance int
+	userPrefix  string
 }
 
 // load is a running load generator. It records every order for the
@@ -116,6 +123,7 @@ type load struct {
 	seq     atomic.Int64
 	dropped atomic.Int64
 	created atomic.Int64
+	busy    []atomic.Int64 // requests in flight, by instance
 
 	mu     sync.Mutex
 	orders []*order
@@ -142,6 +150,7 @@ func startLoad(ctx context.Context, targets []*Instance, skus []string, spec loa
 		}},
 		sold: map[string]int64{},
 		done: make(chan struct{}),
+		busy: make([]atomic.Int64, len(targets)),
 	}
 	for i := range targets {
 		w := 1
@@ -277,7 +286,18 @@ func logicalOutcome(as []attempt) history.Outcome {
 }
 
 func (l *load) send(ctx context.Context, o *order) attempt {
-	i := l.route[l.rr.Add(1)%uint64(len(l.route))]
+	slot := l.rr.Add(1)
+	i := l.route[slot%uint64(len(l.route))]
+	if l.spec.perInstance > 0 {
+		for k := range uint64(len(l.route)) {
+			if j := l.route[(slot+k)%uint64(len(l.route))]; l.busy[j].Load() < int64(l.spec.perInstance) {
+				i = j
+				break
+			}
+		}
+	}
+	l.busy[i].Add(1)
+	defer l.busy[i].Add(-1)
 	a := attempt{instance: i, call: l.now()}
 	ctx, cancel := context.WithTimeout(ctx, l.spec.timeout)
 	defer cancel()

@@ -120,8 +120,11 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 	// Instance 0 takes half the requests, so that under contention it
 	// holds the SKU's lock about half of the time (a Locker serves its own
 	// waiting goroutines first).
+	// A stopped instance holds at most a quarter of the workers (a load
+	// balancer's per-backend limit), so the others keep their load while
+	// it is stopped, however long that lasts.
 	spec := loadSpec{workers: 400, rate: rate, duration: 2 * time.Minute, maxOrders: 1 << 30, timeout: 10 * time.Second,
-		weights: []int{2, 1, 1}}
+		weights: []int{2, 1, 1}, perInstance: 100}
 
 	type pausedAt struct {
 		sku string
