@@ -354,23 +354,14 @@ func TestRedlockLateReleaseOfAFailedRound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	acquired := make(chan *locking.Lease, 1)
-	failed := make(chan error, 1)
-	go func() {
-		lease, err := a.Acquire(ctx, key)
-		if err != nil {
-			failed <- err
-			return
-		}
-		acquired <- lease
-	}()
+	acquired := acquireAsync(a, ctx, key)
 	<-hook.blocked
 	if err := admin[y].Del(ctx, lockKey).Err(); err != nil { // y is free now
 		t.Fatal(err)
 	}
-	var leaseA *locking.Lease
+	var result acquisition
 	select {
-	case leaseA = <-acquired:
+	case result = <-acquired:
 		// A took x and y while its first release to x was on its way:
 		// let it arrive.
 		close(hook.unblock)
@@ -380,14 +371,12 @@ func TestRedlockLateReleaseOfAFailedRound(t *testing.T) {
 		// the release arrive, then A gets x and y.
 		close(hook.unblock)
 		<-hook.done
-		select {
-		case leaseA = <-acquired:
-		case err := <-failed:
-			t.Fatal(err)
-		}
-	case err := <-failed:
-		t.Fatal(err)
+		result = <-acquired
 	}
+	if result.err != nil {
+		t.Fatal(result.err)
+	}
+	leaseA := result.lease
 	defer leaseA.Release(ctx)
 
 	// The foreign holder lets go of z. Had the late release removed A's key
@@ -436,11 +425,7 @@ func TestRedlockCloseJoinsReleases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	acquired := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(ctx, key)
-		acquired <- err
-	}()
+	acquired := acquireAsync(l, ctx, key)
 	<-hook.blocked // the first round failed; its release to x is held
 	closed := make(chan struct{})
 	go func() {
@@ -461,10 +446,27 @@ func TestRedlockCloseJoinsReleases(t *testing.T) {
 	default:
 		t.Fatal("Close returned before the release call ended")
 	}
-	if err := <-acquired; !errors.Is(err, locking.ErrNotObtained) {
+	if err := (<-acquired).err; !errors.Is(err, locking.ErrNotObtained) {
 		t.Fatalf("Acquire during Close: %v, want ErrNotObtained", err)
 	}
 	if n, err := admin[x].Exists(ctx, "lock:"+key).Result(); err != nil || n != 0 {
 		t.Errorf("key on the gate node after Close: exists=%d, %v", n, err)
 	}
+}
+
+// acquisition is the outcome of an Acquire run by acquireAsync.
+type acquisition struct {
+	lease *locking.Lease
+	err   error
+}
+
+// acquireAsync runs l.Acquire in a goroutine; its outcome arrives on the
+// channel (buffered, so the goroutine never blocks).
+func acquireAsync(l acquirer, ctx context.Context, key string) <-chan acquisition {
+	ch := make(chan acquisition, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key)
+		ch <- acquisition{lease, err}
+	}()
+	return ch
 }
