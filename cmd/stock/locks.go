@@ -60,7 +60,9 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 	}
 	var (
 		locker interface {
-			inventory.Locker
+			Acquire(ctx context.Context, key string) (*locking.Lease, error)
+			Reset(ctx context.Context, key string) error
+			AdvanceFence(ctx context.Context, key string, atLeast int64) error
 			Close() error
 		}
 		err error
@@ -91,7 +93,7 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 			"resume it with kill -CONT", "pid", os.Getpid())
 		lockOpts = append(lockOpts, inventory.WithFreezeAfterRead(func() { freezeSelf(log) }))
 	}
-	strategy := inventory.NewLocked(cfg.Strategy, locker, append(lockOpts,
+	strategy := inventory.NewLocked(cfg.Strategy, inventory.AdaptLocker(locker), append(lockOpts,
 		inventory.WithPing(func(ctx context.Context) error {
 			return pingRedis(ctx, clients, cfg.Strategy == inventory.NameRedlock)
 		}),

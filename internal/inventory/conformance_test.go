@@ -33,7 +33,7 @@ func strategies() map[string]func(t *testing.T) inventory.Strategy {
 		inventory.NameRedisLock: func(t *testing.T) inventory.Strategy {
 			locker := locking.New(testredis.Start(t).Client(t))
 			t.Cleanup(func() { _ = locker.Close() })
-			return inventory.NewLocked(inventory.NameRedisLock, locker)
+			return inventory.NewLocked(inventory.NameRedisLock, inventory.AdaptLocker(locker))
 		},
 		inventory.NameRedlock: func(t *testing.T) inventory.Strategy {
 			var clients []*redis.Client
@@ -45,7 +45,7 @@ func strategies() map[string]func(t *testing.T) inventory.Strategy {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = locker.Close() })
-			return inventory.NewLocked(inventory.NameRedlock, locker)
+			return inventory.NewLocked(inventory.NameRedlock, inventory.AdaptLocker(locker))
 		},
 	}
 }

@@ -16,19 +16,78 @@ const (
 	NameRedlock   = "redlock"
 )
 
-// Locker is what the lock strategies need: *locking.Locker (one Redis) and
-// *locking.Redlock (a majority of several) both have it.
+// Lease is one holding of a lock, as the lock strategies use it.
+type Lease interface {
+	// Token is the fencing token: it grows with every new holder of the
+	// lock, so the row can refuse a write from an older one.
+	Token() int64
+	// Context ends when the lock is known to be lost (or released): the
+	// work under the lock runs in it.
+	Context() context.Context
+	// Release gives the lock up, if it is still this lease's.
+	Release(ctx context.Context) error
+}
+
+// Locker is what the lock strategies need from a lock backend.
 type Locker interface {
-	Acquire(ctx context.Context, key string) (*locking.Lease, error)
+	Acquire(ctx context.Context, key string) (Lease, error)
+	// Reset clears a key's lock state for a new sale. Fencing tokens keep
+	// growing across it.
 	Reset(ctx context.Context, key string) error
+	// AdvanceFence makes every later token of key greater than atLeast.
 	AdvanceFence(ctx context.Context, key string, atLeast int64) error
 }
 
-// Locked deducts under a distributed lock on the SKU with the plain
-// read-check-write that is unsafe without it — so the lock is what protects
-// it. With fencing on, the write also requires the row's fence to be lower
-// than the lease's token and stores the token: a holder whose lock expired
-// while it was paused is refused, however late it wakes.
+// AdaptLocker turns a backend whose Acquire returns its own lease type (such
+// as *locking.Locker and *locking.Redlock, which return *locking.Lease) into
+// a Locker.
+func AdaptLocker[L Lease](backend interface {
+	Acquire(ctx context.Context, key string) (L, error)
+	Reset(ctx context.Context, key string) error
+	AdvanceFence(ctx context.Context, key string, atLeast int64) error
+}) Locker {
+	return adaptedLocker[L]{backend}
+}
+
+type adaptedLocker[L Lease] struct {
+	backend interface {
+		Acquire(ctx context.Context, key string) (L, error)
+		Reset(ctx context.Context, key string) error
+		AdvanceFence(ctx context.Context, key string, atLeast int64) error
+	}
+}
+
+func (a adaptedLocker[L]) Acquire(ctx context.Context, key string) (Lease, error) {
+	lease, err := a.backend.Acquire(ctx, key)
+	if err != nil {
+		// A typed nil in an interface is not nil: never hand one out.
+		return nil, err
+	}
+	return lease, nil
+}
+
+func (a adaptedLocker[L]) Reset(ctx context.Context, key string) error {
+	return a.backend.Reset(ctx, key)
+}
+
+func (a adaptedLocker[L]) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
+	return a.backend.AdvanceFence(ctx, key, atLeast)
+}
+
+// Locked deducts under a distributed lock on the SKU: read, check in Go,
+// write.
+//
+// Invariant (fencing on): a write applies only if no newer holder has
+// written the row (fence < token) and the row is still the one the holder
+// read (version unchanged), so the stock it checked is the stock it
+// deducts from. Fencing orders the writes; the version check validates the
+// read. Without the version check this schedule oversells with one unit
+// left: A (token 41) reads 1 and stalls past its TTL; B (token 42) reads 1;
+// A writes (fence 40 < 41) and commits; B writes (41 < 42) and commits: −1.
+// The same happens without any pause when A's COMMIT is still in flight as
+// its order gives up and releases the lock. With the check, B's write finds
+// the version moved; B's lock is still valid, so it reads again in a fresh
+// transaction and answers from what is really left.
 type Locked struct {
 	name    string
 	locker  Locker
@@ -94,6 +153,13 @@ func (l *Locked) Name() string { return l.name }
 
 func lockKey(sku string) string { return "sku:" + sku }
 
+// staleReadAttempts bounds the transactions one holder runs when its writes
+// keep finding the row changed since its read. Under a valid lock only a
+// writer outside the lock changes it (another strategy on the same SKU, the
+// late commit of an earlier holder), so a second attempt nearly always
+// succeeds.
+const staleReadAttempts = 5
+
 // Deduct implements Strategy.
 func (l *Locked) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
 	if l.lookup != nil {
@@ -131,27 +197,51 @@ func (l *Locked) Deduct(ctx context.Context, sku string, quantity int64, inTx Tx
 		defer cancel()
 	}
 	var rowFence int64
-	err = inTx(txCtx, func(ctx context.Context, tx Tx) error {
-		level, err := readAvailable(ctx, tx, sku, quantity)
-		rowFence = level.Fence
-		if err != nil {
-			return err
+	for attempt := 1; ; attempt++ {
+		err = inTx(txCtx, func(ctx context.Context, tx Tx) error {
+			level, err := tx.ReadLevel(ctx, sku)
+			if err != nil {
+				return err
+			}
+			rowFence = level.Fence
+			// The fence first: a holder that a newer one overtook has
+			// lost its lock, and what it reads decides nothing.
+			if l.fencing && level.Fence >= lease.Token() {
+				return fmt.Errorf("%w: token %d on %q, which holder %d wrote", ErrFencedOff, lease.Token(), sku, level.Fence)
+			}
+			if level.Available < quantity {
+				return ErrSoldOut
+			}
+			if freeze {
+				l.freeze()
+			}
+			if !l.fencing {
+				return tx.Deduct(ctx, sku, quantity)
+			}
+			ok, err := tx.DeductIfFenced(ctx, sku, quantity, lease.Token(), level.Version)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				// A newer holder wrote, or someone changed the row
+				// since the read: the next attempt's read tells which.
+				return fmt.Errorf("%w: %q since the read, with token %d", errVersionMoved, sku, lease.Token())
+			}
+			return nil
+		})
+		freeze = false
+		if !errors.Is(err, errVersionMoved) {
+			break
 		}
-		if freeze {
-			l.freeze()
+		// Each attempt is a transaction of its own, so it reads a fresh
+		// snapshot (MariaDB's REPEATABLE READ would hand the old one back
+		// inside the same transaction). It runs only while the lock is
+		// still ours: the lease's context ends when it is lost.
+		if attempt == staleReadAttempts || txCtx.Err() != nil {
+			err = fmt.Errorf("%w: %w (%d attempts)", ErrBusy, err, attempt)
+			break
 		}
-		if !l.fencing {
-			return tx.Deduct(ctx, sku, quantity)
-		}
-		ok, err := tx.DeductIfFenced(ctx, sku, quantity, lease.Token())
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: token %d on %q", ErrFencedOff, lease.Token(), sku)
-		}
-		return nil
-	})
+	}
 	if errors.Is(err, ErrFencedOff) {
 		// Either a newer holder wrote (the counter is past the row's fence
 		// already, and this changes nothing), or Redis lost its counter and

@@ -227,7 +227,7 @@ func TestLockedUnknownSKULeavesNoKeys(t *testing.T) {
 	rdb := testredis.Start(t).Client(t)
 	locker := locking.New(rdb)
 	t.Cleanup(func() { _ = locker.Close() })
-	svc := inventory.NewService(db, inventory.NewLocked(inventory.NameRedisLock, locker,
+	svc := inventory.NewService(db, inventory.NewLocked(inventory.NameRedisLock, inventory.AdaptLocker(locker),
 		inventory.WithSKULookup(func(ctx context.Context, sku string) error {
 			_, err := db.Level(ctx, sku)
 			return err
@@ -253,7 +253,7 @@ func TestFenceRecoversAfterRedisWipe(t *testing.T) {
 	srv := testredis.Start(t)
 	locker := locking.New(srv.Client(t))
 	t.Cleanup(func() { _ = locker.Close() })
-	svc := inventory.NewService(db, inventory.NewLocked(inventory.NameRedisLock, locker))
+	svc := inventory.NewService(db, inventory.NewLocked(inventory.NameRedisLock, inventory.AdaptLocker(locker)))
 	ctx := context.Background()
 	if err := svc.StartSale(ctx, "s-1", 10); err != nil {
 		t.Fatal(err)

@@ -12,9 +12,12 @@ type Store interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 	// Level reads a SKU's stock outside any transaction.
 	Level(ctx context.Context, sku string) (Level, error)
-	// StartSale sets a SKU's stock and initial stock to n (creating it),
-	// deletes its orders and idempotency records, and clears its version
-	// and fence, all in one transaction.
+	// StartSale sets a SKU's stock and initial stock to n (creating it) and
+	// deletes its orders and idempotency records, all in one transaction.
+	// It bumps the row's version and keeps its fence: versions and fencing
+	// tokens only ever grow, across sales too, so that a write decided in
+	// the old sale (a compare-and-set holding an old version, a paused lock
+	// holder) can never land in the new one.
 	StartSale(ctx context.Context, sku string, n int64) error
 	// Audit reads the SKU's stock and the sum of its orders from one
 	// snapshot.
@@ -40,9 +43,13 @@ type Tx interface {
 	DeductIfVersion(ctx context.Context, sku string, quantity, version int64) (bool, error)
 	// DeductIfAvailable subtracts only if at least quantity is available.
 	DeductIfAvailable(ctx context.Context, sku string, quantity int64) (bool, error)
-	// DeductIfFenced subtracts only if the row's fence is lower than token,
-	// and stores token as the new fence.
-	DeductIfFenced(ctx context.Context, sku string, quantity, token int64) (bool, error)
+	// DeductIfFenced subtracts only if the row's fence is lower than token
+	// and its version is still readVersion, the one the lock holder read,
+	// and stores token as the new fence. Fencing orders the writes of
+	// successive lock holders; the version check validates the read that
+	// the write was decided on. False means the write was refused: a newer
+	// holder wrote, or the row changed since the read.
+	DeductIfFenced(ctx context.Context, sku string, quantity, token, readVersion int64) (bool, error)
 	// InsertOrder records an accepted order.
 	InsertOrder(ctx context.Context, o Order) error
 	// GetOrder reads an order by id.

@@ -184,7 +184,7 @@ func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 			INSERT INTO stock (sku, initial, available, version, fence, updated_at)
 			VALUES (?, ?, ?, 0, 0, CURRENT_TIMESTAMP(6))
 			ON DUPLICATE KEY UPDATE
-				initial = ?, available = ?, version = 0, fence = 0, updated_at = CURRENT_TIMESTAMP(6)`,
+				initial = ?, available = ?, version = version + 1, updated_at = CURRENT_TIMESTAMP(6)`,
 			sku, n, n, n, n); err != nil {
 			return err
 		}
@@ -249,6 +249,15 @@ type tx struct {
 	tx *sql.Tx
 }
 
+// SessionID returns the server thread of the transaction's connection
+// (CONNECTION_ID()), so a test harness can ask the server whether it waits
+// on a lock.
+func (t *tx) SessionID(ctx context.Context) (int64, error) {
+	var id int64
+	err := t.tx.QueryRowContext(ctx, `SELECT CONNECTION_ID()`).Scan(&id)
+	return id, wrap(ctx, err)
+}
+
 func (t *tx) ReadLevel(ctx context.Context, sku string) (inventory.Level, error) {
 	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = ?`)
 }
@@ -279,10 +288,13 @@ func (t *tx) DeductIfAvailable(ctx context.Context, sku string, quantity int64) 
 		WHERE sku = ? AND available >= ?`, quantity, sku, quantity)
 }
 
-func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token int64) (bool, error) {
+func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, readVersion int64) (bool, error) {
+	// InnoDB evaluates an UPDATE's WHERE on the latest committed row (a
+	// locking read), not on the transaction's REPEATABLE READ snapshot, so
+	// a read that went stale is refused here even inside one transaction.
 	return t.execAffected(ctx, `
 		UPDATE stock SET available = available - ?, version = version + 1, fence = ?
-		WHERE sku = ? AND fence < ?`, quantity, token, sku, token)
+		WHERE sku = ? AND fence < ? AND version = ?`, quantity, token, sku, token, readVersion)
 }
 
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {

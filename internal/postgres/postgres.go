@@ -133,7 +133,7 @@ func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 			INSERT INTO stock (sku, initial, available, version, fence, updated_at)
 			VALUES ($1, $2, $2, 0, 0, now())
 			ON CONFLICT (sku) DO UPDATE
-			SET initial = $2, available = $2, version = 0, fence = 0, updated_at = now()`, sku, n); err != nil {
+			SET initial = $2, available = $2, version = stock.version + 1, updated_at = now()`, sku, n); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE sku = $1`, sku); err != nil {
@@ -182,6 +182,15 @@ type tx struct {
 	tx pgx.Tx
 }
 
+// SessionID returns the server process of the transaction's connection
+// (pg_backend_pid), so a test harness can ask the server whether it waits on
+// a lock (pg_blocking_pids).
+func (t *tx) SessionID(ctx context.Context) (int64, error) {
+	var pid int64
+	err := t.tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid)
+	return pid, wrap(ctx, err)
+}
+
 func (t *tx) ReadLevel(ctx context.Context, sku string) (inventory.Level, error) {
 	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = $1`)
 }
@@ -212,10 +221,13 @@ func (t *tx) DeductIfAvailable(ctx context.Context, sku string, quantity int64) 
 		WHERE sku = $1 AND available >= $2`, sku, quantity)
 }
 
-func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token int64) (bool, error) {
+func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, readVersion int64) (bool, error) {
+	// Under READ COMMITTED an UPDATE that waited for a concurrent writer's
+	// row lock checks its WHERE again against the row that writer
+	// committed, so a read that went stale meanwhile is refused here.
 	return t.execAffected(ctx, `
 		UPDATE stock SET available = available - $2, version = version + 1, fence = $3
-		WHERE sku = $1 AND fence < $3`, sku, quantity, token)
+		WHERE sku = $1 AND fence < $3 AND version = $4`, sku, quantity, token, readVersion)
 }
 
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
