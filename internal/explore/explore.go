@@ -1,0 +1,382 @@
+// Package explore checks a strategy against every schedule of a few buyers,
+// not a random sample of them.
+//
+// Each buyer runs the service's real code (inventory.Service and the
+// strategy under test) against the real database. The harness wraps the
+// store and the lock so that every buyer parks before each step that can
+// race with another — a read or write of the stock row, a commit, taking or
+// giving back the lock, looking up an order — and a scheduler lets exactly
+// one of them move at a time. A buyer whose statement waits inside the
+// database for a row lock is seen there (the server's own lock view), and
+// the scheduler goes on with the others until it moves again.
+//
+// Besides the order of the steps, the scheduler chooses faults: the lock
+// expiring under its holder without the holder hearing of it (a paused
+// holder), and a commit whose answer is lost (the buyer hears "outcome
+// unknown" while its COMMIT lands later, at a step the scheduler picks).
+//
+// The choices form a tree. Explore walks it depth first — each schedule is
+// run again from the start on a fresh SKU, because a real database cannot
+// be rewound — and when the tree is larger than its budget it draws a
+// seeded random sample of the rest. After each schedule it checks the
+// audit (no unit oversold, every unit that left the stock is an order),
+// every answer against the order rows, the rule that a schedule without
+// faults answers every buyer 201 or 409, and the buyers' history for
+// linearizability against a stock counter (porcupine).
+//
+// This is stateless model checking in the manner of CHESS and of
+// FoundationDB's deterministic simulation, but over the real server:
+// schedules are replayed, not simulated.
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/flashsale/stock/internal/history"
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// Scenario is one exploration: a strategy, a stock, the buyers and the
+// faults the scheduler may inject.
+type Scenario struct {
+	Name string
+	// Stock is what the sale starts with; Quantities what each buyer asks
+	// for, one buyer each.
+	Stock      int64
+	Quantities []int64
+	// Strategy builds the strategy under test for one schedule. Lock
+	// strategies get the scheduler's lock.
+	Strategy func(inventory.Locker) inventory.Strategy
+	Faults   Faults
+	// MaxSchedules bounds the depth-first walk; Samples schedules are then
+	// drawn at random from Seed when the walk did not finish.
+	MaxSchedules int
+	Samples      int
+	Seed         uint64
+}
+
+// Faults are what the scheduler may inject into one schedule.
+type Faults struct {
+	// Max is how many faults one schedule may have.
+	Max int
+	// LeaseExpiry: the lock may expire under its holder at any step,
+	// without the holder noticing.
+	LeaseExpiry bool
+	// LostCommitAnswer: a commit may land while its buyer is told the
+	// outcome is unknown, at any later step.
+	LostCommitAnswer bool
+}
+
+// Report is what an exploration found.
+type Report struct {
+	Scenario  string
+	Schedules int
+	// Exhaustive is true when every schedule was run.
+	Exhaustive bool
+	Sampled    int
+	Seed       uint64
+	Elapsed    time.Duration
+	// Failures are the schedules that broke a rule, the first few of them;
+	// Failed counts them all.
+	Failures []Failure
+	Failed   int
+}
+
+func (r Report) String() string {
+	how := "every schedule"
+	if !r.Exhaustive {
+		how = fmt.Sprintf("the first %d schedules depth first and %d sampled with seed %d", r.Schedules-r.Sampled, r.Sampled, r.Seed)
+	}
+	return fmt.Sprintf("%s: %d schedules (%s) in %s, %d broke a rule", r.Scenario, r.Schedules, how, r.Elapsed.Round(time.Millisecond), r.Failed)
+}
+
+// Failure is one schedule that broke a rule.
+type Failure struct {
+	Schedule []string
+	Problems []string
+	// Sample is the index of the sampled schedule (from the report's
+	// seed), or -1 for one of the depth-first walk.
+	Sample int
+}
+
+func (f Failure) String() string {
+	where := "depth-first walk"
+	if f.Sample >= 0 {
+		where = fmt.Sprintf("sample %d", f.Sample)
+	}
+	return fmt.Sprintf("%s (%s)\n    schedule: %s", strings.Join(f.Problems, "; "), where, strings.Join(f.Schedule, " → "))
+}
+
+// Explorer runs scenarios against one real store.
+type Explorer struct {
+	store   inventory.Store
+	blocked Blocked
+	runs    int
+	prefix  string
+}
+
+// New returns an Explorer over db, a real store whose transactions tell
+// their session (internal/postgres, internal/mysql), and blocked, which asks
+// the same server whether a session waits for a lock (ObserveWaits).
+func New(db inventory.Store, blocked Blocked) *Explorer {
+	return &Explorer{store: db, blocked: blocked, prefix: fmt.Sprintf("x%d-", rand.Uint32())}
+}
+
+// maxFailures is how many failing schedules a report keeps.
+const maxFailures = 3
+
+// Explore runs the scenario's schedules and reports what broke. An error
+// means the harness itself could not go on (the database went away, a
+// schedule did not replay the same).
+func (x *Explorer) Explore(ctx context.Context, sc Scenario) (Report, error) {
+	began := time.Now()
+	r := Report{Scenario: sc.Name, Seed: sc.Seed}
+	note := func(res result, sample int) {
+		r.Schedules++
+		if len(res.problems) == 0 {
+			return
+		}
+		r.Failed++
+		if len(r.Failures) < maxFailures {
+			r.Failures = append(r.Failures, Failure{Schedule: res.trace, Problems: res.problems, Sample: sample})
+		}
+	}
+
+	// Depth first: each frame is a choice point of the current schedule,
+	// with the names of its choices (a replay must offer the same) and
+	// the one taken.
+	type frame struct {
+		names []string
+		taken int
+	}
+	var stack []frame
+	for r.Schedules < sc.MaxSchedules {
+		res, err := x.run(ctx, sc, func(depth int, cs []choice) (int, error) {
+			if depth < len(stack) {
+				f := stack[depth]
+				if got := choiceNames(cs); strings.Join(got, "|") != strings.Join(f.names, "|") {
+					var taken []string
+					for _, g := range stack[:depth] {
+						taken = append(taken, g.names[g.taken])
+					}
+					return 0, fmt.Errorf("explore: schedule did not replay: after %s the choices were %v, before %v",
+						strings.Join(taken, " → "), got, f.names)
+				}
+				return f.taken, nil
+			}
+			stack = append(stack, frame{names: choiceNames(cs)})
+			return 0, nil
+		})
+		if err != nil {
+			return r, err
+		}
+		note(res, -1)
+		for len(stack) > 0 && stack[len(stack)-1].taken+1 >= len(stack[len(stack)-1].names) {
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) == 0 {
+			r.Exhaustive = true
+			break
+		}
+		stack[len(stack)-1].taken++
+	}
+	if !r.Exhaustive {
+		rng := rand.New(rand.NewPCG(sc.Seed, 0x5ced))
+		for i := range sc.Samples {
+			res, err := x.run(ctx, sc, func(_ int, cs []choice) (int, error) { return rng.IntN(len(cs)), nil })
+			if err != nil {
+				return r, err
+			}
+			note(res, i)
+			r.Sampled++
+		}
+	}
+	r.Elapsed = time.Since(began)
+	return r, nil
+}
+
+func choiceNames(cs []choice) []string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.String()
+	}
+	return names
+}
+
+// result is one schedule's run.
+type result struct {
+	trace    []string
+	problems []string
+	outcomes []string
+	audit    inventory.Audit
+}
+
+// Run is one schedule that Replay ran: the steps taken, each buyer's answer
+// (inventory.Outcome: "created", "sold_out", "busy", "unavailable", …), the
+// audit after it, and the rules it broke.
+type Run struct {
+	Schedule []string
+	Outcomes []string
+	Audit    inventory.Audit
+	Problems []string
+}
+
+// Replay runs one schedule: the steps named in prefix (as the reports name
+// them, such as "A: read", "lock expires" or "B: commit, answer lost"), in
+// that order, and then, until every buyer is done, always the first thing
+// that may happen next — the lowest buyer's step. An error says that a step
+// of prefix could not happen when its turn came.
+func (x *Explorer) Replay(ctx context.Context, sc Scenario, prefix []string) (Run, error) {
+	res, err := x.run(ctx, sc, func(depth int, cs []choice) (int, error) {
+		if depth >= len(prefix) {
+			return 0, nil
+		}
+		for i, c := range cs {
+			if c.String() == prefix[depth] {
+				return i, nil
+			}
+		}
+		return 0, fmt.Errorf("explore: step %d, %q, cannot happen now; what can: %v", depth+1, prefix[depth], choiceNames(cs))
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	return Run{Schedule: res.trace, Outcomes: res.outcomes, Audit: res.audit, Problems: res.problems}, nil
+}
+
+type answer struct {
+	order inventory.Order
+	err   error
+}
+
+// run runs one schedule, asking pick at each choice point, and checks it.
+func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs []choice) (int, error)) (result, error) {
+	x.runs++
+	sku := fmt.Sprintf("%s%d", x.prefix, x.runs)
+	if err := x.store.StartSale(ctx, sku, sc.Stock); err != nil {
+		return result{}, err
+	}
+	s := newScheduler(x.blocked, sc.Faults)
+	st := &store{Store: x.store, s: s, inserted: map[int][]string{}}
+	svc := inventory.NewService(st, sc.Strategy(&locker{s: s}),
+		// The scheduler decides what happens when; no deadline may.
+		inventory.WithOrderTimeout(time.Minute),
+		inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+
+	answers := make([]answer, len(sc.Quantities))
+	buyers := make([]*entity, len(sc.Quantities))
+	for i, q := range sc.Quantities {
+		e := s.newEntity(string(rune('A'+i)), i)
+		buyers[i] = e
+		go func() {
+			o, err := svc.PlaceOrder(withEntity(ctx, e), inventory.Request{SKU: sku, Quantity: q, UserID: "buyer-" + e.name})
+			answers[i] = answer{order: o, err: err}
+			s.events <- event{e: e, kind: evDone}
+		}()
+	}
+	returned := make([]int64, len(buyers))
+	// A schedule that cannot go on (a replay that diverged, a step named
+	// that cannot happen) is unwound, not left holding row locks.
+	abandon := func(err error) (result, error) {
+		s.abort(ctx)
+		return result{trace: s.trace}, err
+	}
+	if err := s.settle(ctx); err != nil {
+		return abandon(err)
+	}
+	for depth := 0; ; depth++ {
+		for i, e := range buyers {
+			if e.state == done && returned[i] == 0 {
+				returned[i] = int64(depth + 1)
+			}
+		}
+		cs := s.choices()
+		if len(cs) == 0 {
+			break
+		}
+		i, err := pick(depth, cs)
+		if err != nil {
+			return abandon(err)
+		}
+		if err := s.do(ctx, cs[i]); err != nil {
+			return abandon(err)
+		}
+	}
+	for _, e := range s.entities {
+		if e.state != done {
+			return abandon(fmt.Errorf("explore: %s can never move again (deadlock) after %s", e.name, strings.Join(s.trace, " → ")))
+		}
+	}
+	res := result{trace: s.trace}
+	for _, a := range answers {
+		res.outcomes = append(res.outcomes, inventory.Outcome(a.err))
+	}
+	res.audit, res.problems = x.check(ctx, sc, sku, st, answers, returned, s.faultsUsed)
+	return res, nil
+}
+
+// check holds one finished schedule to the rules.
+func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store, answers []answer, returned []int64, faults int) (inventory.Audit, []string) {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	a, err := x.store.Audit(ctx, sku)
+	if err != nil {
+		return a, []string{fmt.Sprintf("audit: %v", err)}
+	}
+	if !a.Consistent() {
+		add("audit broken: initial %d, available %d, ordered %d", a.Initial, a.Available, a.Ordered)
+	}
+	ops := make([]history.Op, len(answers))
+	for i, ans := range answers {
+		name := string(rune('A' + i))
+		outcome := outcomeOf(ans.err)
+		ops[i] = history.Op{Client: i, SKU: sku, Quantity: sc.Quantities[i], Call: 0, Return: returned[i], Outcome: outcome}
+		switch outcome {
+		case history.OK:
+			if o, found, err := x.store.FindOrder(ctx, ans.order.ID); err != nil || !found || o.Quantity != sc.Quantities[i] {
+				add("%s was answered 201 but its order %s is not there (%v)", name, ans.order.ID, err)
+			}
+		case history.SoldOut, history.NoEffect:
+			for _, id := range st.inserted[i] {
+				if _, found, err := x.store.FindOrder(ctx, id); err != nil || found {
+					add("%s was refused (%v) but its order %s exists (%v)", name, ans.err, id, err)
+				}
+			}
+		}
+		if faults == 0 && outcome != history.OK && outcome != history.SoldOut {
+			add("%s was answered %q in a schedule without faults: %v", name, inventory.Outcome(ans.err), ans.err)
+		}
+	}
+	verdicts, err := history.Check(ops, map[string]int64{sku: sc.Stock}, 10*time.Second, "")
+	if err != nil {
+		add("linearizability check: %v", err)
+	}
+	for _, v := range verdicts {
+		if !v.Linearizable() {
+			add("history not linearizable: %s", v)
+		}
+	}
+	return a, problems
+}
+
+// outcomeOf files a buyer's answer as the history checker sees it.
+func outcomeOf(err error) history.Outcome {
+	switch {
+	case err == nil:
+		return history.OK
+	case errors.Is(err, inventory.ErrSoldOut):
+		return history.SoldOut
+	case errors.Is(err, inventory.ErrUnavailable):
+		// 503 unavailable: the order may have happened (an unknown commit).
+		return history.Unknown
+	}
+	return history.NoEffect
+}

@@ -1,0 +1,222 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// store wraps the real store: every transaction of a buyer runs on a
+// goroutine of its own and parks before each statement that touches shared
+// rows and before its commit, so the scheduler decides what runs when. Calls
+// from outside a buyer (setting up the sale, the audit) pass straight
+// through.
+type store struct {
+	inventory.Store
+	s *scheduler
+
+	mu       sync.Mutex
+	inserted map[int][]string // buyer -> ids of the orders it tried to insert
+}
+
+var (
+	_ inventory.Store  = (*store)(nil)
+	_ inventory.Tx     = (*tx)(nil)
+	_ inventory.Locker = (*locker)(nil)
+	_ inventory.Lease  = (*lease)(nil)
+)
+
+// sessioner is implemented by the adapters' transactions: the server's id
+// of the connection, to ask the server whether it waits for a lock.
+type sessioner interface {
+	SessionID(ctx context.Context) (int64, error)
+}
+
+// InTx runs the buyer's transaction on a goroutine of its own, so that a
+// commit whose answer is lost can tell the buyer "unknown" at once and
+// commit later, when the scheduler says: as a COMMIT still in flight when
+// its order gave up would.
+func (st *store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
+	e := entityOf(ctx)
+	if e == nil {
+		return st.Store.InTx(ctx, fn)
+	}
+	answer := make(chan error, 2)
+	go func() {
+		owner := e
+		// The transaction outlives the buyer's context when its answer is
+		// lost; the scheduler, not a deadline, decides when it ends.
+		err := st.Store.InTx(context.WithoutCancel(ctx), func(txCtx context.Context, inner inventory.Tx) error {
+			t := &tx{Tx: inner, st: st, e: e}
+			if err := fn(txCtx, t); err != nil {
+				return err
+			}
+			g := st.s.park(e, stepCommit, t.session)
+			if g.abort {
+				return errAborted
+			}
+			if !g.loseAnswer {
+				return nil
+			}
+			answer <- fmt.Errorf("%w: the scheduler lost the commit's answer", inventory.ErrOutcomeUnknown)
+			owner = g.late
+			if st.s.park(g.late, stepLateCommit, t.session).abort {
+				return errAborted
+			}
+			return nil
+		})
+		if owner != e {
+			st.s.events <- event{e: owner, kind: evDone}
+			return
+		}
+		st.s.events <- event{e: e, kind: evSessionEnd}
+		answer <- err
+	}()
+	return <-answer
+}
+
+// FindOrder is a step: whether a late commit has landed yet depends on the
+// schedule.
+func (st *store) FindOrder(ctx context.Context, id string) (inventory.Order, bool, error) {
+	if e := entityOf(ctx); e != nil && st.s.park(e, stepFindOrder, 0).abort {
+		return inventory.Order{}, false, errAborted
+	}
+	return st.Store.FindOrder(ctx, id)
+}
+
+func (st *store) noteInsert(buyer int, id string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.inserted[buyer] = append(st.inserted[buyer], id)
+}
+
+// tx parks before each statement on the stock row or an idempotency key, and
+// lets the order insert (a row of its own, under a fresh id) run on.
+type tx struct {
+	inventory.Tx
+	st      *store
+	e       *entity
+	session int64
+}
+
+func (t *tx) step(ctx context.Context, name string) error {
+	if t.session == 0 {
+		s, ok := t.Tx.(sessioner)
+		if !ok {
+			return errors.New("explore: the store's transactions do not tell their session")
+		}
+		id, err := s.SessionID(ctx)
+		if err != nil {
+			return err
+		}
+		t.session = id
+	}
+	if t.st.s.park(t.e, name, t.session).abort {
+		return errAborted
+	}
+	return nil
+}
+
+func (t *tx) ReadLevel(ctx context.Context, sku string) (inventory.Level, error) {
+	if err := t.step(ctx, stepRead); err != nil {
+		return inventory.Level{}, err
+	}
+	return t.Tx.ReadLevel(ctx, sku)
+}
+
+func (t *tx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
+	if err := t.step(ctx, stepLockRead); err != nil {
+		return inventory.Level{}, err
+	}
+	return t.Tx.LockLevel(ctx, sku)
+}
+
+func (t *tx) Deduct(ctx context.Context, sku string, quantity int64) error {
+	if err := t.step(ctx, stepWrite); err != nil {
+		return err
+	}
+	return t.Tx.Deduct(ctx, sku, quantity)
+}
+
+func (t *tx) DeductIfVersion(ctx context.Context, sku string, quantity, version int64) (bool, error) {
+	if err := t.step(ctx, stepWrite); err != nil {
+		return false, err
+	}
+	return t.Tx.DeductIfVersion(ctx, sku, quantity, version)
+}
+
+func (t *tx) DeductIfAvailable(ctx context.Context, sku string, quantity int64) (bool, error) {
+	if err := t.step(ctx, stepWrite); err != nil {
+		return false, err
+	}
+	return t.Tx.DeductIfAvailable(ctx, sku, quantity)
+}
+
+func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, readVersion int64) (bool, error) {
+	if err := t.step(ctx, stepWrite); err != nil {
+		return false, err
+	}
+	return t.Tx.DeductIfFenced(ctx, sku, quantity, token, readVersion)
+}
+
+func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
+	t.st.noteInsert(t.e.buyer, o.ID)
+	return t.Tx.InsertOrder(ctx, o)
+}
+
+func (t *tx) FindIdempotency(ctx context.Context, key string) (inventory.IdempotencyRecord, bool, error) {
+	if err := t.step(ctx, stepIdemRead); err != nil {
+		return inventory.IdempotencyRecord{}, false, err
+	}
+	return t.Tx.FindIdempotency(ctx, key)
+}
+
+func (t *tx) InsertIdempotency(ctx context.Context, r inventory.IdempotencyRecord) (bool, error) {
+	if err := t.step(ctx, stepIdemWrite); err != nil {
+		return false, err
+	}
+	return t.Tx.InsertIdempotency(ctx, r)
+}
+
+// locker is the lock as the scheduler models it: one holder at a time, a
+// token that grows with every holder, and an expiry the scheduler may fire
+// at any step of the holder — which the holder does not hear of, as when it
+// is paused. The real backends (internal/locking) are held to that contract
+// by their own tests; here it is the write under the lock that is on trial.
+type locker struct{ s *scheduler }
+
+func (l *locker) Acquire(ctx context.Context, _ string) (inventory.Lease, error) {
+	e := entityOf(ctx)
+	if e == nil {
+		return nil, errors.New("explore: the lock is only for the buyers of a schedule")
+	}
+	g := l.s.park(e, stepAcquire, 0)
+	if g.abort {
+		return nil, errAborted
+	}
+	return &lease{l: l, e: e, ctx: ctx, token: g.token}, nil
+}
+
+// Reset and AdvanceFence touch no lock state the model keeps: its tokens
+// only grow.
+func (l *locker) Reset(context.Context, string) error               { return nil }
+func (l *locker) AdvanceFence(context.Context, string, int64) error { return nil }
+
+type lease struct {
+	l     *locker
+	e     *entity
+	ctx   context.Context
+	token int64
+}
+
+func (le *lease) Token() int64             { return le.token }
+func (le *lease) Context() context.Context { return le.ctx }
+func (le *lease) Release(context.Context) error {
+	if g := le.l.s.parkRelease(le.e, le.token); g.abort || !g.held {
+		return errors.New("explore: the lock had expired")
+	}
+	return nil
+}
