@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -165,8 +167,10 @@ func invalid(format string, args ...any) error {
 // errUnsupportedMediaType is the HTTP adapter's own: the domain never sees it.
 var errUnsupportedMediaType = errors.New("body must be application/json")
 
-// readJSON reads a JSON object body of at most MaxBodyBytes into v, refusing
-// unknown fields and anything after the object.
+// readJSON reads a JSON object body of at most MaxBodyBytes into v (a
+// pointer to a struct), refusing unknown fields, field names that match only
+// case-insensitively, repeated fields, and anything after the object. Every
+// JSON body goes through it.
 func readJSON(c *gin.Context, v any) error {
 	mediaType, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
 	if err != nil || mediaType != "application/json" {
@@ -180,6 +184,9 @@ func readJSON(c *gin.Context, v any) error {
 		}
 		return invalid("reading body: %v", err)
 	}
+	if err := checkKeys(body, jsonFields(v)); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -189,6 +196,59 @@ func readJSON(c *gin.Context, v any) error {
 		return invalid("malformed JSON: unexpected data after the object")
 	}
 	return nil
+}
+
+// checkKeys refuses what encoding/json would let through: a key that
+// matches a field only case-insensitively ("SKU", "User_Id", or "ſku" with
+// a long s), and a key given twice (json keeps the last, so a proxy or a log
+// reading the first would see another order). It walks the top-level object
+// only; a body that is not an object or not JSON is left for the decoder to
+// describe.
+func checkKeys(body []byte, fields []string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	seen := make(map[string]bool, len(fields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil
+		}
+		if seen[key] {
+			return invalid("field %q appears more than once", truncate(key, 32))
+		}
+		seen[key] = true
+		if !slices.Contains(fields, key) {
+			return invalid("unknown field %q (names are case-sensitive: %s)", truncate(key, 32), strings.Join(fields, ", "))
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// jsonFields lists the JSON names of the fields of the struct v points to.
+func jsonFields(v any) []string {
+	t := reflect.TypeOf(v).Elem()
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" {
+			name = t.Field(i).Name
+		}
+		if name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func describeJSONError(err error) string {
