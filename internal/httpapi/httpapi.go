@@ -82,6 +82,12 @@ func New(inv Inventory, opts ...Option) http.Handler {
 		o(s)
 	}
 	r := gin.New()
+	// Every answer of the router is JSON in the error shape of the API: no
+	// redirect of /orders/ to /orders (gin's default answers a 307 with a
+	// non-JSON body, and a client that follows it posts twice), no guessing
+	// of a path in another case, and a 405 with Allow for a wrong method.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
 	r.Use(gin.CustomRecovery(func(c *gin.Context, v any) {
 		s.log.Error("panic in handler", "path", c.Request.URL.Path, "panic", fmt.Sprint(v))
