@@ -368,8 +368,11 @@ func (s *server) ready(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.readyTimeout)
 	defer cancel()
 	if err := s.inv.Ready(ctx); err != nil {
+		// The error names hosts, users and databases: it goes to the log,
+		// and the probe, which anyone who reaches the port may call, gets
+		// the code only.
 		s.log.Warn("not ready", "err", err)
-		writeError(c, http.StatusServiceUnavailable, "unavailable", "a backend does not answer: "+err.Error())
+		writeError(c, http.StatusServiceUnavailable, "unavailable", "a backend does not answer; the service log says which")
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"status": "ready"})
