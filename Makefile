@@ -7,7 +7,7 @@ FUZZTIME  ?= 10s
 # 2-core machine: the tests themselves are concurrent enough.
 TESTFLAGS ?= -race -count=1 -p 2 -timeout 20m
 
-.PHONY: help build services test vet unit fuzz demo clean
+.PHONY: help build services test vet tidy unit fuzz demo clean
 
 help:
 	@echo "make demo   - set up the servers, build, and run the demonstration"
@@ -21,7 +21,13 @@ build:
 services:
 	@bash scripts/ensure-services.sh
 
-vet:
+# Both modules must be tidy: go.mod and go.sum exactly as `go mod tidy`
+# writes them (-diff prints what it would change and fails).
+tidy:
+	$(GO) mod tidy -diff
+	cd loadtest && $(GO) mod tidy -diff
+
+vet: tidy
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...

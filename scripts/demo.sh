@@ -37,6 +37,13 @@ my_ok() {
   fi
 }
 docker_ok() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; }
+# docker-compose.yml requires ADMIN_TOKEN (the stock service has no default
+# token) and compose checks it for every service it starts. The demo starts
+# backends only from it, so any token of 16+ characters will do.
+if [ -z "${ADMIN_TOKEN:-}" ]; then
+  ADMIN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  export ADMIN_TOKEN
+fi
 
 missing=()
 pg_ok || missing+=(postgres)

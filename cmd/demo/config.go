@@ -88,7 +88,7 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	p.DBMaxConns = integer("DB_MAX_CONNS", 16, 1, 30)
 	p.NaiveRaceWindow = str("NAIVE_RACE_WINDOW", "5ms")
 	p.OrderTimeout = str("ORDER_TIMEOUT", "")
-	p.AdminToken = str("DEMO_ADMIN_TOKEN", "demo-token")
+	p.AdminToken = str("DEMO_ADMIN_TOKEN", "demo-admin-token")
 	p.BurstStock = integer("BURST_STOCK", defStock, 1, 1_000_000)
 	p.BurstBuyers = integer("BURST_BUYERS", defBuyers, 1, 1_000_000)
 	p.BurstVUs = integer("BURST_VUS", defVUs, 1, 2000)

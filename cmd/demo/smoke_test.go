@@ -92,7 +92,7 @@ func TestSmokeRun(t *testing.T) {
 	url := testdb.URL(t, "postgres")
 
 	p := plan{
-		Instances: 3, DBMaxConns: 8, NaiveRaceWindow: "5ms", AdminToken: "smoke",
+		Instances: 3, DBMaxConns: 8, NaiveRaceWindow: "5ms", AdminToken: "smoke-admin-token",
 		BurstStock: 100, BurstBuyers: 400, BurstVUs: 100, BurstMaxDuration: 20 * time.Second, Rounds: 1,
 		SteadyDuration: 2 * time.Second, SteadyMaxVUs: 20,
 		Backends:   []backend{{Name: "postgres", URL: url}},

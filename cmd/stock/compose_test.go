@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -16,16 +17,72 @@ import (
 // this is what keeps the file true to the code.
 func loadCompose(t *testing.T, env ...string) *types.Project {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{"../../docker-compose.yml"},
-		cli.WithWorkingDirectory("../.."), cli.WithEnv(env), cli.WithName("stock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := opts.LoadProject(context.Background())
+	p, err := tryLoadCompose(env...)
 	if err != nil {
 		t.Fatalf("docker-compose.yml does not load: %v", err)
 	}
 	return p
+}
+
+func tryLoadCompose(env ...string) (*types.Project, error) {
+	opts, err := cli.NewProjectOptions([]string{"../../docker-compose.yml"},
+		cli.WithWorkingDirectory("../.."), cli.WithEnv(env), cli.WithName("stock"))
+	if err != nil {
+		return nil, err
+	}
+	return opts.LoadProject(context.Background())
+}
+
+// composeToken is an admin token long enough for the service.
+const composeToken = "ADMIN_TOKEN=compose-admin-token-0123"
+
+// TestComposeRequiresAdminToken: compose refuses to start without an
+// ADMIN_TOKEN (there is no default such as "change-me" for anyone to
+// guess), and a short one is refused by the service itself.
+func TestComposeRequiresAdminToken(t *testing.T) {
+	for _, env := range [][]string{nil, {"ADMIN_TOKEN="}} {
+		_, err := tryLoadCompose(env...)
+		if err == nil || !strings.Contains(err.Error(), "set ADMIN_TOKEN to 16+ characters") {
+			t.Errorf("env %v: loaded (%v), want compose to require ADMIN_TOKEN", env, err)
+		}
+	}
+	p := loadCompose(t, "ADMIN_TOKEN=change-me")
+	svc, _ := p.GetService("stock")
+	vars := map[string]string{}
+	for k, v := range svc.Environment {
+		if v != nil {
+			vars[k] = *v
+		}
+	}
+	if _, err := loadConfig(func(k string) string { return vars[k] }); err == nil || !strings.Contains(err.Error(), "ADMIN_TOKEN") {
+		t.Errorf("ADMIN_TOKEN=change-me through compose: %v, want the service to refuse it", err)
+	}
+}
+
+// TestDockerImageRunsAsNonRoot: the image's last stage sets a USER that is
+// not root.
+func TestDockerImageRunsAsNonRoot(t *testing.T) {
+	raw, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		switch strings.ToUpper(fields[0]) {
+		case "FROM":
+			user = "" // a new stage starts as root again
+		case "USER":
+			user = fields[1]
+		}
+	}
+	name, _, _ := strings.Cut(user, ":")
+	if name == "" || name == "root" || name == "0" {
+		t.Errorf("the image runs as %q, want a non-root USER in its last stage", user)
+	}
 }
 
 // readVariables lists every variable loadConfig reads.
@@ -40,9 +97,9 @@ func readVariables() []string {
 
 func TestComposeFileMatchesTheCode(t *testing.T) {
 	for _, env := range [][]string{
-		nil,
-		{"STRATEGY=redlock"},
-		{"STRATEGY=for-update", "DATABASE_URL=mysql://root@mysql:3306/stock"},
+		{composeToken},
+		{composeToken, "STRATEGY=redlock"},
+		{composeToken, "STRATEGY=for-update", "DATABASE_URL=mysql://root@mysql:3306/stock"},
 	} {
 		p := loadCompose(t, env...)
 		for _, name := range []string{"postgres", "mysql", "redis1", "redis2", "redis3", "redis4", "redis5", "stock"} {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flashsale/stock/internal/envconf"
 	"github.com/flashsale/stock/internal/inventory"
@@ -37,6 +38,11 @@ type config struct {
 	Fencing        bool
 	FreezeHolder   bool
 }
+
+// minAdminTokenLength is the shortest ADMIN_TOKEN the service accepts: the
+// admin routes reset sales, so a guessable token ("change-me", "secret") is
+// refused at start.
+const minAdminTokenLength = 16
 
 // strategyNames lists every value STRATEGY accepts.
 func strategyNames() []string {
@@ -99,6 +105,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(str("LOG_LEVEL", "info"))); err != nil {
 		bad("LOG_LEVEL=%q is not debug, info, warn or error", getenv("LOG_LEVEL"))
+	}
+	if n := utf8.RuneCountInString(c.AdminToken); n > 0 && n < minAdminTokenLength {
+		// The length only: the token itself never reaches a log.
+		bad("ADMIN_TOKEN must be at least %d characters (it has %d); unset it to disable the admin routes", minAdminTokenLength, n)
 	}
 	if c.NaiveRaceWindow > 0 && c.Strategy != inventory.NameNaive {
 		bad("NAIVE_RACE_WINDOW only applies to STRATEGY=naive")

@@ -26,7 +26,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestConfigMasksToken(t *testing.T) {
-	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "mysql://root@h:3306/db", "ADMIN_TOKEN": "s3cr3t"}))
+	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "mysql://root@h:3306/db", "ADMIN_TOKEN": "s3cr3t-s3cr3t-s3cr3t"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +46,27 @@ func TestConfigErrorsListEveryProblem(t *testing.T) {
 	for _, want := range []string{"valid: naive, for-update, version-cas, conditional", "redis", "DB_MAX_CONNS", "ORDER_TIMEOUT", "MIGRATE", "LOG_LEVEL"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// TestConfigRefusesShortAdminToken: a guessable admin token (compose's old
+// default "change-me" among them) stops the service; unset still means
+// "admin routes disabled".
+func TestConfigRefusesShortAdminToken(t *testing.T) {
+	for _, token := range []string{"change-me", "s3cr3t", "zq", "fifteen-chars!!", "ééééééééééééééé"} {
+		_, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://h/db", "ADMIN_TOKEN": token}))
+		if err == nil || !strings.Contains(err.Error(), "ADMIN_TOKEN must be at least 16 characters") {
+			t.Errorf("ADMIN_TOKEN=%q: %v, want a refusal", token, err)
+			continue
+		}
+		if strings.Contains(err.Error(), token) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("ADMIN_TOKEN=%q: the error shows the token or spans lines: %v", token, err)
+		}
+	}
+	for _, token := range []string{"", "sixteen-chars!!!", "éééééééééééééééé"} {
+		if _, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://h/db", "ADMIN_TOKEN": token})); err != nil {
+			t.Errorf("ADMIN_TOKEN=%q refused: %v", token, err)
 		}
 	}
 }

@@ -57,6 +57,9 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// e2eAdminToken is the admin token of the instances the tests start.
+const e2eAdminToken = "e2e-admin-token-0123"
+
 // process is one running instance of the binary.
 type process struct {
 	url    string
@@ -71,7 +74,7 @@ func startInstance(t *testing.T, env ...string) *process {
 	t.Helper()
 	addr := freeAddr(t)
 	cmd := exec.Command(buildBinary(t))
-	cmd.Env = append(os.Environ(), append([]string{"HTTP_ADDR=" + addr, "ADMIN_TOKEN=e2e", "LOG_LEVEL=warn"}, env...)...)
+	cmd.Env = append(os.Environ(), append([]string{"HTTP_ADDR=" + addr, "ADMIN_TOKEN=" + e2eAdminToken, "LOG_LEVEL=warn"}, env...)...)
 	p := &process{url: "http://" + addr, cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = &lockedWriter{w: p.stderr}
 	if err := cmd.Start(); err != nil {
@@ -127,7 +130,7 @@ func adminJSON(t *testing.T, method, url, body string, into any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer e2e")
+	req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -376,6 +379,7 @@ func TestConfigurationErrors(t *testing.T) {
 		{[]string{"DATABASE_URL="}, []string{"DATABASE_URL is required"}},
 		{[]string{"DATABASE_URL=sqlite:///tmp/x"}, []string{`scheme "sqlite"`}},
 		{[]string{"DATABASE_URL=postgres://127.0.0.1/x", "ORDER_TIMEOUT=soon"}, []string{`ORDER_TIMEOUT="soon"`}},
+		{[]string{"DATABASE_URL=postgres://127.0.0.1/x", "ADMIN_TOKEN=change-me"}, []string{"ADMIN_TOKEN must be at least 16 characters"}},
 		{[]string{"DATABASE_URL=postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, []string{"cannot reach 127.0.0.1:1"}},
 		{[]string{"DATABASE_URL=mysql://root@127.0.0.1:1/x?timeout=2s"}, []string{"cannot reach 127.0.0.1:1"}},
 	}

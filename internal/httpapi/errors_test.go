@@ -1,9 +1,12 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,6 +68,40 @@ func TestErrorTable(t *testing.T) {
 		}
 		if strings.Contains(body, "secret-host") {
 			t.Errorf("%v: the answer leaks backend details: %s", c.err, body)
+		}
+	}
+}
+
+// TestReadyzHidesBackendDetails: /readyz tells a prober only that a backend
+// does not answer; which host, user or database is in the log, not in the
+// answer.
+func TestReadyzHidesBackendDetails(t *testing.T) {
+	detail := `failed to connect to host=db-7.internal user=stock_admin database=stock_prod: dial tcp 10.0.0.7:5432: connection refused`
+	var logged bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logged, nil))
+	for _, err := range []error{
+		fmt.Errorf("%w: %s", inventory.ErrUnavailable, detail),
+		errors.New(detail),
+		errors.Join(context.DeadlineExceeded, errors.New(detail)),
+	} {
+		logged.Reset()
+		h := httpapi.New(failingInventory{err: err}, httpapi.WithLogger(log))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		r := reply{status: rec.Code, raw: rec.Body.String()}
+		if jerr := json.Unmarshal(rec.Body.Bytes(), &r.body); jerr != nil {
+			t.Fatalf("%v: body %q is not JSON", err, rec.Body)
+		}
+		if r.status != http.StatusServiceUnavailable || r.errorCode(t) != "unavailable" || rec.Header().Get("Retry-After") == "" {
+			t.Errorf("%v: %d %s, want 503 unavailable with Retry-After", err, r.status, r.raw)
+		}
+		for _, secret := range []string{"db-7", "stock_admin", "stock_prod", "10.0.0.7", "5432"} {
+			if strings.Contains(r.raw, secret) {
+				t.Errorf("%v: the answer leaks %q: %s", err, secret, r.raw)
+			}
+			if !strings.Contains(logged.String(), secret) {
+				t.Errorf("%v: the log lacks %q: %s", err, secret, logged.String())
+			}
 		}
 	}
 }

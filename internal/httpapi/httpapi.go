@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,6 +82,12 @@ func New(inv Inventory, opts ...Option) http.Handler {
 		o(s)
 	}
 	r := gin.New()
+	// Every answer of the router is JSON in the error shape of the API: no
+	// redirect of /orders/ to /orders (gin's default answers a 307 with a
+	// non-JSON body, and a client that follows it posts twice), no guessing
+	// of a path in another case, and a 405 with Allow for a wrong method.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
 	r.Use(gin.CustomRecovery(func(c *gin.Context, v any) {
 		s.log.Error("panic in handler", "path", c.Request.URL.Path, "panic", fmt.Sprint(v))
@@ -165,8 +173,10 @@ func invalid(format string, args ...any) error {
 // errUnsupportedMediaType is the HTTP adapter's own: the domain never sees it.
 var errUnsupportedMediaType = errors.New("body must be application/json")
 
-// readJSON reads a JSON object body of at most MaxBodyBytes into v, refusing
-// unknown fields and anything after the object.
+// readJSON reads a JSON object body of at most MaxBodyBytes into v (a
+// pointer to a struct), refusing unknown fields, field names that match only
+// case-insensitively, repeated fields, and anything after the object. Every
+// JSON body goes through it.
 func readJSON(c *gin.Context, v any) error {
 	mediaType, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
 	if err != nil || mediaType != "application/json" {
@@ -180,6 +190,9 @@ func readJSON(c *gin.Context, v any) error {
 		}
 		return invalid("reading body: %v", err)
 	}
+	if err := checkKeys(body, jsonFields(v)); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -189,6 +202,59 @@ func readJSON(c *gin.Context, v any) error {
 		return invalid("malformed JSON: unexpected data after the object")
 	}
 	return nil
+}
+
+// checkKeys refuses what encoding/json would let through: a key that
+// matches a field only case-insensitively ("SKU", "User_Id", or "ſku" with
+// a long s), and a key given twice (json keeps the last, so a proxy or a log
+// reading the first would see another order). It walks the top-level object
+// only; a body that is not an object or not JSON is left for the decoder to
+// describe.
+func checkKeys(body []byte, fields []string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	seen := make(map[string]bool, len(fields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil
+		}
+		if seen[key] {
+			return invalid("field %q appears more than once", truncate(key, 32))
+		}
+		seen[key] = true
+		if !slices.Contains(fields, key) {
+			return invalid("unknown field %q (names are case-sensitive: %s)", truncate(key, 32), strings.Join(fields, ", "))
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// jsonFields lists the JSON names of the fields of the struct v points to.
+func jsonFields(v any) []string {
+	t := reflect.TypeOf(v).Elem()
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" {
+			name = t.Field(i).Name
+		}
+		if name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func describeJSONError(err error) string {
@@ -302,8 +368,11 @@ func (s *server) ready(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.readyTimeout)
 	defer cancel()
 	if err := s.inv.Ready(ctx); err != nil {
+		// The error names hosts, users and databases: it goes to the log,
+		// and the probe, which anyone who reaches the port may call, gets
+		// the code only.
 		s.log.Warn("not ready", "err", err)
-		writeError(c, http.StatusServiceUnavailable, "unavailable", "a backend does not answer: "+err.Error())
+		writeError(c, http.StatusServiceUnavailable, "unavailable", "a backend does not answer; the service log says which")
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"status": "ready"})

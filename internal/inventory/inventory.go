@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -84,11 +85,8 @@ func (r Request) Validate() error {
 	if r.Quantity < MinQuantity || r.Quantity > MaxQuantity {
 		return fmt.Errorf("%w: quantity must be an integer from %d to %d", ErrInvalid, MinQuantity, MaxQuantity)
 	}
-	if !utf8.ValidString(r.UserID) {
-		return fmt.Errorf("%w: user_id must be valid UTF-8", ErrInvalid)
-	}
-	if utf8.RuneCountInString(r.UserID) > MaxUserIDLength {
-		return fmt.Errorf("%w: user_id must be at most %d characters", ErrInvalid, MaxUserIDLength)
+	if err := ValidateUserID(r.UserID); err != nil {
+		return err
 	}
 	return ValidateIdempotencyKey(r.IdempotencyKey)
 }
@@ -128,6 +126,29 @@ func skuByte(c byte) bool {
 		return true
 	}
 	return c == '.' || c == '_' || c == ':' || c == '-'
+}
+
+// ValidateUserID checks a user id: 1 to 64 characters of valid UTF-8, each
+// printable (a letter, mark, number, punctuation, symbol or the ASCII
+// space). Control characters (NUL, which PostgreSQL refuses in text, line
+// breaks, escapes) and invisible format characters (bidi overrides, line
+// separators) are refused: the id ends up in the database and in logs.
+func ValidateUserID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: user_id must not be empty", ErrInvalid)
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: user_id must be valid UTF-8", ErrInvalid)
+	}
+	if utf8.RuneCountInString(id) > MaxUserIDLength {
+		return fmt.Errorf("%w: user_id must be at most %d characters", ErrInvalid, MaxUserIDLength)
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("%w: user_id must not contain control or format characters (found %U)", ErrInvalid, r)
+		}
+	}
+	return nil
 }
 
 // ValidateIdempotencyKey accepts an empty key (none) or 1 to 255 printable

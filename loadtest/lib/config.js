@@ -30,7 +30,7 @@ export const config = Object.freeze({
     .map((s) => s.trim().replace(/\/+$/, ''))
     .filter((s) => s !== ''),
   // Bearer token of the admin routes (PUT /admin/stock, GET /admin/audit).
-  adminToken: env('ADMIN_TOKEN', 'demo-token'),
+  adminToken: env('ADMIN_TOKEN', 'demo-admin-token'),
   // Which load profile to run: burst or steady (see lib/profiles.js).
   scenario: env('SCENARIO', 'burst'),
   // The SKU of the sale. It must be the same in every VU, so it cannot
