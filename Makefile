@@ -13,6 +13,7 @@ help:
 	@echo "make demo   - set up the servers, build, and run the demonstration"
 	@echo "make test   - set up the servers and run the whole test suite (-race)"
 	@echo "make build  - build $(BIN)"
+	@echo "make explore - every schedule of 2-3 buyers per strategy, 20x the budget of make test"
 	@echo "make fuzz   - fuzz the order handler for FUZZTIME (default $(FUZZTIME))"
 
 build:
@@ -69,6 +70,12 @@ clean:
 # reports/faults/<timestamp>/faults.{md,json} and reports/faults/latest, and
 # fails when a safe configuration oversold or lost data. `make test` runs the
 # short form of scenarios 1-3 (TestShortFaults).
+# The schedule explorer (internal/explore) with a budget 20 times that of
+# make test: about 20 minutes. EXPLORE_SEED=<n> replays a sample.
+.PHONY: explore
+explore: services
+	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run TestEverySchedule -v ./internal/explore/
+
 .PHONY: faults
 faults: services build
 	$(GO) run ./cmd/faults -bin $(BIN)

@@ -18,6 +18,19 @@
 // know the lock is gone (a renewal fails, or the validity ends unrenewed),
 // which stops most stale work early, but only the token makes it safe.
 //
+// Fencing orders writes; the version check validates the read. The fence
+// keeps an old holder's write from landing after a newer holder's, but it
+// says nothing about what the writer read: with one unit left, A reads 1
+// and stalls past its TTL, B takes the lock and reads 1, A's write lands
+// (its token beats the stored fence) and so does B's (its token beats A's):
+// the stock is −1. The protected write must also require that the resource
+// is still as the holder read it — in this project, the row's version:
+// "… WHERE fence < $token AND version = $read" — and a holder whose lock is
+// still valid reads again and retries. Then a write applies only if no
+// other write reached the resource since the read and no newer holder has
+// written, so every write saw the state it changes
+// (internal/inventory.Locked).
+//
 // # Fencing on one server
 //
 // The acquire script sets the lock (SET NX PX) and increments the key's
