@@ -55,6 +55,10 @@ type Scenario struct {
 	// strategies get the scheduler's lock.
 	Strategy func(inventory.Locker) inventory.Strategy
 	Faults   Faults
+	// Retry makes the buyers one client: the same request under the same
+	// idempotency key, sent again while the first is still under way (a
+	// retry after a timeout or a 503). Quantities must then be equal.
+	Retry bool
 	// MaxSchedules bounds the depth-first walk; Samples schedules are then
 	// drawn at random from Seed when the walk did not finish.
 	MaxSchedules int
@@ -275,8 +279,12 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs
 	for i, q := range sc.Quantities {
 		e := s.newEntity(string(rune('A'+i)), i)
 		buyers[i] = e
+		req := inventory.Request{SKU: sku, Quantity: q, UserID: "buyer-" + e.name}
+		if sc.Retry {
+			req.UserID, req.IdempotencyKey = "buyer", "key-"+sku
+		}
 		go func() {
-			o, err := svc.PlaceOrder(withEntity(ctx, e), inventory.Request{SKU: sku, Quantity: q, UserID: "buyer-" + e.name})
+			o, err := svc.PlaceOrder(withEntity(ctx, e), req)
 			answers[i] = answer{order: o, err: err}
 			s.events <- event{e: e, kind: evDone}
 		}()
@@ -355,6 +363,9 @@ func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store
 			add("%s was answered %q in a schedule without faults: %v", name, inventory.Outcome(ans.err), ans.err)
 		}
 	}
+	if sc.Retry {
+		ops = x.checkRetry(ctx, sku, a, answers, ops, add)
+	}
 	verdicts, err := history.Check(ops, map[string]int64{sku: sc.Stock}, 10*time.Second, "")
 	if err != nil {
 		add("linearizability check: %v", err)
@@ -365,6 +376,47 @@ func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store
 		}
 	}
 	return a, problems
+}
+
+// checkRetry holds the answers to one request sent several times under one
+// idempotency key to its rules — at most one order, every 201 names it, and
+// no attempt is told "sold out" or "busy" when the key's order exists: the
+// client would take the last answer it saw for the truth — and returns the
+// history of the one request they make: accepted when any attempt was,
+// taking effect by the first 201.
+func (x *Explorer) checkRetry(ctx context.Context, sku string, a inventory.Audit, answers []answer, ops []history.Op, add func(string, ...any)) []history.Op {
+	if a.Orders > 1 {
+		add("one idempotency key made %d orders", a.Orders)
+	}
+	var created string
+	one := history.Op{Client: 0, SKU: sku, Quantity: ops[0].Quantity, Outcome: history.NoEffect}
+	for i, ans := range answers {
+		op := ops[i]
+		switch {
+		case op.Outcome == history.OK && created == "":
+			created, one.Outcome, one.Return = ans.order.ID, history.OK, op.Return
+		case op.Outcome == history.OK && ans.order.ID != created:
+			add("two 201s for one key name different orders: %s and %s", created, ans.order.ID)
+		case op.Outcome == history.OK:
+			one.Return = min(one.Return, op.Return)
+		}
+	}
+	if a.Orders > 0 {
+		for i, ans := range answers {
+			if o := ops[i].Outcome; o == history.SoldOut || o == history.NoEffect {
+				add("%s was told %q, but its key's order exists", string(rune('A'+i)), inventory.Outcome(ans.err))
+			}
+		}
+	}
+	if one.Outcome != history.OK {
+		for _, op := range ops {
+			one.Return = max(one.Return, op.Return)
+			if op.Outcome == history.Unknown || (op.Outcome == history.SoldOut && one.Outcome == history.NoEffect) {
+				one.Outcome = op.Outcome
+			}
+		}
+	}
+	return []history.Op{one}
 }
 
 // outcomeOf files a buyer's answer as the history checker sees it.

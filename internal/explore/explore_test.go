@@ -162,6 +162,48 @@ func TestEverySchedule(t *testing.T) {
 	}
 }
 
+// TestEveryScheduleOfARetry runs every schedule of a request and its retry
+// under the same idempotency key — the retry sent while the first attempt is
+// still under way, its commit answer possibly lost — for every safe
+// strategy on both engines: one order at most, every 201 names it, and no
+// attempt is refused when the key's order exists.
+func TestEveryScheduleOfARetry(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			x := open(t, engine)
+			ctx := context.Background()
+			s := seed(t)
+			for _, c := range candidates() {
+				if c.unsafe {
+					continue
+				}
+				for _, stock := range []int64{1, 2} {
+					sc := explore.Scenario{
+						Name:         fmt.Sprintf("%s on %s, a request and its retry, stock %d", c.name, engine, stock),
+						Stock:        stock,
+						Quantities:   []int64{1, 1},
+						Retry:        true,
+						Strategy:     c.strategy,
+						Faults:       c.faults,
+						MaxSchedules: scaled(t, 500),
+						Samples:      scaled(t, 100),
+						Seed:         s,
+					}
+					r, err := x.Explore(ctx, sc)
+					if err != nil {
+						t.Fatalf("%s: %v", sc.Name, err)
+					}
+					t.Log(r)
+					for _, f := range r.Failures {
+						t.Errorf("%s: %s", sc.Name, f)
+					}
+				}
+			}
+		})
+	}
+}
+
 // fenceOnly is the lock strategy's write as it was before the version check:
 // the fence is compared and stored at the write, but nothing checks that the
 // stock the holder read is still there. The harness must find its oversell.

@@ -166,6 +166,11 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return replayed, nil
 	}
 	err = s.classify(ctx, err)
+	if req.IdempotencyKey != "" && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy)) {
+		if prior, ok := s.replayAfterRefusal(ctx, req.IdempotencyKey, fingerprint); ok {
+			return prior, nil
+		}
+	}
 	if errors.Is(err, ErrSoldOut) {
 		return Order{}, fmt.Errorf("%w: fewer than %d units of %q are available", ErrSoldOut, req.Quantity, req.SKU)
 	}
@@ -190,6 +195,33 @@ func (s *Service) lookupKey(ctx context.Context, tx Tx, key string, fingerprint 
 		return nil, err
 	}
 	return &o, nil
+}
+
+// replayAfterRefusal looks the key up again, in a transaction of its own,
+// before a request with a key is refused. An earlier attempt of the same
+// request may have committed after this one looked: its COMMIT was in flight
+// when the client gave up and retried (the retry's write then waited on its
+// row lock and found the stock gone), or it was a newer lock holder that
+// fenced this one off. Refusing would tell the client "sold out" or "busy"
+// for a request that succeeded; the exploration of every schedule of a
+// request and its retry found both (internal/explore). Only refused requests
+// with a key pay for the extra read. A lookup that fails keeps the refusal.
+func (s *Service) replayAfterRefusal(ctx context.Context, key string, fingerprint []byte) (Order, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var prior *Order
+	// The transaction only reads: what it read was committed, so a commit
+	// whose answer is lost afterwards does not undo it.
+	_ = s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		found, err := s.lookupKey(ctx, tx, key, fingerprint)
+		prior = found
+		return err
+	})
+	if prior == nil {
+		return Order{}, false
+	}
+	s.log.Debug("order replayed after a refusal", "order_id", prior.ID, "sku", prior.SKU, "idempotency_key", key)
+	return *prior, true
 }
 
 // runTx runs fn in a transaction, and runs it again when the database
