@@ -71,7 +71,7 @@ clean:
 # fails when a safe configuration oversold or lost data. `make test` runs the
 # short form of scenarios 1-3 (TestShortFaults).
 # The schedule explorer (internal/explore) with a budget 20 times that of
-# make test: about 20 minutes. EXPLORE_SEED=<n> replays a sample.
+# make test: about half an hour here. EXPLORE_SEED=<n> replays a sample.
 .PHONY: explore
 explore: services
 	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run TestEverySchedule -v ./internal/explore/
