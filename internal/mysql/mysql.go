@@ -90,6 +90,14 @@ func ParseURL(raw string) (*mysql.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mysql: DATABASE_URL: %w", err)
 	}
+	if cfg.ClientFoundRows {
+		// With CLIENT_FOUND_ROWS the server counts rows an UPDATE matched,
+		// not rows it changed: the idempotency insert's no-op update of a
+		// key taken by another order would count as inserted, and one key
+		// would deduct twice. No other driver parameter changes what
+		// RowsAffected means.
+		return nil, errors.New("mysql: DATABASE_URL sets clientFoundRows=true, which makes a duplicate idempotency key count as a new order; remove it")
+	}
 	cfg.User = u.User.Username()
 	cfg.Passwd, _ = u.User.Password()
 	return cfg, nil
