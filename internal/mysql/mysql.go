@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -27,6 +29,10 @@ type Store struct {
 	db *sql.DB
 	// lockWait is WithLockWaitTimeout's bound, 0 when unset.
 	lockWait time.Duration
+	// lockWaitOf maps a driver connection to the innodb_lock_wait_timeout
+	// it was last given (see beginTx); lockWaitSessions counts its entries.
+	lockWaitOf       sync.Map
+	lockWaitSessions atomic.Int64
 }
 
 var (
@@ -195,12 +201,12 @@ func (s *Store) Ping(ctx context.Context) error {
 // server then aborts the transaction and frees its locks); otherwise the
 // deferred Rollback below is bounded by the driver's I/O timeouts.
 func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
-	sqltx, err := s.beginTx(ctx, nil)
+	sqltx, done, err := s.beginTx(ctx, nil)
 	if err != nil {
 		return wrap(ctx, err)
 	}
 	// Rollback after a commit is a no-op (sql.ErrTxDone).
-	defer func() { _ = sqltx.Rollback() }()
+	defer done()
 	if err := fn(ctx, &tx{tx: sqltx}); err != nil {
 		return err
 	}
@@ -267,33 +273,66 @@ func (s *Store) FindOrder(ctx context.Context, id string) (inventory.Order, bool
 // inSQLTx runs fn in a transaction of the admin paths, which need no
 // inventory.Tx.
 func (s *Store) inSQLTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
-	tx, err := s.beginTx(ctx, opts)
+	tx, done, err := s.beginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tx.Rollback() }()
+	defer done()
 	if err := fn(tx); err != nil {
 		return err
 	}
 	return tx.Commit()
 }
 
-// beginTx begins a transaction and sets the session's row-lock wait to
-// lockWaitSeconds. The setting outlives the transaction, which is why every
-// transaction sets it.
-func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
-	sqltx, err := s.db.BeginTx(ctx, opts)
+// beginTx begins a transaction on a connection whose row-lock wait is
+// lockWaitSeconds, and returns the function that ends it: a rollback (a
+// no-op after a commit) and the connection back to the pool.
+//
+// The setting is a session variable, so it outlives the transaction; each
+// connection's current value is remembered and SET only when it changes.
+// (Setting it on every transaction would add a fifth round trip to an
+// order's four: BEGIN, UPDATE, INSERT, COMMIT.)
+func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func(), error) {
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// An integer, formatted here: no placeholder, so it is one statement
-	// whether or not the URL interpolates parameters.
-	if _, err := sqltx.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = "+strconv.Itoa(s.lockWaitSeconds(ctx))); err != nil {
+	want := s.lockWaitSeconds(ctx)
+	var session any
+	_ = conn.Raw(func(driverConn any) error { session = driverConn; return nil })
+	if have, ok := s.lockWaitOf.Load(session); !ok || have.(int) != want {
+		// An integer, formatted here: no placeholder, so it is one
+		// statement whether or not the URL interpolates parameters.
+		if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = "+strconv.Itoa(want)); err != nil {
+			_ = conn.Close()
+			return nil, nil, err
+		}
+		s.rememberLockWait(session, want)
+	}
+	sqltx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return sqltx, func() {
 		_ = sqltx.Rollback()
-		return nil, err
-	}
-	return sqltx, nil
+		_ = conn.Close()
+	}, nil
 }
+
+// rememberLockWait records a session's row-lock wait. The record keeps the
+// driver connection alive, so its address cannot be reused by another; the
+// records of connections the pool has closed since are dropped wholesale
+// once there are many (which only costs a SET again).
+func (s *Store) rememberLockWait(session any, seconds int) {
+	if _, loaded := s.lockWaitOf.Swap(session, seconds); !loaded && s.lockWaitSessions.Add(1) > maxRememberedSessions {
+		s.lockWaitOf.Clear()
+		s.lockWaitSessions.Store(0)
+	}
+}
+
+// maxRememberedSessions bounds rememberLockWait's records.
+const maxRememberedSessions = 4096
 
 // lockWaitSeconds is how long a statement of a transaction begun under ctx
 // may wait for a row lock: the time ctx has left, rounded up to whole
