@@ -13,7 +13,9 @@
 # lock strategies are started by the runner itself (five redis-servers on
 # free ports, stopped at the end), or by docker compose when redis-server is
 # not installed. Every setting is an environment variable: see
-# cmd/demo/config.go.
+# cmd/demo/config.go. TEST_POSTGRES_URL and TEST_MYSQL_URL, as for the tests,
+# name servers that need credentials; the demo then uses their stock
+# database.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,7 +50,13 @@ fi
 missing=()
 pg_ok || missing+=(postgres)
 my_ok || missing+=(mysql)
-if [ ${#missing[@]} -gt 0 ] && docker_ok; then
+if [ -n "${TEST_POSTGRES_URL:-}${TEST_MYSQL_URL:-}" ]; then
+  # Servers named by the tests' variables (cmd/demo runs on them too):
+  # ensure-services.sh checks that they answer, starts only what is local
+  # and missing, and creates the stock database on them.
+  bash scripts/ensure-services.sh
+  missing=()
+elif [ ${#missing[@]} -gt 0 ] && docker_ok; then
   log "starting ${missing[*]} with docker compose"
   docker compose up -d --wait "${missing[@]}"
 elif [ ${#missing[@]} -gt 0 ] || ! command -v redis-server >/dev/null 2>&1; then
@@ -62,11 +70,11 @@ if ! command -v redis-server >/dev/null 2>&1 && [ -z "${REDIS_ADDRS:-}" ] && doc
 fi
 # The stock database on both engines (docker compose creates it; a server
 # that was already running may not have it).
-if command -v psql >/dev/null 2>&1 && pg_ok; then
+if [ -z "${TEST_POSTGRES_URL:-}${TEST_MYSQL_URL:-}" ] && command -v psql >/dev/null 2>&1 && pg_ok; then
   psql "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" -Atc "select 1 from pg_database where datname = 'stock'" | grep -q 1 \
     || psql "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" -qc 'CREATE DATABASE stock'
 fi
-if command -v mariadb >/dev/null 2>&1 && my_ok; then
+if [ -z "${TEST_POSTGRES_URL:-}${TEST_MYSQL_URL:-}" ] && command -v mariadb >/dev/null 2>&1 && my_ok; then
   mariadb --protocol=tcp -h 127.0.0.1 -u root -e 'CREATE DATABASE IF NOT EXISTS stock'
 fi
 

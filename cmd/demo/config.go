@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,9 +109,12 @@ func loadPlan(getenv func(string) string) (plan, error) {
 		p.Strategies = splitList(v)
 	}
 
+	// The servers of the tests (TEST_POSTGRES_URL, TEST_MYSQL_URL, as
+	// scripts/ensure-services.sh reads them) with their stock database,
+	// unless POSTGRES_URL and MYSQL_URL name the demo's own.
 	urls := map[string]string{
-		"postgres": str("POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/stock?sslmode=disable"),
-		"mysql":    str("MYSQL_URL", "mysql://root@127.0.0.1:3306/stock"),
+		"postgres": str("POSTGRES_URL", stockDatabase(str("TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/stock?sslmode=disable"))),
+		"mysql":    str("MYSQL_URL", stockDatabase(str("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/stock"))),
 	}
 	for _, name := range splitList(str("DEMO_BACKENDS", "postgres,mysql")) {
 		url, ok := urls[name]
@@ -188,4 +192,15 @@ func orDefault(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// stockDatabase returns the URL of the database named stock on the server
+// of raw, which keeps its credentials and parameters.
+func stockDatabase(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw // loadPlan's caller reports an unusable URL when it connects
+	}
+	u.Path = "/stock"
+	return u.String()
 }

@@ -217,3 +217,30 @@ func TestShellJoin(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }
+
+// TestDemoUsesTheTestServers: without POSTGRES_URL and MYSQL_URL the demo
+// runs on the servers TEST_POSTGRES_URL and TEST_MYSQL_URL name (as the
+// tests and scripts/ensure-services.sh do), in their stock database.
+func TestDemoUsesTheTestServers(t *testing.T) {
+	env := map[string]string{
+		"TEST_POSTGRES_URL": "postgres://app:pw@db:6432/postgres?sslmode=disable",
+		"TEST_MYSQL_URL":    "mysql://app:pw@my:3307/mysql",
+	}
+	p, err := loadPlan(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"postgres": "postgres://app:pw@db:6432/stock?sslmode=disable",
+		"mysql":    "mysql://app:pw@my:3307/stock",
+	}
+	for _, b := range p.Backends {
+		if b.URL != want[b.Name] {
+			t.Errorf("%s: %s, want %s", b.Name, b.URL, want[b.Name])
+		}
+	}
+	env["POSTGRES_URL"] = "postgres://demo@elsewhere/stock"
+	if p, err = loadPlan(func(k string) string { return env[k] }); err != nil || p.Backends[0].URL != env["POSTGRES_URL"] {
+		t.Errorf("POSTGRES_URL set: %+v, %v; want it used as it is", p.Backends, err)
+	}
+}

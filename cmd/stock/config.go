@@ -24,6 +24,7 @@ type config struct {
 	OrderTimeout    time.Duration
 	CASMaxAttempts  int
 	CASMaxInFlight  int
+	RowMaxInFlight  int
 	NaiveRaceWindow time.Duration
 	Migrate         bool
 	ShutdownTimeout time.Duration
@@ -67,6 +68,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		OrderTimeout:    duration("ORDER_TIMEOUT", 3*time.Second, false),
 		CASMaxAttempts:  integer("CAS_MAX_ATTEMPTS", 50, 1, 10000),
 		CASMaxInFlight:  integer("CAS_MAX_IN_FLIGHT", 2, 0, 1000),
+		RowMaxInFlight:  integer("ROW_MAX_IN_FLIGHT", 4, 0, 1000),
 		NaiveRaceWindow: duration("NAIVE_RACE_WINDOW", 0, true),
 		Migrate:         boolean("MIGRATE", true),
 		ShutdownTimeout: duration("SHUTDOWN_TIMEOUT", 10*time.Second, false),
@@ -132,6 +134,7 @@ func (c config) logAttrs() []any {
 		"http_read_timeout", c.ReadTimeout.String(),
 		"cas_max_attempts", c.CASMaxAttempts,
 		"cas_max_in_flight", c.CASMaxInFlight,
+		"row_max_in_flight", c.RowMaxInFlight,
 		"naive_race_window", c.NaiveRaceWindow.String(),
 		"migrate", c.Migrate,
 		"log_level", c.LogLevel.String(),

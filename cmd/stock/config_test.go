@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 func env(m map[string]string) func(string) string {
@@ -72,3 +74,34 @@ func TestConfigRefusesShortAdminToken(t *testing.T) {
 }
 
 func fmtAttrs(attrs []any) string { return fmt.Sprint(attrs...) }
+
+// TestRowMaxInFlight: the strategies that queue on the row are bounded per
+// SKU by ROW_MAX_IN_FLIGHT (default 4); 0 leaves them unbounded.
+func TestRowMaxInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  int
+	}{{"", 4}, {"1", 1}, {"0", 0}} {
+		c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "ROW_MAX_IN_FLIGHT": tc.value}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.RowMaxInFlight != tc.want {
+			t.Errorf("ROW_MAX_IN_FLIGHT=%q: %d, want %d", tc.value, c.RowMaxInFlight, tc.want)
+		}
+		for _, name := range []string{"conditional", "for-update", "naive"} {
+			c.Strategy = name
+			s, err := buildSQLStrategy(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, gated := s.(*inventory.RowGated)
+			if gated != (tc.want > 0) || s.Name() != name {
+				t.Errorf("ROW_MAX_IN_FLIGHT=%q, %s: built %T named %q", tc.value, name, s, s.Name())
+			}
+		}
+	}
+	if _, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "ROW_MAX_IN_FLIGHT": "-1"})); err == nil || !strings.Contains(err.Error(), "ROW_MAX_IN_FLIGHT") {
+		t.Errorf("ROW_MAX_IN_FLIGHT=-1: %v, want it refused", err)
+	}
+}

@@ -86,15 +86,18 @@ func buildStrategy(cfg config, db inventory.Store, m *metrics.Metrics, log *slog
 }
 
 func buildSQLStrategy(cfg config) (inventory.Strategy, error) {
+	// The strategies that queue on the row hold a pooled connection while
+	// they wait: ROW_MAX_IN_FLIGHT keeps a flood on one SKU from taking the
+	// whole pool. version-cas bounds its attempts itself.
 	switch cfg.Strategy {
 	case inventory.NameNaive:
-		return inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow)), nil
+		return inventory.LimitRowWork(inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow)), cfg.RowMaxInFlight), nil
 	case inventory.NameForUpdate:
-		return inventory.NewForUpdate(), nil
+		return inventory.LimitRowWork(inventory.NewForUpdate(), cfg.RowMaxInFlight), nil
 	case inventory.NameVersionCAS:
 		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts), inventory.WithMaxInFlight(cfg.CASMaxInFlight)), nil
 	case inventory.NameConditional:
-		return inventory.NewConditional(), nil
+		return inventory.LimitRowWork(inventory.NewConditional(), cfg.RowMaxInFlight), nil
 	}
 	return nil, fmt.Errorf("STRATEGY=%q is not built in", cfg.Strategy)
 }

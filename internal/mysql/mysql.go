@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -25,6 +27,12 @@ import (
 // Store is an inventory.Store over a database/sql pool.
 type Store struct {
 	db *sql.DB
+	// lockWait is WithLockWaitTimeout's bound, 0 when unset.
+	lockWait time.Duration
+	// lockWaitOf maps a driver connection to the innodb_lock_wait_timeout
+	// it was last given (see beginTx); lockWaitSessions counts its entries.
+	lockWaitOf       sync.Map
+	lockWaitSessions atomic.Int64
 }
 
 var (
@@ -47,12 +55,24 @@ func WithMaxConns(n int) Option {
 
 // WithLockWaitTimeout bounds how long a statement waits for a row lock
 // (InnoDB's innodb_lock_wait_timeout, whole seconds, at least 1) before it
-// fails with error 1205, which the service retries or answers busy. A client
-// frozen in the middle of an order would otherwise hold up every later order
-// on the row for the server's 50 s. Default 0: the server's setting.
+// fails with error 1205, answered busy. A client frozen in the middle of an
+// order would otherwise hold up every later order on the row for the
+// server's 50 s. A transaction begun under a deadline waits at most the time
+// it has left, whichever is shorter. Default 0: a transaction without a
+// deadline waits up to 20 s (noDeadlineLockWait).
 func WithLockWaitTimeout(d time.Duration) Option {
 	return func(o *options) { o.lockWaitTimeout = d }
 }
+
+// ioTimeout is the driver's readTimeout and writeTimeout unless the URL sets
+// them. It must exceed the longest statement: a row-lock wait, which
+// lockWaitSeconds keeps to the order's deadline, or to noDeadlineLockWait.
+const ioTimeout = 30 * time.Second
+
+// noDeadlineLockWait bounds the row-lock waits of a transaction without a
+// deadline when WithLockWaitTimeout is not set: below ioTimeout, so the
+// answer is InnoDB's 1205, not a connection cut mid-statement.
+const noDeadlineLockWait = 20 * time.Second
 
 // ParseURL turns mysql://user:pass@host:port/db?param=value into the driver's
 // configuration. Parameters are the driver's DSN parameters (tls, timeout, …).
@@ -79,7 +99,14 @@ func ParseURL(raw string) (*mysql.Config, error) {
 		return nil, errors.New("mysql: DATABASE_URL must name one database, as in mysql://root@127.0.0.1:3306/stock")
 	}
 	q := u.Query()
-	for k, v := range map[string]string{"parseTime": "true", "interpolateParams": "true", "charset": "utf8mb4", "timeout": "5s"} {
+	defaults := map[string]string{
+		"parseTime": "true", "interpolateParams": "true", "charset": "utf8mb4", "timeout": "5s",
+		// database/sql commits and rolls back without a context, so only
+		// I/O timeouts bound them (and any call without a deadline) when
+		// the server stops answering.
+		"readTimeout": ioTimeout.String(), "writeTimeout": ioTimeout.String(),
+	}
+	for k, v := range defaults {
 		if !q.Has(k) {
 			q.Set(k, v)
 		}
@@ -89,6 +116,14 @@ func ParseURL(raw string) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(fmt.Sprintf("tcp(%s)/%s?%s", host, db, q.Encode()))
 	if err != nil {
 		return nil, fmt.Errorf("mysql: DATABASE_URL: %w", err)
+	}
+	if cfg.ClientFoundRows {
+		// With CLIENT_FOUND_ROWS the server counts rows an UPDATE matched,
+		// not rows it changed: the idempotency insert's no-op update of a
+		// key taken by another order would count as inserted, and one key
+		// would deduct twice. No other driver parameter changes what
+		// RowsAffected means.
+		return nil, errors.New("mysql: DATABASE_URL sets clientFoundRows=true, which makes a duplicate idempotency key count as a new order; remove it")
 	}
 	cfg.User = u.User.Username()
 	cfg.Passwd, _ = u.User.Password()
@@ -127,7 +162,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("mysql: cannot reach %s: %w", cfg.Addr, wrap(ctx, err))
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, lockWait: o.lockWaitTimeout}, nil
 }
 
 // Close closes the pool.
@@ -155,14 +190,23 @@ func (s *Store) Ping(ctx context.Context) error {
 	return wrap(ctx, s.db.PingContext(ctx))
 }
 
-// InTx implements inventory.Store.
+// InTx implements inventory.Store. The transaction's row-lock waits are
+// bounded by the time ctx has left (innodb_lock_wait_timeout, whole seconds
+// rounded up): when the client gives up, the driver closes the connection,
+// but a session queued on a row lock would not notice until the server's
+// own timeout (50 s by default) and would keep its place in the queue.
+//
+// Rollback takes no context in database/sql. When ctx ends, database/sql
+// rolls the transaction back by itself and discards the connection (the
+// server then aborts the transaction and frees its locks); otherwise the
+// deferred Rollback below is bounded by the driver's I/O timeouts.
 func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
-	sqltx, err := s.db.BeginTx(ctx, nil)
+	sqltx, done, err := s.beginTx(ctx, nil)
 	if err != nil {
 		return wrap(ctx, err)
 	}
 	// Rollback after a commit is a no-op (sql.ErrTxDone).
-	defer func() { _ = sqltx.Rollback() }()
+	defer done()
 	if err := fn(ctx, &tx{tx: sqltx}); err != nil {
 		return err
 	}
@@ -229,15 +273,80 @@ func (s *Store) FindOrder(ctx context.Context, id string) (inventory.Order, bool
 // inSQLTx runs fn in a transaction of the admin paths, which need no
 // inventory.Tx.
 func (s *Store) inSQLTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, opts)
+	tx, done, err := s.beginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tx.Rollback() }()
+	defer done()
 	if err := fn(tx); err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+// beginTx begins a transaction on a connection whose row-lock wait is
+// lockWaitSeconds, and returns the function that ends it: a rollback (a
+// no-op after a commit) and the connection back to the pool.
+//
+// The setting is a session variable, so it outlives the transaction; each
+// connection's current value is remembered and SET only when it changes.
+// (Setting it on every transaction would add a fifth round trip to an
+// order's four: BEGIN, UPDATE, INSERT, COMMIT.)
+func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func(), error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	want := s.lockWaitSeconds(ctx)
+	var session any
+	_ = conn.Raw(func(driverConn any) error { session = driverConn; return nil })
+	if have, ok := s.lockWaitOf.Load(session); !ok || have.(int) != want {
+		// An integer, formatted here: no placeholder, so it is one
+		// statement whether or not the URL interpolates parameters.
+		if _, err := conn.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = "+strconv.Itoa(want)); err != nil {
+			_ = conn.Close()
+			return nil, nil, err
+		}
+		s.rememberLockWait(session, want)
+	}
+	sqltx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return sqltx, func() {
+		_ = sqltx.Rollback()
+		_ = conn.Close()
+	}, nil
+}
+
+// rememberLockWait records a session's row-lock wait. The record keeps the
+// driver connection alive, so its address cannot be reused by another; the
+// records of connections the pool has closed since are dropped wholesale
+// once there are many (which only costs a SET again).
+func (s *Store) rememberLockWait(session any, seconds int) {
+	if _, loaded := s.lockWaitOf.Swap(session, seconds); !loaded && s.lockWaitSessions.Add(1) > maxRememberedSessions {
+		s.lockWaitOf.Clear()
+		s.lockWaitSessions.Store(0)
+	}
+}
+
+// maxRememberedSessions bounds rememberLockWait's records.
+const maxRememberedSessions = 4096
+
+// lockWaitSeconds is how long a statement of a transaction begun under ctx
+// may wait for a row lock: the time ctx has left, rounded up to whole
+// seconds (InnoDB's unit) and at least 1, and at most WithLockWaitTimeout's
+// bound when set; without a deadline, that bound or noDeadlineLockWait.
+func (s *Store) lockWaitSeconds(ctx context.Context) int {
+	bound := s.lockWait
+	if bound <= 0 {
+		bound = noDeadlineLockWait
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(deadline))
+	}
+	return max(1, int((bound+time.Second-1)/time.Second))
 }
 
 // querier is what a pool and a transaction have in common.
@@ -387,12 +496,13 @@ func wrap(ctx context.Context, err error) error {
 	var myErr *mysql.MySQLError
 	if errors.As(err, &myErr) {
 		switch myErr.Number {
-		case erLockDeadlock, erLockWaitTimeout:
-			// InnoDB rolled back the transaction (deadlock) or the
-			// statement (lock wait); ours is rolled back whole, so it
-			// may run again.
+		case erLockDeadlock:
+			// InnoDB rolled back the transaction, so it may run again.
 			return fmt.Errorf("%w: %w", inventory.ErrConflict, err)
-		case erQueryInterrupted, erMaxExecTimeExceed, erStatementTimeout:
+		case erLockWaitTimeout, erQueryInterrupted, erMaxExecTimeExceed, erStatementTimeout:
+			// The wait was bounded by the order's deadline (or the bound
+			// on a stuck holder): running it again would only wait past
+			// that. Busy; the client may retry.
 			return fmt.Errorf("%w: %w", inventory.ErrBusy, err)
 		case erTooManyConns, erServerShutdown:
 			return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
@@ -406,11 +516,14 @@ func wrap(ctx context.Context, err error) error {
 
 // wrapCommit files a commit error. The server's own refusal means the
 // transaction was rolled back, and so does driver.ErrBadConn (the driver
-// returns it only when nothing was sent); any other failure leaves the
-// outcome unknown.
+// returns it only when nothing was sent). So do sql.ErrTxDone and the
+// context's own error: database/sql returns them without sending COMMIT when
+// the transaction's context ended, and rolls the transaction back itself.
+// Any other failure leaves the outcome unknown.
 func wrapCommit(ctx context.Context, err error) error {
 	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) {
+	if errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrTxDone) ||
+		ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return wrap(ctx, err)
 	}
 	return fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, err)

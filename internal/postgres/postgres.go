@@ -103,15 +103,27 @@ func (s *Store) Ping(ctx context.Context) error {
 	return wrap(ctx, s.pool.Ping(ctx))
 }
 
-// InTx implements inventory.Store.
+// rollbackTimeout bounds a rollback, which runs even when the order's own
+// deadline has passed: a cancelled order must still release its row locks.
+const rollbackTimeout = 2 * time.Second
+
+// InTx implements inventory.Store. A transaction begun under a deadline
+// gets the time left as its lock_timeout and statement_timeout: when the
+// client gives up (pgx then closes the connection), the server stops waiting
+// too, instead of keeping a backend queued on the row, which it would
+// otherwise do until the lock came free.
 func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
-	pgtx, err := s.pool.Begin(ctx)
+	pgtx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginQuery(ctx)})
 	if err != nil {
 		return wrap(ctx, err)
 	}
 	// Rollback after a commit is a no-op; it runs on every other path,
-	// under a context that a cancelled request cannot cut short.
-	defer func() { _ = pgtx.Rollback(context.WithoutCancel(ctx)) }()
+	// under a deadline of its own that a cancelled request cannot cut short.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_ = pgtx.Rollback(rctx)
+	}()
 	if err := fn(ctx, &tx{tx: pgtx}); err != nil {
 		return err
 	}
@@ -119,6 +131,20 @@ func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx)
 		return wrapCommit(ctx, err)
 	}
 	return nil
+}
+
+// beginQuery returns the statement that begins a transaction under ctx's
+// deadline: BEGIN, then the time left (whole milliseconds, rounded up, at
+// least 1: 0 would mean no limit) as lock_timeout and statement_timeout for
+// this transaction only. It is sent as one simple-protocol query, so the
+// bound costs no round trip. Without a deadline, "" keeps pgx's plain BEGIN.
+func beginQuery(ctx context.Context) string {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	ms := max(1, (time.Until(deadline)+time.Millisecond-1)/time.Millisecond)
+	return fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = %d", ms, ms)
 }
 
 // Level implements inventory.Store.
@@ -312,7 +338,8 @@ func wrap(ctx context.Context, err error) error {
 			// was rolled back and may run again.
 			return fmt.Errorf("%w: %w", inventory.ErrConflict, err)
 		case pgErr.Code == "55P03" || pgErr.Code == "57014":
-			// lock_not_available, query_canceled (statement timeout)
+			// lock_not_available (lock_timeout), query_canceled
+			// (statement_timeout): the order's time ran out at the server.
 			return fmt.Errorf("%w: %w", inventory.ErrBusy, err)
 		case pgErr.Severity == "FATAL" || pgErr.Code == "25P03" ||
 			len(pgErr.Code) >= 2 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "53" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "58"):

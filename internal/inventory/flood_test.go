@@ -1,0 +1,123 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/testdb"
+)
+
+// signallingStore counts the transactions begun through it and signals each: the real store,
+// instrumented.
+type signallingStore struct {
+	inventory.Store
+	began atomic.Int64
+	first chan struct{} // one send per transaction begun, never blocking
+}
+
+func (c *signallingStore) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
+	c.began.Add(1)
+	select {
+	case c.first <- struct{}{}:
+	default:
+	}
+	return c.Store.InTx(ctx, fn)
+}
+
+// TestRowGateKeepsOtherSKUsServed: a flood of orders on SKU A, whose row is
+// held by an open transaction, cannot starve an order on SKU B. With a gate
+// of 2 per SKU and a pool of 4 (the holder, 2 orders on A, and one spare),
+// 12 orders on A leave a connection free and B's order completes while they
+// wait; without the gate they take the whole pool and B waits out its
+// deadline behind them. When the holder lets go, every order on A goes
+// through.
+func TestRowGateKeepsOtherSKUsServed(t *testing.T) {
+	const gate, flood = 2, 12
+	rowStrategies := map[string]func() inventory.Strategy{
+		inventory.NameForUpdate:   func() inventory.Strategy { return inventory.NewForUpdate() },
+		inventory.NameConditional: func() inventory.Strategy { return inventory.NewConditional() },
+		inventory.NameNaive:       func() inventory.Strategy { return inventory.NewNaive() },
+	}
+	for _, engine := range store.Engines {
+		for name, build := range rowStrategies {
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				db := &signallingStore{Store: testdb.New(t, engine, gate+2), first: make(chan struct{}, flood+1)}
+				svc := inventory.NewService(db, inventory.LimitRowWork(build(), gate), inventory.WithOrderTimeout(5*time.Second))
+				for sku, n := range map[string]int64{"a": 100, "b": 10} {
+					if err := svc.StartSale(ctx, sku, n); err != nil {
+						t.Fatal(err)
+					}
+				}
+
+				locked, release := make(chan struct{}), make(chan struct{})
+				holder := make(chan error, 1)
+				go func() {
+					holder <- db.Store.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
+						if _, err := tx.LockLevel(ctx, "a"); err != nil {
+							return err
+						}
+						close(locked)
+						<-release
+						return errors.New("holder done")
+					})
+				}()
+				select {
+				case <-locked:
+				case err := <-holder:
+					t.Fatalf("holder: %v", err)
+				}
+
+				results := make(chan error, flood)
+				for i := range flood {
+					go func() {
+						_, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "a", Quantity: 1, UserID: fmt.Sprint("a-", i)})
+						results <- err
+					}()
+				}
+				// The gate's worth of orders on A are in their transactions.
+				for range gate {
+					<-db.first
+				}
+
+				began := time.Now()
+				_, errB := svc.PlaceOrder(ctx, inventory.Request{SKU: "b", Quantity: 1, UserID: "b"})
+				tookB := time.Since(began)
+				inA := db.began.Load() - 1 // B's own transaction
+				close(release)
+				if errB != nil {
+					t.Errorf("the order on b, behind a flood on a: %v after %v, want it served", errB, tookB.Round(time.Millisecond))
+				}
+				if inA > gate {
+					t.Errorf("%d orders on a began a transaction while its row was held, want at most %d", inA, gate)
+				}
+				t.Logf("the order on b took %v with %d orders on a in a transaction", tookB.Round(time.Millisecond), inA)
+
+				var failed int
+				for range flood {
+					if err := <-results; err != nil {
+						failed++
+						t.Errorf("an order on a: %v", err)
+					}
+				}
+				if err := <-holder; err == nil {
+					t.Error("the holder committed")
+				}
+				a, err := svc.Audit(ctx, "a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a.Orders != int64(flood-failed) || !a.Consistent() {
+					t.Errorf("audit of a %+v, want %d orders", a, flood-failed)
+				}
+			})
+		}
+	}
+}

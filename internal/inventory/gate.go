@@ -1,0 +1,113 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// keyedGate lets at most n holders per key in at once. A key's semaphore
+// exists only while someone holds or waits for it, so a flood of distinct
+// keys costs memory in proportion to the requests in flight, and two keys
+// never share a semaphore (one hot SKU cannot hold up another).
+type keyedGate struct {
+	n     int
+	mu    sync.Mutex
+	slots map[string]*gateSlot
+}
+
+type gateSlot struct {
+	sem  chan struct{}
+	refs int // holders and waiters, under keyedGate.mu
+}
+
+func newKeyedGate(n int) *keyedGate {
+	return &keyedGate{n: n, slots: map[string]*gateSlot{}}
+}
+
+// enter waits for one of key's n places, or until ctx ends, and returns the
+// function that gives the place back.
+func (g *keyedGate) enter(ctx context.Context, key string) (leave func(), err error) {
+	g.mu.Lock()
+	s := g.slots[key]
+	if s == nil {
+		s = &gateSlot{sem: make(chan struct{}, g.n)}
+		g.slots[key] = s
+	}
+	s.refs++
+	g.mu.Unlock()
+
+	select {
+	case s.sem <- struct{}{}:
+		return func() {
+			<-s.sem
+			g.forget(key, s)
+		}, nil
+	case <-ctx.Done():
+		g.forget(key, s)
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (g *keyedGate) forget(key string, s *gateSlot) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s.refs--; s.refs == 0 {
+		delete(g.slots, key)
+	}
+}
+
+// RowGated is a strategy whose orders on one SKU enter their transaction at
+// most n at a time in this process; the rest wait in the process, holding
+// no pooled connection, until a place frees or their deadline passes.
+//
+// Why: for-update, conditional and naive queue on the SKU's row inside the
+// database, each waiter holding a pooled connection (and, on PostgreSQL, a
+// backend). Without a bound, a flood on one SKU takes every connection of
+// the pool and orders on every other SKU wait behind it. The bound is per
+// process and per SKU: instances still share the row, and other SKUs keep
+// the rest of the pool.
+type RowGated struct {
+	inner Strategy
+	gate  *keyedGate
+}
+
+// LimitRowWork returns s with at most n orders per SKU in their transaction
+// at once in this process (RowGated). An order that cannot enter before its
+// deadline fails with ErrBusy, having touched nothing. n <= 0 returns s
+// itself: no bound, which is what the strategies' constructors give.
+func LimitRowWork(s Strategy, n int) Strategy {
+	if n <= 0 {
+		return s
+	}
+	return &RowGated{inner: s, gate: newKeyedGate(n)}
+}
+
+// Name implements Strategy: the name of the strategy it bounds.
+func (r *RowGated) Name() string { return r.inner.Name() }
+
+// Deduct implements Strategy.
+func (r *RowGated) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
+	leave, err := r.gate.enter(ctx, sku)
+	if err != nil {
+		return fmt.Errorf("%w: waiting for a place among the orders on %q: %w", ErrBusy, sku, err)
+	}
+	defer leave()
+	return r.inner.Deduct(ctx, sku, quantity, inTx)
+}
+
+// ResetSKU passes a new sale on to the bounded strategy, if it keeps state.
+func (r *RowGated) ResetSKU(ctx context.Context, sku string) error {
+	if s, ok := r.inner.(stateResetter); ok {
+		return s.ResetSKU(ctx, sku)
+	}
+	return nil
+}
+
+// Ping checks the bounded strategy's own backends, if it has any.
+func (r *RowGated) Ping(ctx context.Context) error {
+	if p, ok := r.inner.(pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
