@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/stock/internal/locking"
 )
 
@@ -24,6 +26,23 @@ func fault(t *testing.T, srv *redisServer, kind string) {
 	default:
 		t.Fatalf("unknown fault %q", kind)
 	}
+}
+
+// serviceCluster starts n servers with clients configured as the
+// service's (cmd/stock): no retries, context deadlines honoured, so a call
+// to a server that is down costs at most the node timeout.
+func serviceCluster(t *testing.T, n int) ([]*redisServer, []*redis.Client) {
+	t.Helper()
+	srvs := make([]*redisServer, n)
+	clients := make([]*redis.Client, n)
+	for i := range n {
+		srvs[i] = startRedis(t)
+		clients[i] = redis.NewClient(&redis.Options{Addr: srvs[i].Addr, DialTimeout: time.Second, ReadTimeout: time.Second,
+			WriteTimeout: time.Second, ContextTimeoutEnabled: true, MaxRetries: -1})
+		c := clients[i]
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return srvs, clients
 }
 
 // otherNodes returns n node indexes other than skip.
@@ -116,8 +135,8 @@ func TestRedlockContendedWithNodesDown(t *testing.T) {
 	var allUp int64
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			srvs, clients := cluster(t, 5)
-			opts := []locking.Option{locking.WithWait(2 * time.Second), locking.WithNodeTimeout(200 * time.Millisecond)}
+			srvs, clients := serviceCluster(t, 5)
+			opts := []locking.Option{locking.WithWait(2 * time.Second), locking.WithNodeTimeout(50 * time.Millisecond)}
 			ls := []acquirer{newRedlock(t, clients, opts...), newRedlock(t, clients, opts...), newRedlock(t, clients, opts...)}
 			key := uniqueKey(t)
 			if c.down > 0 {
