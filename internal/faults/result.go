@@ -66,9 +66,12 @@ type Result struct {
 	// Failures are the safety checks that did not hold (they make the
 	// verdict failed, or expected-oversell for an unsafe configuration);
 	// Warnings the availability expectations that did not (degraded).
-	Failures []string `json:"failures,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-	Notes    []string `json:"notes,omitempty"`
+	// Rates are the contended bursts of 3-redlock-down-rate, one per
+	// case (all up, servers refusing or hung).
+	Rates    []RateCase `json:"rates,omitempty"`
+	Failures []string   `json:"failures,omitempty"`
+	Warnings []string   `json:"warnings,omitempty"`
+	Notes    []string   `json:"notes,omitempty"`
 	// Error says why the run could not be carried out (error, skipped).
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`
@@ -149,6 +152,26 @@ type Figures struct {
 	LocksLost       *float64 `json:"locks_lost,omitempty"`
 	// Dropped arrivals: the open-model load found every worker busy.
 	Dropped int64 `json:"dropped_arrivals,omitempty"`
+}
+
+// RateCase is one contended burst of 3-redlock-down-rate: Buyers orders
+// at once on a SKU of StockPerSKU units, with Down of the five Redis
+// servers refusing connections or hung.
+type RateCase struct {
+	Name   string `json:"name"`
+	Fault  string `json:"fault,omitempty"` // "refusing" or "hung"; "" with every server up
+	Down   int    `json:"down"`
+	Buyers int    `json:"buyers"`
+	// Created is the 201s; SellSeconds from the burst's start to its last
+	// 201, and OrdersPerSecond = Created / SellSeconds.
+	Created         int     `json:"created"`
+	SellSeconds     float64 `json:"sell_seconds"`
+	OrdersPerSecond float64 `json:"orders_per_second"`
+	// Ratio is OrdersPerSecond over the all-up case of the same run.
+	Ratio        float64 `json:"ratio"`
+	Responses503 int     `json:"responses_503"`
+	Share503     float64 `json:"share_503"` // of Buyers
+	Unknown      int     `json:"unknown"`   // orders of unknown outcome
 }
 
 // Phase is the figures of the orders called between two events.

@@ -331,6 +331,136 @@ func (e *Env) RedlockNodeLoss(ctx context.Context) Result {
 	return r.finish(ctx, phaseMark{"5 of 5 up", 0}, phaseMark{"3 of 5 up", t2}, phaseMark{"2 of 5 up", t3}, phaseMark{"restarted empty", tr})
 }
 
+// RedlockDownRate is the availability half of scenario 3: redlock must
+// not only stay safe with a minority of its five Redis servers down, it
+// must keep selling at nearly its usual rate. Three instances take a
+// contended burst (2,000 buyers at once for 500 units of one SKU; short
+// form 600 for 150) with every server up, then with one and with two
+// servers refusing connections (killed) and hung (SIGSTOP: connections
+// are accepted, nothing is answered), each case on a fresh SKU, the fault
+// undone before the next (restarted empty, SIGCONT). A warm-up burst comes
+// first, so that the all-up case does not pay for cold connection pools.
+//
+// Each case must sell at 0.7 times the all-up rate of the same run or
+// more, answer under 1% of its buyers 503, and leave no order of unknown
+// outcome; besides, every check of every run (audit, rows, history). In
+// the short form, on a machine busy with the rest of the suite, a rate
+// below 0.7 is a warning (degraded), the 503s and unknown outcomes still
+// fail it.
+func (e *Env) RedlockDownRate(ctx context.Context) Result {
+	buyers, workers, stock := 2000, 200, int64(500)
+	if e.Short {
+		buyers, workers, stock = 600, 100, 150
+	}
+	r := e.newRun(3, "3-redlock-down-rate", "redlock: a contended burst with 1 and 2 of 5 Redis servers refusing connections or hung, against all up",
+		Config{Engine: "postgres", Strategy: inventory.NameRedlock, Safe: true, Instances: 3, RedisServers: 5,
+			Fencing: "on", LockTTL: "5s", OrderTimeout: "3s", StockPerSKU: stock})
+	if err := r.setUp(ctx, 5, "FENCING=on", "LOCK_TTL=5s", "LOCK_WAIT=3s"); err != nil {
+		return r.abort(err)
+	}
+	r.startLoad(ctx, nil, loadSpec{workers: workers, timeout: 10 * time.Second, burstsOnly: true})
+	cases := []RateCase{
+		{Name: "warm-up"},
+		{Name: "all up"},
+		{Name: "1 refusing", Fault: "refusing", Down: 1},
+		{Name: "1 hung", Fault: "hung", Down: 1},
+		{Name: "2 refusing", Fault: "refusing", Down: 2},
+		{Name: "2 hung", Fault: "hung", Down: 2},
+	}
+	var marks []phaseMark
+	var allUp float64
+	for i, c := range cases {
+		sku := fmt.Sprintf("s3r-%d", i)
+		if err := r.startSales(ctx, []string{sku}, stock); err != nil {
+			return r.abort(err)
+		}
+		down := r.redis[:c.Down]
+		for _, n := range down {
+			switch c.Fault {
+			case "refusing":
+				n.kill()
+			case "hung":
+				if err := n.pause(); err != nil {
+					return r.abort(err)
+				}
+			}
+		}
+		n := buyers
+		if c.Name == "warm-up" {
+			n = buyers / 4
+		}
+		r.load.SetSKUs([]string{sku})
+		at := r.event("burst %q: %d buyers for %d units of %s", c.Name, n, stock, sku)
+		marks = append(marks, phaseMark{c.Name, at})
+		from, to := r.load.burst(ctx, n, workers)
+		r.event("burst %q answered", c.Name)
+		for _, node := range down {
+			var err error
+			switch c.Fault {
+			case "refusing":
+				err = node.restartEmpty()
+			case "hung":
+				err = node.resume()
+			}
+			if err != nil {
+				return r.abort(err)
+			}
+		}
+		if ctx.Err() != nil {
+			return r.abort(ctx.Err())
+		}
+		if c.Name == "warm-up" {
+			continue
+		}
+		c.Buyers = n
+		measureBurst(&c, r.load.snapshot(), from, to+time.Nanosecond)
+		if c.Down == 0 {
+			allUp = c.OrdersPerSecond
+		}
+		if allUp > 0 {
+			c.Ratio = c.OrdersPerSecond / allUp
+		}
+		r.res.Rates = append(r.res.Rates, c)
+		r.note("%s: %.1f orders/s (%d sold in %.2fs; %.2fx all up), 503 to %d of %d buyers (%.2f%%), %d of unknown outcome",
+			c.Name, c.OrdersPerSecond, c.Created, c.SellSeconds, c.Ratio, c.Responses503, c.Buyers, 100*c.Share503, c.Unknown)
+		if c.Unknown > 0 {
+			r.fail("%s: %d orders of unknown outcome", c.Name, c.Unknown)
+		}
+		if c.Share503 >= 0.01 {
+			r.fail("%s: %d of %d buyers (%.1f%%) answered 503, 1%% allowed", c.Name, c.Responses503, c.Buyers, 100*c.Share503)
+		}
+		if c.Down > 0 && c.Ratio < 0.7 {
+			if e.Short {
+				r.warn("%s: %.1f orders/s, %.2fx the %.1f with every server up (0.7x expected; short form)", c.Name, c.OrdersPerSecond, c.Ratio, allUp)
+			} else {
+				r.fail("%s: %.1f orders/s, %.2fx the %.1f with every server up, 0.7x required", c.Name, c.OrdersPerSecond, c.Ratio, allUp)
+			}
+		}
+	}
+	return r.finish(ctx, marks...)
+}
+
+// measureBurst fills in c's figures from the orders called in [from, to).
+func measureBurst(c *RateCase, orders []*order, from, to time.Duration) {
+	f := figures(orders, from, to)
+	c.Created, c.Responses503, c.Unknown = f.Created, f.Responses503, f.Unknown
+	last := time.Duration(-1)
+	for _, o := range orders {
+		for _, a := range o.attempts {
+			if a.answer == ansCreated && a.call >= from && a.call < to && a.ret > last {
+				last = a.ret
+			}
+		}
+	}
+	if last > from {
+		c.SellSeconds = seconds(last - from)
+		c.OrdersPerSecond = float64(c.Created) / (last - from).Seconds()
+	}
+	if c.Buyers > 0 {
+		c.Share503 = float64(c.Responses503) / float64(c.Buyers)
+	}
+}
+
 // RedisRestart is scenario 4: the single Redis server of redis-lock is
 // killed mid-load and restarted empty: 503s while it is gone, exact stock
 // after.
