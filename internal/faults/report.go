@@ -146,10 +146,10 @@ func writeRun(p func(string, ...any), r Result) {
 		p("\n")
 	}
 	if len(r.Rates) > 0 {
-		p("| burst | buyers | 201 | sold in | orders/s | × all up | 503 | 503 share | unknown |\n|---|---|---|---|---|---|---|---|---|\n")
+		p("| case | buyers | 201 | orders/s (median round) | rounds | × all up | 503 | 503 share | unknown |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range r.Rates {
-			p("| %s | %d | %d | %.2fs | %.1f | %.2f | %d | %.2f%% | %d |\n", c.Name, c.Buyers, c.Created, c.SellSeconds,
-				c.OrdersPerSecond, c.Ratio, c.Responses503, 100*c.Share503, c.Unknown)
+			p("| %s | %d | %d | %.1f | %v | %.2f | %d | %.2f%% | %d |\n", c.Name, c.Buyers, c.Created,
+				c.OrdersPerSecond, c.RoundRates, c.Ratio, c.Responses503, 100*c.Share503, c.Unknown)
 		}
 		p("\n")
 	}

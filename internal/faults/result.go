@@ -154,19 +154,21 @@ type Figures struct {
 	Dropped int64 `json:"dropped_arrivals,omitempty"`
 }
 
-// RateCase is one contended burst of 3-redlock-down-rate: Buyers orders
-// at once on a SKU of StockPerSKU units, with Down of the five Redis
-// servers refusing connections or hung.
+// RateCase is one case of 3-redlock-down-rate: contended bursts (one per
+// round) of buyers at once on a fresh SKU of StockPerSKU units each, with
+// Down of the five Redis servers refusing connections or hung.
 type RateCase struct {
-	Name   string `json:"name"`
-	Fault  string `json:"fault,omitempty"` // "refusing" or "hung"; "" with every server up
-	Down   int    `json:"down"`
-	Buyers int    `json:"buyers"`
-	// Created is the 201s; SellSeconds from the burst's start to its last
-	// 201, and OrdersPerSecond = Created / SellSeconds.
-	Created         int     `json:"created"`
-	SellSeconds     float64 `json:"sell_seconds"`
-	OrdersPerSecond float64 `json:"orders_per_second"`
+	Name  string `json:"name"`
+	Fault string `json:"fault,omitempty"` // "refusing" or "hung"; "" with every server up
+	Down  int    `json:"down"`
+	// Buyers, Created (201s), Responses503 and Unknown are over all rounds.
+	Buyers  int `json:"buyers"`
+	Created int `json:"created"`
+	// OrdersPerSecond is the median round's 201s over SellSeconds, from its
+	// burst's start to its last 201; RoundRates every round's.
+	SellSeconds     float64   `json:"sell_seconds"`
+	OrdersPerSecond float64   `json:"orders_per_second"`
+	RoundRates      []float64 `json:"round_orders_per_second"`
 	// Ratio is OrdersPerSecond over the all-up case of the same run.
 	Ratio        float64 `json:"ratio"`
 	Responses503 int     `json:"responses_503"`
