@@ -45,7 +45,8 @@ func newRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	q := &quorum{need: len(clients)/2 + 1, running: map[*sync.WaitGroup]int{}, gateDown: make([]atomic.Int64, len(clients)), gateFails: make([]atomic.Int32, len(clients))}
+	q := &quorum{need: len(clients)/2 + 1, running: map[*sync.WaitGroup]int{},
+		gateDown: make([]atomic.Int64, len(clients)), gateFails: make([]atomic.Int32, len(clients))}
 	notifiers := make([]*notifier, len(clients))
 	for i, cl := range clients {
 		q.nodes = append(q.nodes, rnode{name: nodeName(cl, i), client: cl})
@@ -134,10 +135,13 @@ type quorum struct {
 // gate returns the node a contender for key tries first (see tryGate). It
 // is picked by the key's hash among the nodes sorted by name, so processes
 // that list the same servers in another order still agree on it.
-func (q *quorum) gate(key string) int {
+func (q *quorum) gate(key string) int { return q.byName[q.gateRank(key)] }
+
+// gateRank is the place of key's gate node in the order of names.
+func (q *quorum) gateRank(key string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return q.byName[h.Sum32()%uint32(len(q.byName))]
+	return int(h.Sum32() % uint32(len(q.byName)))
 }
 
 // gateFor returns the node that serves as key's gate now: its gate node,
@@ -146,9 +150,7 @@ func (q *quorum) gate(key string) int {
 // that see the same servers fail agree on it; when they do not, contenders
 // split their votes for a while, as without a gate.
 func (q *quorum) gateFor(key string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	first := int(h.Sum32() % uint32(len(q.byName)))
+	first := q.gateRank(key)
 	now := time.Now().UnixNano()
 	for k := range q.byName {
 		if i := q.byName[(first+k)%len(q.byName)]; q.gateDown[i].Load() <= now {
