@@ -37,8 +37,12 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 			// timeout, 50ms for a Redlock): go-redis honours it only so.
 			ContextTimeoutEnabled: true,
 			// A down node must fail fast, not be retried into the lock's
-			// validity.
-			MaxRetries: -1,
+			// validity: no retried commands, and one dial per attempt
+			// (go-redis dials five times, 100ms apart, so a call to a
+			// server that refuses connections lasted the whole node
+			// timeout).
+			MaxRetries:    -1,
+			DialerRetries: 1,
 		})
 	}
 	closeClients := func() {

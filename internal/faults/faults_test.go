@@ -42,6 +42,7 @@ func TestShortFaults(t *testing.T) {
 		{"2-paused-holder/redis-lock/fencing-on", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
 		{"2-paused-holder/redis-lock/fencing-off", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
 		{"3-redlock-node-loss", func() faults.Result { return env.RedlockNodeLoss(ctx) }},
+		{"3-redlock-down-rate", func() faults.Result { return env.RedlockDownRate(ctx) }},
 	}
 	for _, c := range runs {
 		t.Run(c.name, func(t *testing.T) {

@@ -106,6 +106,9 @@ type loadSpec struct {
 	// timeout, and the others get no load.
 	perInstance int
 	userPrefix  string
+	// burstsOnly: no open-model load at all; the scenario places its
+	// orders with burst.
+	burstsOnly bool
 }
 
 // load is a running load generator. It records every order for the
@@ -165,9 +168,14 @@ func startLoad(ctx context.Context, targets []*Instance, skus []string, spec loa
 	l.rec = history.NewRecorder()
 	l.start = time.Now()
 
-	arrivals := make(chan struct{})
 	stop, cancel := context.WithTimeout(ctx, spec.duration)
 	l.stop = cancel
+	if spec.burstsOnly {
+		cancel()
+		close(l.done)
+		return l
+	}
+	arrivals := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range spec.workers {
 		wg.Add(1)
@@ -210,6 +218,26 @@ func startLoad(ctx context.Context, targets []*Instance, skus []string, spec loa
 		close(l.done)
 	}()
 	return l
+}
+
+// burst places buyers orders on the load's SKUs from workers goroutines
+// at once, each placing its next order as soon as its last was answered
+// ("everyone clicks at once"), and returns when every one was answered,
+// with the span of the burst on the load's clock. It is bounded: buyers
+// orders, each attempt within the client timeout.
+func (l *load) burst(ctx context.Context, buyers, workers int) (from, to time.Duration) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	from = l.now()
+	for w := range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil && next.Add(1) <= int64(buyers) {
+				l.place(ctx, w, l.seq.Add(1))
+			}
+		})
+	}
+	wg.Wait()
+	return from, l.now()
 }
 
 // SetSKUs changes the SKUs new orders are for.

@@ -23,6 +23,7 @@ func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "on") }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "off") }},
 		{3, func() Result { return e.RedlockNodeLoss(ctx) }},
+		{3, func() Result { return e.RedlockDownRate(ctx) }},
 		{4, func() Result { return e.RedisRestart(ctx) }},
 		{5, func() Result { return e.DatabaseRestart(ctx, e.Postgres) }},
 		{5, func() Result { return e.DatabaseRestart(ctx, e.MariaDB) }},
@@ -141,6 +142,14 @@ func writeRun(p func(string, ...any), r Result) {
 		p("- `%s`: %s %s", n.SKU, n.Result, n.Reason)
 		if n.Visualization != "" {
 			p(" — [porcupine's visualisation](%s)", n.Visualization)
+		}
+		p("\n")
+	}
+	if len(r.Rates) > 0 {
+		p("| case | buyers | 201 | orders/s (median round) | rounds | × all up | 503 | 503 share | unknown |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, c := range r.Rates {
+			p("| %s | %d | %d | %.1f | %v | %.2f | %d | %.2f%% | %d |\n", c.Name, c.Buyers, c.Created,
+				c.OrdersPerSecond, c.RoundRates, c.Ratio, c.Responses503, 100*c.Share503, c.Unknown)
 		}
 		p("\n")
 	}

@@ -66,9 +66,12 @@ type Result struct {
 	// Failures are the safety checks that did not hold (they make the
 	// verdict failed, or expected-oversell for an unsafe configuration);
 	// Warnings the availability expectations that did not (degraded).
-	Failures []string `json:"failures,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-	Notes    []string `json:"notes,omitempty"`
+	// Rates are the contended bursts of 3-redlock-down-rate, one per
+	// case (all up, servers refusing or hung).
+	Rates    []RateCase `json:"rates,omitempty"`
+	Failures []string   `json:"failures,omitempty"`
+	Warnings []string   `json:"warnings,omitempty"`
+	Notes    []string   `json:"notes,omitempty"`
 	// Error says why the run could not be carried out (error, skipped).
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`
@@ -149,6 +152,28 @@ type Figures struct {
 	LocksLost       *float64 `json:"locks_lost,omitempty"`
 	// Dropped arrivals: the open-model load found every worker busy.
 	Dropped int64 `json:"dropped_arrivals,omitempty"`
+}
+
+// RateCase is one case of 3-redlock-down-rate: contended bursts (one per
+// round) of buyers at once on a fresh SKU of StockPerSKU units each, with
+// Down of the five Redis servers refusing connections or hung.
+type RateCase struct {
+	Name  string `json:"name"`
+	Fault string `json:"fault,omitempty"` // "refusing" or "hung"; "" with every server up
+	Down  int    `json:"down"`
+	// Buyers, Created (201s), Responses503 and Unknown are over all rounds.
+	Buyers  int `json:"buyers"`
+	Created int `json:"created"`
+	// OrdersPerSecond is the median round's 201s over SellSeconds, from its
+	// burst's start to its last 201; RoundRates every round's.
+	SellSeconds     float64   `json:"sell_seconds"`
+	OrdersPerSecond float64   `json:"orders_per_second"`
+	RoundRates      []float64 `json:"round_orders_per_second"`
+	// Ratio is OrdersPerSecond over the all-up case of the same run.
+	Ratio        float64 `json:"ratio"`
+	Responses503 int     `json:"responses_503"`
+	Share503     float64 `json:"share_503"` // of Buyers
+	Unknown      int     `json:"unknown"`   // orders of unknown outcome
 }
 
 // Phase is the figures of the orders called between two events.

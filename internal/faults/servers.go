@@ -63,6 +63,11 @@ func startRedisNodes(n int) ([]*redisNode, error) {
 // kill crashes the server (SIGKILL by its PID).
 func (r *redisNode) kill() { r.srv.Stop() }
 
+// pause stops the server with SIGSTOP (by its PID): a hung server, which
+// accepts connections and answers nothing. resume continues it.
+func (r *redisNode) pause() error  { return r.srv.Pause() }
+func (r *redisNode) resume() error { return r.srv.Resume() }
+
 // restartEmpty starts the server again on the same port, with no data.
 func (r *redisNode) restartEmpty() error {
 	srv, err := testredis.Spawn(r.dir, r.port)

@@ -55,6 +55,7 @@ type attempt struct {
 	validUntil time.Time       // written by acquire, then only by the watchdog
 	element    string          // our entry in the server's queue (single node) or in the gate's (Redlock)
 	queueID    string          // Redlock: our name in the gate's queue; token changes after a failed round, this does not
+	gate       int             // Redlock: the node that served as the gate at our last look (quorum.gateFor)
 	pending    *sync.WaitGroup // Redlock: calls for this lock still running, shared along a chain of hand-overs
 	batch      int             // local hand-overs left before the lock must go back to all
 	generation int             // keyState.generation when the chain of hand-overs began

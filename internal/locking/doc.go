@@ -133,12 +133,15 @@
 // Redlock: contenders first queue at the key's gate node (picked by the
 // key's hash among the nodes sorted by address), and only the first in
 // line runs the full round, so contenders woken by the same release do not
-// split the votes; the gate decides nothing about safety, and a gate node
-// that is down, a gate that stays taken with no release announced, or a
-// first-in-line that does not take a free gate, is bypassed. A release
-// publishes the releasing token on every node; waiters look again when
-// they hear it, and so does the releasing process's own next waiter, which
-// joins the end of the line. After a split vote (nobody reached a
+// split the votes; the gate decides nothing about safety. A gate node that
+// does not answer is passed over for the next node in name order, and a
+// gate that stays taken with no release announced, or a first-in-line that
+// does not take a free gate, is bypassed. A release publishes the
+// releasing token on every node; waiters look again when they hear it,
+// and so does the releasing process's own next waiter, which joins the end
+// of the line. A waiter sleeps once a majority of its subscriptions is
+// confirmed: a release that succeeded was announced on a majority, which
+// shares a node with it, and a server that is down or hung never confirms. After a split vote (nobody reached a
 // majority) contenders back off for a random, growing while. In both, polling is only a fallback (lost messages, a
 // holder that died), and the wait is bounded by WithWait, the context's
 // deadline, or twice the TTL.

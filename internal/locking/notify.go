@@ -133,6 +133,48 @@ func (s *subscription) readyC() <-chan struct{} {
 	return s.ready
 }
 
+// confirmed reports whether the server has confirmed the subscription and
+// the connection has not been lost since.
+func (s *subscription) confirmed() bool {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	return s.isReady
+}
+
+// awaitConfirmed waits until at least need of subs are confirmed, and
+// reports whether they are; it gives up when ctx ends or bound passes.
+// b must be armed on every one of subs: a confirmation signals it, so no
+// confirmation slips past between a count and the wait. Signals taken here
+// are lost to the caller, who looks at the lock again anyway.
+//
+// A Redlock waiter needs a majority, not all: a release that succeeded
+// announced itself on a majority of servers, and any two majorities share
+// a server, so it reaches a waiter listening on a majority. A server that
+// refuses connections or hangs never confirms; waiting for it ran out
+// every contended wait.
+func awaitConfirmed(ctx context.Context, b *inbox, subs []*subscription, need int, bound time.Duration) bool {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		n := 0
+		for _, s := range subs {
+			if s.confirmed() {
+				n++
+			}
+		}
+		if n >= need {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return false
+		case <-b.c:
+		}
+	}
+}
+
 func (s *subscription) arm(b *inbox) {
 	s.n.mu.Lock()
 	s.inboxes[b] = struct{}{}
@@ -172,14 +214,26 @@ func (n *notifier) control() {
 		n.mu.Unlock()
 		// Errors need no handling here: go-redis remembers the channels and
 		// subscribes again on its next connection, and the reader wakes the
-		// waiters to poll meanwhile.
+		// waiters to poll meanwhile. Each call is bounded: a hung server
+		// must not hold this goroutine (and the connection's lock, which
+		// the reader needs) for as long as the client's timeouts allow.
 		if len(unsub) > 0 {
-			_ = n.ps.Unsubscribe(n.ctx, unsub...)
+			n.call(func(ctx context.Context) error { return n.ps.Unsubscribe(ctx, unsub...) })
 		}
 		if len(sub) > 0 {
-			_ = n.ps.Subscribe(n.ctx, sub...)
+			n.call(func(ctx context.Context) error { return n.ps.Subscribe(ctx, sub...) })
 		}
 	}
+}
+
+// controlTimeout bounds one SUBSCRIBE or UNSUBSCRIBE. It only has to end a
+// call to a hung server: the waiters do not wait for it (awaitConfirmed).
+const controlTimeout = time.Second
+
+func (n *notifier) call(f func(ctx context.Context) error) {
+	ctx, cancel := context.WithTimeout(n.ctx, controlTimeout)
+	defer cancel()
+	_ = f(ctx)
 }
 
 // read receives messages until close. After a connection error every

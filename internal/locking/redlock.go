@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,7 +45,8 @@ func newRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	q := &quorum{need: len(clients)/2 + 1}
+	q := &quorum{need: len(clients)/2 + 1, running: map[*sync.WaitGroup]int{},
+		gateDown: make([]atomic.Int64, len(clients)), gateFails: make([]atomic.Int32, len(clients))}
 	notifiers := make([]*notifier, len(clients))
 	for i, cl := range clients {
 		q.nodes = append(q.nodes, rnode{name: nodeName(cl, i), client: cl})
@@ -122,15 +124,40 @@ type quorum struct {
 	byName []int          // node indexes in the order of their names
 	need   int            // majority
 	bg     sync.WaitGroup // release calls still running after Release returned
+
+	mu      sync.Mutex
+	running map[*sync.WaitGroup]int // calls of run still running, by the WaitGroup that counts them
+
+	gateDown  []atomic.Int64 // by node: until when (Unix ns) it is passed over as a gate (gateFor)
+	gateFails []atomic.Int32 // by node: gate calls failed in a row
 }
 
 // gate returns the node a contender for key tries first (see tryGate). It
 // is picked by the key's hash among the nodes sorted by name, so processes
 // that list the same servers in another order still agree on it.
-func (q *quorum) gate(key string) int {
+func (q *quorum) gate(key string) int { return q.byName[q.gateRank(key)] }
+
+// gateRank is the place of key's gate node in the order of names.
+func (q *quorum) gateRank(key string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return q.byName[h.Sum32()%uint32(len(q.byName))]
+	return int(h.Sum32() % uint32(len(q.byName)))
+}
+
+// gateFor returns the node that serves as key's gate now: its gate node,
+// or, while a gate call to that node failed within the last poll interval
+// (gateDown), the next node in name order for which none did. Processes
+// that see the same servers fail agree on it; when they do not, contenders
+// split their votes for a while, as without a gate.
+func (q *quorum) gateFor(key string) int {
+	first := q.gateRank(key)
+	now := time.Now().UnixNano()
+	for k := range q.byName {
+		if i := q.byName[(first+k)%len(q.byName)]; q.gateDown[i].Load() <= now {
+			return i
+		}
+	}
+	return q.byName[first]
 }
 
 // gateState is what the gate node said.
@@ -157,10 +184,50 @@ const (
 // It returns the gate's state; with gateTaken, the holder's remaining life;
 // with gateOurs, the gate node's fencing counter, from which the full round
 // proposes our token (see settle).
+//
+// A gate node that did not answer is passed over for a poll interval: the
+// next node in name order that answers serves as the gate meanwhile
+// (gateFor), rather than every contender paying a node timeout for it and
+// then racing without a gate.
 func (q *quorum) tryGate(ctx context.Context, a *attempt) (state gateState, pttl time.Duration, counter int64) {
-	n := q.nodes[q.gate(a.key)]
+	// A gate that does not answer is passed over from then on: try the
+	// next one at once, rather than race without a gate. A minority of the
+	// nodes can be down; at most a majority of tries finds one that is not.
+	tried := -1
+	for range q.need {
+		gate := q.gateFor(a.key)
+		if gate == tried {
+			break
+		}
+		tried = gate
+		state, pttl, counter = q.tryGateAt(ctx, a, gate)
+		if state != gateUnknown || ctx.Err() != nil {
+			break
+		}
+	}
+	return state, pttl, counter
+}
+
+func (q *quorum) tryGateAt(ctx context.Context, a *attempt, gate int) (state gateState, pttl time.Duration, counter int64) {
+	a.gate = gate
+	n := q.nodes[a.gate]
+	wctx := ctx
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 	defer cancel()
+	defer func() {
+		switch {
+		case state != gateUnknown:
+			q.gateFails[a.gate].Store(0)
+			q.gateDown[a.gate].Store(0)
+		case wctx.Err() == nil: // the node's fault, not the end of our wait
+			// Looked at again after a poll interval, doubling up to 8
+			// while it keeps failing: for a hung node each look costs a
+			// node timeout.
+			fails := q.gateFails[a.gate].Add(1)
+			d := q.cfg.pollInterval << min(fails-1, 3)
+			q.gateDown[a.gate].Store(time.Now().Add(d).UnixNano())
+		}
+	}()
 	// The entry lives until our wait ends, or until we have not looked at
 	// the gate for a while (each look refreshes it): a crashed waiter then
 	// blocks the line for about two poll intervals, not for its whole wait.
@@ -200,9 +267,22 @@ func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt) {
 	if a.element == "" {
 		return
 	}
+	n := q.nodes[a.gate]
+	if q.gateDown[a.gate].Load() > time.Now().UnixNano() {
+		// The node did not answer our last gate call: do not make the
+		// caller (a release, often) wait a node timeout for it. An entry
+		// left behind expires on its own (see tryGate).
+		id := a.gateID()
+		a.element = ""
+		q.bg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
+			defer cancel()
+			_ = redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), id).Err()
+		})
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 	defer cancel()
-	n := q.nodes[q.gate(a.key)]
 	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.gateID()).Err() == nil {
 		a.element = ""
 	}
@@ -225,9 +305,13 @@ func (q *quorum) run(ctx context.Context, wg *sync.WaitGroup,
 ) []result {
 	ch := make(chan result, len(q.nodes)) // never blocks a straggler
 	wg.Add(len(q.nodes))
+	q.mu.Lock()
+	q.running[wg] += len(q.nodes)
+	q.mu.Unlock()
 	for i, n := range q.nodes {
 		go func() {
 			defer wg.Done()
+			defer q.ran(wg)
 			ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 			defer cancel()
 			v, err := f(ctx, i, n)
@@ -245,6 +329,59 @@ func (q *quorum) run(ctx context.Context, wg *sync.WaitGroup,
 		}
 	}
 	return answers
+}
+
+func (q *quorum) ran(wg *sync.WaitGroup) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.running[wg]--; q.running[wg] <= 0 {
+		delete(q.running, wg)
+	}
+}
+
+// settled reports whether every call of run counted in wg has returned.
+func (q *quorum) settled(wg *sync.WaitGroup) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.running[wg] == 0
+}
+
+// releaseSettled releases token's lock like release, waiting for the calls
+// for it still running (counted in pending) a tenth of the node timeout at
+// most: a node that hangs holds such a call for the whole node timeout,
+// and the lock's next holder must not wait for that (with a node hung,
+// every release did). Instead, once those calls have returned, the
+// lock is released again (unannounced) in the background, joined by Close:
+// a late acquisition or renewal that put our key back on a slow node is
+// deleted then, as when release waited for it. (A call the client gave up
+// on may still reach a hung server when it resumes; waiting did not
+// prevent that either. It leaves our key on one node for one TTL, a
+// minority: an obstacle, never a second holder.)
+func (q *quorum) releaseSettled(ctx context.Context, pending *sync.WaitGroup, key, token string, skip map[int]bool, publish bool) (int, []error) {
+	if q.settled(pending) {
+		return q.release(ctx, key, token, skip, publish)
+	}
+	// A node that answers answers within a fraction of the node timeout:
+	// give the calls that long, so that only a node that hangs costs the
+	// second release.
+	done := make(chan struct{})
+	q.bg.Go(func() {
+		pending.Wait()
+		close(done)
+	})
+	grace := time.NewTimer(q.cfg.nodeTimeout / 10)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return q.release(ctx, key, token, skip, publish)
+	case <-grace.C:
+	}
+	n, errs := q.release(ctx, key, token, skip, publish)
+	q.bg.Go(func() {
+		<-done
+		q.release(ctx, key, token, skip, false)
+	})
+	return n, errs
 }
 
 // counted decides once ok answers reach a majority or can no longer reach it.
@@ -368,7 +505,11 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 	// startListening subscribes, the first time we find the lock taken,
 	// and reports whether it did: the caller then looks again before it
 	// waits, since a release announced before the subscription was
-	// confirmed would not wake us.
+	// confirmed would not wake us. It waits for a majority of the servers
+	// to confirm, not for all (awaitConfirmed): a server that is down or
+	// hung never does, and must not keep us awake. Nor does it wait long
+	// for the majority: without it we sleep on timers (polling), and a
+	// confirmation that comes later wakes us to look again.
 	startListening := func() bool {
 		if subs != nil {
 			return false
@@ -376,14 +517,10 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		subs = q.c.watch(ks)
 		for _, s := range subs {
 			s.arm(a.inbox)
-			select {
-			case <-s.readyC():
-			case <-ctx.Done():
-			}
 		}
+		awaitConfirmed(ctx, a.inbox, subs, q.need, max(2*cfg.nodeTimeout, 20*time.Millisecond))
 		return true
 	}
-	gate := q.gate(a.key)
 	bypassGate := false
 	queuedBefore := false // the last look found the gate free but someone else first
 	var lastErrs []error  // the node errors of the last round, for the caller
@@ -458,10 +595,9 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		// or if we held the gate and nobody holds a majority: the waiters
 		// behind us would otherwise sleep until they poll. (When someone
 		// does hold a majority, its own release will wake them.)
-		a.pending.Wait()
 		_, topVotes := r.top()
-		heldGate := gateState == gateOurs || slices.Contains(r.ours, gate)
-		q.release(context.WithoutCancel(ctx), a.key, a.token, r.others, len(r.ours) >= q.need || heldGate && topVotes < q.need)
+		heldGate := gateState == gateOurs || slices.Contains(r.ours, a.gate)
+		q.releaseSettled(context.WithoutCancel(ctx), a.pending, a.key, a.token, r.others, len(r.ours) >= q.need || heldGate && topVotes < q.need)
 		// The next round sets a new value. With the same one, a release
 		// call of this round that reaches a node late (after the client
 		// gave up on it, even) would find the key "already ours" again
@@ -569,7 +705,8 @@ func (q *quorum) settle(ctx context.Context, ks *keyState, a *attempt, r *round,
 }
 
 // release deletes token's lock on every node but skip (announcing the
-// release if publish). Join the attempt's pending calls first. It returns when a
+// release if publish). With calls for the lock still running, use
+// releaseSettled. It returns when a
 // majority confirmed, or cannot; the rest finish in the background, joined
 // by Close.
 func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bool, publish bool) (int, []error) {
@@ -601,9 +738,8 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 		q.leaveGateQueue(ctx, a)
 		return slotGrant{}, nil
 	}
-	a.pending.Wait()
 	q.leaveGateQueue(ctx, a) // if removing it after the win failed
-	n, errs := q.release(ctx, a.key, a.token, nil, true)
+	n, errs := q.releaseSettled(ctx, a.pending, a.key, a.token, nil, true)
 	var g slotGrant
 	if next != nil {
 		g = slotGrant{releasedBy: a.token, armed: true}

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type Server struct {
 	dir  string
 
 	mu     sync.Mutex
+	paused bool
 	cmd    *exec.Cmd
 	exited chan struct{}
 	out    *readyWriter
@@ -149,9 +151,37 @@ func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
 	}
+	if s.paused {
+		// SIGKILL ends a stopped process too; continue it anyway, so that
+		// nothing of it stays stopped if the kill fails.
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.paused = false
+	}
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 	s.cmd = nil
+}
+
+// Pause stops the server with SIGSTOP (by its own PID): a hung server.
+// The kernel still accepts connections and buffers what clients send, but
+// nothing is answered until Resume. Stop, and the cleanup of Start, resume
+// a paused server before killing it.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
+
+// Resume continues a paused server (SIGCONT). It is idempotent.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
+
+func (s *Server) signal(sig syscall.Signal, paused bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return errors.New("redis-server not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("redis-server on port %d: %v: %w", s.port, sig, err)
+	}
+	s.paused = paused
+	return nil
 }
 
 // Restart starts a stopped server again on the same port, with no data.
