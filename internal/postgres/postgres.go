@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -80,11 +81,20 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 func (s *Store) Close() { s.pool.Close() }
 
 // Migrate applies the embedded migrations in sql/postgres. An advisory lock
-// keeps instances that start together from migrating at once.
+// on the schema keeps instances that start together from migrating at once.
 func (s *Store) Migrate(ctx context.Context) error {
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
-	locker, err := lock.NewPostgresSessionLocker()
+	// The lock is per schema: goose's default id is one for the whole
+	// database, so services (and tests) in other schemas of the same
+	// database would queue behind each other's migrations, 5 s a retry.
+	var schemaName string
+	if err := s.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schemaName); err != nil {
+		return fmt.Errorf("postgres: migration lock: %w", wrap(ctx, err))
+	}
+	id := fnv.New64a()
+	_, _ = id.Write([]byte("stock migrations " + schemaName))
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(int64(id.Sum64())), lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return fmt.Errorf("postgres: migration lock: %w", err)
 	}
