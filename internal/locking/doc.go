@@ -23,7 +23,9 @@
 // The acquire script sets the lock (SET NX PX) and increments the key's
 // counter (INCR K:fence) in one script, and hand-overs to a queued waiter
 // do the same, so each new holder gets the next integer: strictly growing,
-// as long as the server keeps its data (Reset starts the count again).
+// as long as the server keeps its data (Reset keeps the counter; run Redis
+// with persistence and maxmemory-policy noeviction, so neither a restart nor
+// an eviction loses it).
 //
 // # Fencing across Redlock nodes
 //

@@ -68,9 +68,9 @@ func (r *Redlock) Acquire(ctx context.Context, key string) (*Lease, error) {
 	return r.c.acquire(ctx, key)
 }
 
-// Reset deletes the lock named key and its fencing counter on every server
-// it can reach (best effort) and fails if fewer than a majority answered.
-// Like Locker.Reset it is an administrative "start afresh".
+// Reset deletes the lock named key on every server it can reach (best
+// effort) and fails if fewer than a majority answered. Like Locker.Reset it
+// frees a stuck lock and keeps the fencing counters: tokens never go back.
 func (r *Redlock) Reset(ctx context.Context, key string) error {
 	r.c.endChain(r.c.cfg.prefix + key)
 	return r.q.reset(ctx, r.c.cfg.prefix+key)

@@ -470,3 +470,29 @@ func acquireAsync(l acquirer, ctx context.Context, key string) <-chan acquisitio
 	}()
 	return ch
 }
+
+// TestRedlockResetKeepsTokensGrowing: Reset frees the lock on every node but
+// leaves the fencing counters: the next holder's token is above the last.
+func TestRedlockResetKeepsTokensGrowing(t *testing.T) {
+	ctx := context.Background()
+	_, clients := cluster(t, 3)
+	r := newRedlock(t, clients)
+	key := uniqueKey(t)
+	for range 3 {
+		lease := acquire(t, r, ctx, key)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stuck := acquire(t, r, ctx, key)
+	last := stuck.Token()
+	if err := r.Reset(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	_ = stuck.Release(ctx) // lost: Reset took it
+	lease := acquire(t, r, ctx, key)
+	defer lease.Release(ctx)
+	if lease.Token() <= last {
+		t.Fatalf("token after Reset %d, not above %d before it", lease.Token(), last)
+	}
+}

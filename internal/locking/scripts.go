@@ -147,15 +147,17 @@ end
 return 1
 `)
 
-// resetScript: KEYS lock, fence, queue. Deletes the lock's state and tells
-// waiters (queued ones on their Locker's channel, Redlock ones on the
-// shared channel) to poll again: their places in line are gone.
+// resetScript: KEYS lock, fence, queue. Deletes the lock and its queue and
+// tells waiters (queued ones on their Locker's channel, Redlock ones on the
+// shared channel) to poll again: their places in line are gone. The fencing
+// counter stays: tokens only ever grow, across Resets too, or a store that
+// kept the highest token it accepted would refuse every later holder.
 var resetScript = redis.NewScript(`
 for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   local id = string.match(e, '^%d+:%d+:([^:]+):')
   if id then redis.call('PUBLISH', KEYS[1] .. ':wake:' .. id, '') end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('PUBLISH', KEYS[1] .. ':wake', '')
 return 1
 `)
