@@ -101,7 +101,9 @@
 // after the validity ends, and a chain of hand-overs confirms the lock in
 // Redis at least once per renewal interval, like a single hold, so it
 // notices a lost lock (Reset, a server restarted empty) no later than one
-// hold would. AdvanceFence raises the tokens still to be handed.
+// hold would. AdvanceFence raises the tokens still to be handed. The
+// successor checks the validity again when it takes the lock: one that
+// paused past it refuses the grant and acquires from Redis instead.
 //
 // # Waiting
 //

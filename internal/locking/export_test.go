@@ -19,6 +19,13 @@ func (l *Locker) SetWaitHook(f func(key string)) { l.c.setWaitHook(f) }
 // SetWaitHook: see Locker.SetWaitHook.
 func (r *Redlock) SetWaitHook(f func(key string)) { r.c.setWaitHook(f) }
 
+// SetGrantHook makes a goroutine that received the lock by local hand-over
+// call f(redis key) before it takes it, as if it paused there.
+func (l *Locker) SetGrantHook(f func(key string)) { l.c.setGrantHook(f) }
+
+// SetGrantHook: see Locker.SetGrantHook.
+func (r *Redlock) SetGrantHook(f func(key string)) { r.c.setGrantHook(f) }
+
 // LocalWaiters reports how many goroutines of this Locker queue locally for
 // key behind the one that talks to Redis.
 func (l *Locker) LocalWaiters(key string) int { return l.c.localWaiters(key) }
