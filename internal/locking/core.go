@@ -204,7 +204,12 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		g = slotGrant{}
 	}
 	for {
-		if err := c.be.acquire(wctx, ks, a, g); err != nil {
+		err := c.be.acquire(wctx, ks, a, g)
+		// Done waiting: the subscriptions stop routing messages to a. (A
+		// predecessor arms a's inbox before it passes the lock on in Redis,
+		// and a backend that finds the lock already granted never waits.)
+		c.disarm(ks, a.inbox)
+		if err != nil {
 			_ = c.releaseSlot(ctx, ks, a)
 			return nil, err
 		}
@@ -370,6 +375,12 @@ func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
 		return false // the waiters gave up meanwhile
 	}
 	ks.owner = next.a
+	// The hand-over is complete: a waits for nothing any more, and an inbox
+	// left in the subscriptions would stay there, one per batch, until the
+	// key goes idle, and be scanned by every message.
+	for _, s := range ks.subs {
+		s.disarm(a.inbox)
+	}
 	next.ready <- slotGrant{
 		granted: true, fence: fence, validUntil: a.validUntil,
 		token: a.token, fenceTop: a.fenceTop, batch: a.batch - 1, generation: a.generation,
@@ -456,6 +467,13 @@ func (c *core) releaseSlot(ctx context.Context, ks *keyState, a *attempt) error 
 	ks.owner = next.a
 	next.ready <- g
 	return err
+}
+
+// disarm removes b from key's subscriptions.
+func (c *core) disarm(ks *keyState, b *inbox) {
+	for _, s := range ks.subsSnapshot(c) {
+		s.disarm(b)
+	}
 }
 
 func (ks *keyState) subsSnapshot(c *core) []*subscription {

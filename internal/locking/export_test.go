@@ -42,6 +42,29 @@ func (c *core) localWaiters(key string) int {
 	return 0
 }
 
+// ArmedInboxes reports how many waiters' inboxes the subscriptions of key
+// route messages to, summed over the servers.
+func (l *Locker) ArmedInboxes(key string) int { return l.c.armedInboxes(key) }
+
+// ArmedInboxes: see Locker.ArmedInboxes.
+func (r *Redlock) ArmedInboxes(key string) int { return r.c.armedInboxes(key) }
+
+func (c *core) armedInboxes(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ks := c.keys[c.cfg.prefix+key]
+	if ks == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range ks.subs {
+		s.n.mu.Lock()
+		n += len(s.inboxes)
+		s.n.mu.Unlock()
+	}
+	return n
+}
+
 // StopTimers stops the lease's watchdog and its expiry timer, as if its
 // process had paused before either could run.
 func (l *Lease) StopTimers() { l.h.stopRenewal(); l.h.expiry.Stop() }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,5 +379,65 @@ func refuseExpiredGrant(t *testing.T, p, other interface {
 	if o, err := other.Acquire(wctx, key); err == nil {
 		_ = o.Release(ctx)
 		t.Fatalf("another process took the lock (token %d) while the second goroutine holds it (token %d)", o.Token(), second.Token())
+	}
+}
+
+// TestHandOverLeavesNoInbox: goroutines of one process that take a key in
+// turn (batches of hand-overs, each batch's first holder woken through
+// Redis) leave no inbox behind in the key's subscription: the map the
+// message dispatch scans holds at most one inbox per goroutine, however
+// many batches ran.
+func TestHandOverLeavesNoInbox(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func(t *testing.T) interface {
+			acquirer
+			ArmedInboxes(key string) int
+		}
+	}{
+		{"locker", func(t *testing.T) interface {
+			acquirer
+			ArmedInboxes(key string) int
+		} {
+			return newLocker(t, shared.Client(t))
+		}},
+		{"redlock", func(t *testing.T) interface {
+			acquirer
+			ArmedInboxes(key string) int
+		} {
+			_, clients := cluster(t, 3)
+			return newRedlock(t, clients)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			key := uniqueKey(t)
+			p := tc.new(t)
+			const goroutines, cycles = 4, 40
+			var most atomic.Int64
+			var sink errorSink
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Go(func() {
+					for range cycles {
+						lease, err := p.Acquire(ctx, key)
+						if err != nil {
+							sink.Add(err)
+							return
+						}
+						n := int64(p.ArmedInboxes(key))
+						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+						}
+						runtime.Gosched()
+						sink.Add(lease.Release(ctx))
+					}
+				})
+			}
+			wg.Wait()
+			sink.Report(t)
+			if m := most.Load(); m > goroutines {
+				t.Fatalf("up to %d inboxes armed for %d goroutines: the map grows with the batches", m, goroutines)
+			}
+		})
 	}
 }
