@@ -71,6 +71,12 @@
 // a node after the token was written; that node carries the token from the
 // next renewal on.)
 //
+// A call the client gave up on may reach a node after the release of its
+// value; the release leaves a tombstone K:gone:<value> for one TTL, and the
+// scripts that set K refuse a value with a tombstone, so such a call cannot
+// put back a lock nobody holds (which would block K for a TTL, and count
+// towards nobody's majority).
+//
 // What breaks it: nodes losing data. The argument needs one node of W1 in
 // every majority to have kept its data, so the guarantee holds while fewer
 // than |W1| - N/2 members of W1 are wiped: with W1 = all 5 nodes, any two

@@ -1,6 +1,11 @@
 package locking
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Test hooks: compiled into the tests only.
 
@@ -71,3 +76,33 @@ func (l *Lease) StopTimers() { l.h.stopRenewal(); l.h.expiry.Stop() }
 
 // GateNode returns the index of key's gate node among the clients.
 func (r *Redlock) GateNode(key string) int { return r.q.gate(r.c.cfg.prefix + key) }
+
+// Value returns the lease's lock value in Redis.
+func (l *Lease) Value() string { return l.h.a.token }
+
+// LateCall names a call the client gave up on that reaches a server late.
+type LateCall int
+
+const (
+	LatePoll   LateCall = iota // Locker: an acquire, or a waiter's poll
+	LateRound                  // Redlock: an acquisition round's call
+	LateExtend                 // Redlock: a renewal, which re-takes a missing key
+	LateGate                   // Redlock: a gate call
+)
+
+// DeliverLate runs on c the script of call for the lock named key (default
+// prefix) with value, as a call sent before value was released and
+// delivered only now would.
+func DeliverLate(ctx context.Context, c *redis.Client, call LateCall, key, value string, ttl time.Duration) error {
+	k := "lock:" + key
+	switch call {
+	case LatePoll:
+		return singleAcquire.Run(ctx, c, lockKeys(k), value, ms(ttl), ms(ttl), unknownElement, "late").Err()
+	case LateRound:
+		return redlockAcquire.Run(ctx, c, []string{k, k + ":fence"}, value, ms(ttl), 0).Err()
+	case LateExtend:
+		return redlockExtend.Run(ctx, c, []string{k, k + ":fence"}, value, ms(ttl), 0).Err()
+	default:
+		return redlockGate.Run(ctx, c, lockKeys(k), value, ms(ttl), ms(ttl), value).Err()
+	}
+}

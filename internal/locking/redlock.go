@@ -195,15 +195,21 @@ func (a *attempt) gateID() string {
 
 // leaveGateQueue removes a's entry from the gate node's queue, if it may
 // have one: an attempt that gave up, or that won without the gate, must not
-// stay first in line until its deadline.
-func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt) {
+// stay first in line until its deadline. An attempt that gives up (giveUp)
+// also retires its token on the gate node: a gate call of it that lands
+// later (it may have timed out) then cannot take the gate for a TTL.
+func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt, giveUp bool) {
 	if a.element == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 	defer cancel()
 	n := q.nodes[q.gate(a.key)]
-	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.gateID()).Err() == nil {
+	retired := ""
+	if giveUp {
+		retired = a.token
+	}
+	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.gateID(), retired, ms(q.cfg.ttl)).Err() == nil {
 		a.element = ""
 	}
 }
@@ -449,7 +455,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		r := q.tryAll(ctx, a, p)
 		lastErrs = r.errs
 		if q.settle(ctx, ks, a, &r, start) {
-			q.leaveGateQueue(context.WithoutCancel(ctx), a)
+			q.leaveGateQueue(context.WithoutCancel(ctx), a, false)
 			return nil
 		}
 		// Our SET may have landed where the answer was late or lost:
@@ -469,7 +475,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		// the gate's queue keeps its name (queueID).
 		a.token = newToken()
 		if ctx.Err() != nil {
-			q.leaveGateQueue(context.WithoutCancel(ctx), a)
+			q.leaveGateQueue(context.WithoutCancel(ctx), a, false) // the new token was never sent
 			return q.c.notObtained(ctx, r.errs...)
 		}
 		if startListening() {
@@ -581,7 +587,7 @@ func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bo
 		if skip[i] {
 			return int64(0), nil
 		}
-		return redlockRelease.Run(ctx, n.client, []string{key}, token, key+":wake", pub).Int64()
+		return redlockRelease.Run(ctx, n.client, []string{key}, token, key+":wake", pub, ms(q.cfg.ttl)).Int64()
 	}, q.counted(isOne))
 	n := 0
 	for _, ans := range answers {
@@ -597,12 +603,13 @@ func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bo
 // like every other waiter before it tries.
 func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGrant, error) {
 	if a.fence == 0 {
-		// Never held: a failed round released already.
-		q.leaveGateQueue(ctx, a)
+		// Never held: a failed round released already (and retired its
+		// token); a gate call of the current token may still land.
+		q.leaveGateQueue(ctx, a, true)
 		return slotGrant{}, nil
 	}
 	a.pending.Wait()
-	q.leaveGateQueue(ctx, a) // if removing it after the win failed
+	q.leaveGateQueue(ctx, a, false) // if removing it after the win failed; release retires the token
 	n, errs := q.release(ctx, a.key, a.token, nil, true)
 	var g slotGrant
 	if next != nil {

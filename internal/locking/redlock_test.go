@@ -286,7 +286,7 @@ func TestRedlockPausedRenewalCancelsWork(t *testing.T) {
 }
 
 // blockFirstRelease holds back the first call of the release script (EVALSHA
-// sha 1 K token K:wake publish) made through one client until unblock is
+// sha 1 K token K:wake publish ttl) made through one client until unblock is
 // closed, as a slow link to one server would: the call reaches the server
 // only then, and done is closed when the server has answered it.
 type blockFirstRelease struct {
@@ -305,7 +305,7 @@ func (h blockFirstRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 func (h blockFirstRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if len(args) == 7 && strings.EqualFold(cmd.Name(), "evalsha") {
+		if len(args) == 8 && strings.EqualFold(cmd.Name(), "evalsha") {
 			if ch, ok := args[5].(string); ok && strings.HasSuffix(ch, ":wake") && h.armed.CompareAndSwap(true, false) {
 				close(h.blocked)
 				<-h.unblock

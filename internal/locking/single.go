@@ -285,7 +285,7 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	}
 	sent := time.Now()
 	v, err := singleLeave.Run(ctx, s.client, lockKeys(a.key),
-		a.token, a.element, succ, sttl, swait, s.id).Slice()
+		a.token, a.element, succ, sttl, swait, s.id, ms(s.cfg.ttl)).Slice()
 	if err != nil {
 		return slotGrant{}, s.nodeErr(err)
 	}
