@@ -146,5 +146,24 @@ func TestComposeFileMatchesTheCode(t *testing.T) {
 		if len(cfg.RedisAddrs) != 5 {
 			t.Errorf("REDIS_ADDRS has %d servers, want the five of the file", len(cfg.RedisAddrs))
 		}
+		// The fencing counters must survive a restart and memory pressure:
+		// persistence on a volume, and no eviction (the service refuses
+		// any other policy at start).
+		for _, addr := range cfg.RedisAddrs {
+			name := strings.Split(addr, ":")[0]
+			r, err := p.GetService(name)
+			if err != nil {
+				continue // reported above
+			}
+			cmd := strings.Join(r.Command, " ")
+			for _, want := range []string{"--appendonly yes", "--maxmemory-policy noeviction"} {
+				if !strings.Contains(cmd, want) {
+					t.Errorf("%s runs %q, without %s", name, cmd, want)
+				}
+			}
+			if !slices.ContainsFunc(r.Volumes, func(v types.ServiceVolumeConfig) bool { return v.Target == "/data" && v.Source != "" }) {
+				t.Errorf("%s keeps /data on no named volume: its fencing counters do not survive the container", name)
+			}
+		}
 	}
 }

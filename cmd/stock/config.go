@@ -38,6 +38,9 @@ type config struct {
 	LockRenewEvery time.Duration
 	Fencing        bool
 	FreezeHolder   bool
+	// SkipPolicyCheck starts even where the Redis eviction policy cannot be
+	// read (CONFIG disabled or renamed): the operator vouches for noeviction.
+	SkipPolicyCheck bool
 }
 
 // minAdminTokenLength is the shortest ADMIN_TOKEN the service accepts: the
@@ -77,6 +80,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LockWait:        duration("LOCK_WAIT", 3*time.Second, false),
 		LockRenewEvery:  duration("LOCK_RENEW_EVERY", 0, true),
 		FreezeHolder:    boolean("FREEZE_HOLDER", false),
+		SkipPolicyCheck: boolean("REDIS_SKIP_POLICY_CHECK", false),
 	}
 	switch f := str("FENCING", "on"); f {
 	case "on":
@@ -93,6 +97,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if c.Strategy == inventory.NameRedlock && (len(c.RedisAddrs) < 3 || len(c.RedisAddrs)%2 == 0) {
 		bad("STRATEGY=redlock needs an odd number of at least 3 independent servers in REDIS_ADDRS, got %d", len(c.RedisAddrs))
+	}
+	if c.SkipPolicyCheck && !isLockStrategy(c.Strategy) {
+		bad("REDIS_SKIP_POLICY_CHECK applies only to STRATEGY=redis-lock or redlock")
 	}
 	if (c.FreezeHolder || !c.Fencing) && !isLockStrategy(c.Strategy) {
 		bad("FREEZE_HOLDER and FENCING apply only to STRATEGY=redis-lock or redlock")
@@ -144,6 +151,7 @@ func (c config) logAttrs() []any {
 		"lock_renew_every", c.LockRenewEvery.String(),
 		"fencing", c.Fencing,
 		"freeze_holder", c.FreezeHolder,
+		"redis_skip_policy_check", c.SkipPolicyCheck,
 	}
 }
 

@@ -54,6 +54,10 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 		closeClients()
 		return nil, nil, err
 	}
+	if err := checkEvictionPolicy(context.Background(), clients, cfg.SkipPolicyCheck, log); err != nil {
+		closeClients()
+		return nil, nil, err
+	}
 	opts := []locking.Option{locking.WithTTL(cfg.LockTTL), locking.WithWait(cfg.LockWait),
 		locking.WithRenewalObserver(func(_ string, err error) { renewed(err == nil) })}
 	if cfg.LockRenewEvery > 0 {
@@ -135,6 +139,66 @@ func pingRedis(ctx context.Context, clients []*redis.Client, majority bool) erro
 		return nil
 	}
 	return fmt.Errorf("cannot reach Redis: %w", errors.Join(failed...))
+}
+
+// errEvictingRedis: a Redis server the locks use may evict keys, or its
+// policy could not be read.
+var errEvictingRedis = errors.New("the locks need Redis with maxmemory-policy noeviction")
+
+// checkEvictionPolicy refuses Redis servers that may evict keys. A fencing
+// counter (K:fence, no TTL) evicted under memory pressure starts the tokens
+// again from 1, below the fence the database kept, so fencing breaks (and an
+// evicted lock key lets a second holder in). Every server that answers is
+// asked (CONFIG GET maxmemory-policy); any policy but noeviction is refused.
+// A server whose CONFIG is disabled or renamed (or denied by an ACL) is
+// refused too, unless skipUnreadable (REDIS_SKIP_POLICY_CHECK): the operator
+// checked it. A server that does not answer is pingRedis's business (Redlock
+// starts with a minority down); it is not checked when it comes back.
+func checkEvictionPolicy(ctx context.Context, clients []*redis.Client, skipUnreadable bool, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	evicting := make([]error, len(clients))
+	unreadable := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			addr := c.Options().Addr
+			v, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+			var reply redis.Error
+			switch {
+			case errors.As(err, &reply):
+				unreadable[i] = fmt.Errorf("redis %s: cannot read maxmemory-policy: CONFIG GET: %w", addr, err)
+			case err != nil:
+				// Unreachable now: pingRedis has decided whether that is fine.
+			case v["maxmemory-policy"] != "noeviction":
+				evicting[i] = fmt.Errorf("redis %s: maxmemory-policy is %s", addr, v["maxmemory-policy"])
+			}
+		})
+	}
+	wg.Wait()
+	if errs := compactErrors(evicting); len(errs) > 0 {
+		return fmt.Errorf("%w: %w; an evicted fencing counter starts the tokens again and breaks fencing: "+
+			"run them with --maxmemory-policy noeviction (redis.conf, or CONFIG SET)", errEvictingRedis, errors.Join(errs...))
+	}
+	if errs := compactErrors(unreadable); len(errs) > 0 {
+		if !skipUnreadable {
+			return fmt.Errorf("%w: %w; CONFIG may be disabled or renamed: make sure they run with maxmemory-policy noeviction, "+
+				"then set REDIS_SKIP_POLICY_CHECK=1 to start without this check", errEvictingRedis, errors.Join(errs...))
+		}
+		log.Warn("REDIS_SKIP_POLICY_CHECK=1: starting although the Redis eviction policy could not be read; "+
+			"it must be noeviction, or an evicted fencing counter breaks fencing", "err", errors.Join(errs...))
+	}
+	return nil
+}
+
+func compactErrors(errs []error) []error {
+	var out []error
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
 }
 
 // freezeSelf stops this process with SIGSTOP and returns once it has been

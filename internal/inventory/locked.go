@@ -285,7 +285,8 @@ func serverFailed(err error) bool {
 	return false
 }
 
-// ResetSKU clears the SKU's lock and fence counter, for a new sale.
+// ResetSKU frees the SKU's lock for a new sale. The fence counter is kept
+// (tokens only grow), as StartSale keeps the row's fence.
 func (l *Locked) ResetSKU(ctx context.Context, sku string) error {
 	return l.locker.Reset(ctx, lockKey(sku))
 }

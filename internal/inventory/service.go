@@ -303,9 +303,9 @@ func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
 	if err := ValidateInitialStock(n); err != nil {
 		return err
 	}
-	// The database first: if the strategy's reset then fails, its fencing
-	// tokens keep counting up from where they were, which stays above the
-	// cleared fence; the other order could leave tokens below a stale fence.
+	// The database first, then the strategy's state. Neither sets anything
+	// back: StartSale bumps the version and keeps the fence, and the lock's
+	// Reset keeps its fencing counter, so tokens stay above every fence.
 	if err := s.store.StartSale(ctx, sku, n); err != nil {
 		return err
 	}

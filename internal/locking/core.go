@@ -106,6 +106,7 @@ type core struct {
 	closeAll  context.CancelFunc
 	renewHook atomic.Pointer[func(ctx context.Context, key string) error]
 	waitHook  atomic.Pointer[func(key string)]
+	grantHook atomic.Pointer[func(key string)]
 
 	mu     sync.Mutex
 	keys   map[string]*keyState
@@ -189,21 +190,59 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		}
 	}
 	if g.token != "" {
-		// Handed over inside this process: the lock is ours already.
+		// Handed over inside this process: the lock is ours already,
+		// unless its validity ended on the way (this goroutine paused
+		// between the hand-over and here). Then it takes the normal path.
 		a.apply(g)
-		return c.newHold(ctx, ks, a)
+		if hook := c.grantHook.Load(); hook != nil {
+			(*hook)(key)
+		}
+		l, err := c.newHold(ctx, ks, a)
+		if !errors.Is(err, errExpired) {
+			return l, err
+		}
+		c.abandon(ctx, a)
+		g = slotGrant{}
 	}
-	if err := c.be.acquire(wctx, ks, a, g); err != nil {
-		_ = c.releaseSlot(ctx, ks, a)
-		return nil, err
+	for {
+		err := c.be.acquire(wctx, ks, a, g)
+		// Done waiting: the subscriptions stop routing messages to a. (A
+		// predecessor arms a's inbox before it passes the lock on in Redis,
+		// and a backend that finds the lock already granted never waits.)
+		c.disarm(ks, a.inbox)
+		if err != nil {
+			_ = c.releaseSlot(ctx, ks, a)
+			return nil, err
+		}
+		// Serve the goroutines of this process that wait now, by
+		// hand-over, then give the lock back to all (see handOver).
+		c.mu.Lock()
+		a.batch, a.generation = len(ks.waiters), ks.generation
+		c.mu.Unlock()
+		a.fenceTop = max(a.fenceTop, a.fence) // a backend may have reserved more
+		l, err := c.newHold(ctx, ks, a)
+		if !errors.Is(err, errExpired) {
+			return l, err
+		}
+		// The validity ended before we could hold the lock (a pause, or
+		// a lock handed to us in Redis long ago): give it back and try
+		// again, within the wait.
+		c.abandon(ctx, a)
+		g = slotGrant{}
 	}
-	// Serve the goroutines of this process that wait now, by hand-over,
-	// then give the lock back to all (see handOver).
-	c.mu.Lock()
-	a.batch, a.generation = len(ks.waiters), ks.generation
-	c.mu.Unlock()
-	a.fenceTop = max(a.fenceTop, a.fence) // a backend may have reserved more
-	return c.newHold(ctx, ks, a)
+}
+
+// errExpired: newHold refused a lock whose validity had already ended.
+var errExpired = errors.New("locking: validity ended before the hold began")
+
+// abandon gives back in Redis a lock whose validity ended before a held
+// it, keeping a's local slot, and makes a a fresh attempt: a new value (the
+// old one's late calls, if any, stay harmless), no fence, no batch.
+func (c *core) abandon(ctx context.Context, a *attempt) {
+	_, _ = c.be.leave(context.WithoutCancel(ctx), a, nil) // ErrLockLost, most likely: it expired
+	a.token, a.queueID, a.element = newToken(), "", ""
+	a.fence, a.fenceTop, a.validUntil = 0, 0, time.Time{}
+	a.pending, a.batch, a.generation, a.lost = new(sync.WaitGroup), 0, 0, false
 }
 
 // waitContext bounds the wait: WithWait, else the caller's deadline, else
@@ -337,6 +376,12 @@ func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
 		return false // the waiters gave up meanwhile
 	}
 	ks.owner = next.a
+	// The hand-over is complete: a waits for nothing any more, and an inbox
+	// left in the subscriptions would stay there, one per batch, until the
+	// key goes idle, and be scanned by every message.
+	for _, s := range ks.subs {
+		s.disarm(a.inbox)
+	}
 	next.ready <- slotGrant{
 		granted: true, fence: fence, validUntil: a.validUntil,
 		token: a.token, fenceTop: a.fenceTop, batch: a.batch - 1, generation: a.generation,
@@ -425,6 +470,13 @@ func (c *core) releaseSlot(ctx context.Context, ks *keyState, a *attempt) error 
 	return err
 }
 
+// disarm removes b from key's subscriptions.
+func (c *core) disarm(ks *keyState, b *inbox) {
+	for _, s := range ks.subsSnapshot(c) {
+		s.disarm(b)
+	}
+}
+
 func (ks *keyState) subsSnapshot(c *core) []*subscription {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -463,16 +515,25 @@ type Lease struct {
 	released atomic.Bool
 }
 
+// newHold makes a's lock a hold with a lease. It refuses (errExpired, with
+// nothing changed) a lock whose validity has ended: a lease must never
+// start without a lock behind it.
 func (c *core) newHold(ctx context.Context, ks *keyState, a *attempt) (*Lease, error) {
+	if !time.Now().Before(a.validUntil) {
+		return nil, errExpired
+	}
 	h := &hold{c: c, ks: ks, a: a, count: 1}
 	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(ctx, holdKey{c, ks.key}, h))
 	h.idle = sync.NewCond(&h.wmu)
 	h.stopCtx, h.stopCall = context.WithCancel(context.Background())
 	// The expiry timer does not depend on renewals running: if they stall,
-	// the work is still stopped when validity ends.
-	h.expiry = time.AfterFunc(time.Until(a.validUntil), func() {
+	// the work is still stopped when validity ends. It is armed only once
+	// h.expiry is set: a validity that ends within microseconds would
+	// otherwise run lose, which stops h.expiry, before the assignment.
+	h.expiry = time.AfterFunc(time.Hour, func() {
 		h.lose(fmt.Errorf("%w: %s: validity ended before a renewal succeeded", ErrLockLost, ks.key))
 	})
+	h.expiry.Reset(time.Until(a.validUntil))
 
 	c.mu.Lock()
 	if c.closed {
@@ -667,6 +728,14 @@ func (c *core) setWaitHook(f func(key string)) {
 		return
 	}
 	c.waitHook.Store(&f)
+}
+
+func (c *core) setGrantHook(f func(key string)) {
+	if f == nil {
+		c.grantHook.Store(nil)
+		return
+	}
+	c.grantHook.Store(&f)
 }
 
 // waiting tells the test hook that the slot owner for key is about to block.

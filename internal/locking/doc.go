@@ -36,7 +36,9 @@
 // The acquire script sets the lock (SET NX PX) and increments the key's
 // counter (INCR K:fence) in one script, and hand-overs to a queued waiter
 // do the same, so each new holder gets the next integer: strictly growing,
-// as long as the server keeps its data (Reset starts the count again).
+// as long as the server keeps its data (Reset keeps the counter; run Redis
+// with persistence and maxmemory-policy noeviction, so neither a restart nor
+// an eviction loses it).
 //
 // # Fencing across Redlock nodes
 //
@@ -82,6 +84,12 @@
 // a node after the token was written; that node carries the token from the
 // next renewal on.)
 //
+// A call the client gave up on may reach a node after the release of its
+// value; the release leaves a tombstone K:gone:<value> for one TTL, and the
+// scripts that set K refuse a value with a tombstone, so such a call cannot
+// put back a lock nobody holds (which would block K for a TTL, and count
+// towards nobody's majority).
+//
 // What breaks it: nodes losing data. The argument needs one node of W1 in
 // every majority to have kept its data, so the guarantee holds while fewer
 // than |W1| - N/2 members of W1 are wiped: with W1 = all 5 nodes, any two
@@ -112,7 +120,9 @@
 // after the validity ends, and a chain of hand-overs confirms the lock in
 // Redis at least once per renewal interval, like a single hold, so it
 // notices a lost lock (Reset, a server restarted empty) no later than one
-// hold would. AdvanceFence raises the tokens still to be handed.
+// hold would. AdvanceFence raises the tokens still to be handed. The
+// successor checks the validity again when it takes the lock: one that
+// paused past it refuses the grant and acquires from Redis instead.
 //
 // # Waiting
 //

@@ -1,6 +1,11 @@
 package locking
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Test hooks: compiled into the tests only.
 
@@ -19,6 +24,13 @@ func (l *Locker) SetWaitHook(f func(key string)) { l.c.setWaitHook(f) }
 // SetWaitHook: see Locker.SetWaitHook.
 func (r *Redlock) SetWaitHook(f func(key string)) { r.c.setWaitHook(f) }
 
+// SetGrantHook makes a goroutine that received the lock by local hand-over
+// call f(redis key) before it takes it, as if it paused there.
+func (l *Locker) SetGrantHook(f func(key string)) { l.c.setGrantHook(f) }
+
+// SetGrantHook: see Locker.SetGrantHook.
+func (r *Redlock) SetGrantHook(f func(key string)) { r.c.setGrantHook(f) }
+
 // LocalWaiters reports how many goroutines of this Locker queue locally for
 // key behind the one that talks to Redis.
 func (l *Locker) LocalWaiters(key string) int { return l.c.localWaiters(key) }
@@ -35,9 +47,62 @@ func (c *core) localWaiters(key string) int {
 	return 0
 }
 
+// ArmedInboxes reports how many waiters' inboxes the subscriptions of key
+// route messages to, summed over the servers.
+func (l *Locker) ArmedInboxes(key string) int { return l.c.armedInboxes(key) }
+
+// ArmedInboxes: see Locker.ArmedInboxes.
+func (r *Redlock) ArmedInboxes(key string) int { return r.c.armedInboxes(key) }
+
+func (c *core) armedInboxes(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ks := c.keys[c.cfg.prefix+key]
+	if ks == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range ks.subs {
+		s.n.mu.Lock()
+		n += len(s.inboxes)
+		s.n.mu.Unlock()
+	}
+	return n
+}
+
 // StopTimers stops the lease's watchdog and its expiry timer, as if its
 // process had paused before either could run.
 func (l *Lease) StopTimers() { l.h.stopRenewal(); l.h.expiry.Stop() }
 
 // GateNode returns the index of key's gate node among the clients.
 func (r *Redlock) GateNode(key string) int { return r.q.gate(r.c.cfg.prefix + key) }
+
+// Value returns the lease's lock value in Redis.
+func (l *Lease) Value() string { return l.h.a.token }
+
+// LateCall names a call the client gave up on that reaches a server late.
+type LateCall int
+
+const (
+	LatePoll   LateCall = iota // Locker: an acquire, or a waiter's poll
+	LateRound                  // Redlock: an acquisition round's call
+	LateExtend                 // Redlock: a renewal, which re-takes a missing key
+	LateGate                   // Redlock: a gate call
+)
+
+// DeliverLate runs on c the script of call for the lock named key (default
+// prefix) with value, as a call sent before value was released and
+// delivered only now would.
+func DeliverLate(ctx context.Context, c *redis.Client, call LateCall, key, value string, ttl time.Duration) error {
+	k := "lock:" + key
+	switch call {
+	case LatePoll:
+		return singleAcquire.Run(ctx, c, lockKeys(k), value, ms(ttl), ms(ttl), unknownElement, "late").Err()
+	case LateRound:
+		return redlockAcquire.Run(ctx, c, []string{k, k + ":fence"}, value, ms(ttl), 0).Err()
+	case LateExtend:
+		return redlockExtend.Run(ctx, c, []string{k, k + ":fence"}, value, ms(ttl), 0).Err()
+	default:
+		return redlockGate.Run(ctx, c, lockKeys(k), value, ms(ttl), ms(ttl), value).Err()
+	}
+}

@@ -7,10 +7,12 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flashsale/stock/internal/locking"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestHandOverReservesTokens: a process that takes the lock while two of
@@ -319,5 +321,123 @@ func TestRedlockGateSkipsACrashedWaiter(t *testing.T) {
 	}
 	if n, err := gate.LLen(ctx, "lock:"+key+":queue").Result(); err != nil || n != 1 {
 		t.Errorf("gate queue holds %d entries (%v), want only the crashed one", n, err)
+	}
+}
+
+// TestHandOverRefusesAnExpiredGrant: a goroutine that is handed the lock
+// but pauses before it takes it (until the lock's validity, and the key in
+// Redis, are gone) must not hold a lock nobody holds in Redis: it refuses
+// the expired grant and takes the lock from Redis, so another process is
+// kept out.
+func TestHandOverRefusesAnExpiredGrant(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	opts := []locking.Option{locking.WithTTL(ttl), locking.WithWait(10 * time.Second)}
+	t.Run("locker", func(t *testing.T) {
+		client := shared.Client(t)
+		refuseExpiredGrant(t, newLocker(t, client, opts...), newLocker(t, client, opts...), []*redis.Client{client})
+	})
+	t.Run("redlock", func(t *testing.T) {
+		_, clients := cluster(t, 3)
+		refuseExpiredGrant(t, newRedlock(t, clients, opts...), newRedlock(t, clients, opts...), clients)
+	})
+}
+
+func refuseExpiredGrant(t *testing.T, p, other interface {
+	batchAcquirer
+	SetGrantHook(func(string))
+}, clients []*redis.Client) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	var paused sync.Once
+	p.SetGrantHook(func(string) {
+		paused.Do(func() { time.Sleep(400 * time.Millisecond) }) // past the TTL: the expiry under test
+	})
+	leases, holder := startBatch(t, p, other, key, 1)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := nextLease(t, leases)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := nextLease(t, leases)
+	defer second.Release(ctx)
+	held := 0
+	for _, c := range clients {
+		if n, err := c.Exists(ctx, "lock:"+key).Result(); err == nil && n == 1 {
+			held++
+		}
+	}
+	if held < len(clients)/2+1 {
+		t.Fatalf("the lease's key is on %d of %d servers: a lease without a lock", held, len(clients))
+	}
+	if second.Token() <= first.Token() {
+		t.Errorf("token %d after %d", second.Token(), first.Token())
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if o, err := other.Acquire(wctx, key); err == nil {
+		_ = o.Release(ctx)
+		t.Fatalf("another process took the lock (token %d) while the second goroutine holds it (token %d)", o.Token(), second.Token())
+	}
+}
+
+// TestHandOverLeavesNoInbox: goroutines of one process that take a key in
+// turn (batches of hand-overs, each batch's first holder woken through
+// Redis) leave no inbox behind in the key's subscription: the map the
+// message dispatch scans holds at most one inbox per goroutine, however
+// many batches ran.
+func TestHandOverLeavesNoInbox(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func(t *testing.T) interface {
+			acquirer
+			ArmedInboxes(key string) int
+		}
+	}{
+		{"locker", func(t *testing.T) interface {
+			acquirer
+			ArmedInboxes(key string) int
+		} {
+			return newLocker(t, shared.Client(t))
+		}},
+		{"redlock", func(t *testing.T) interface {
+			acquirer
+			ArmedInboxes(key string) int
+		} {
+			_, clients := cluster(t, 3)
+			return newRedlock(t, clients)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			key := uniqueKey(t)
+			p := tc.new(t)
+			const goroutines, cycles = 4, 40
+			var most atomic.Int64
+			var sink errorSink
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Go(func() {
+					for range cycles {
+						lease, err := p.Acquire(ctx, key)
+						if err != nil {
+							sink.Add(err)
+							return
+						}
+						n := int64(p.ArmedInboxes(key))
+						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+						}
+						runtime.Gosched()
+						sink.Add(lease.Release(ctx))
+					}
+				})
+			}
+			wg.Wait()
+			sink.Report(t)
+			if m := most.Load(); m > goroutines {
+				t.Fatalf("up to %d inboxes armed for %d goroutines: the map grows with the batches", m, goroutines)
+			}
+		})
 	}
 }

@@ -70,9 +70,9 @@ func (r *Redlock) Acquire(ctx context.Context, key string) (*Lease, error) {
 	return r.c.acquire(ctx, key)
 }
 
-// Reset deletes the lock named key and its fencing counter on every server
-// it can reach (best effort) and fails if fewer than a majority answered.
-// Like Locker.Reset it is an administrative "start afresh".
+// Reset deletes the lock named key on every server it can reach (best
+// effort) and fails if fewer than a majority answered. Like Locker.Reset it
+// frees a stuck lock and keeps the fencing counters: tokens never go back.
 func (r *Redlock) Reset(ctx context.Context, key string) error {
 	r.c.endChain(r.c.cfg.prefix + key)
 	return r.q.reset(ctx, r.c.cfg.prefix+key)
@@ -262,10 +262,16 @@ func (a *attempt) gateID() string {
 
 // leaveGateQueue removes a's entry from the gate node's queue, if it may
 // have one: an attempt that gave up, or that won without the gate, must not
-// stay first in line until its deadline.
-func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt) {
+// stay first in line until its deadline. An attempt that gives up (giveUp)
+// also retires its token on the gate node: a gate call of it that lands
+// later (it may have timed out) then cannot take the gate for a TTL.
+func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt, giveUp bool) {
 	if a.element == "" {
 		return
+	}
+	retired := ""
+	if giveUp {
+		retired = a.token
 	}
 	n := q.nodes[a.gate]
 	if q.gateDown[a.gate].Load() > time.Now().UnixNano() {
@@ -277,13 +283,13 @@ func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt) {
 		q.bg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 			defer cancel()
-			_ = redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), id).Err()
+			_ = redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), id, retired, ms(q.cfg.ttl)).Err()
 		})
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 	defer cancel()
-	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.gateID()).Err() == nil {
+	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.gateID(), retired, ms(q.cfg.ttl)).Err() == nil {
 		a.element = ""
 	}
 }
@@ -586,7 +592,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		r := q.tryAll(ctx, a, p)
 		lastErrs = r.errs
 		if q.settle(ctx, ks, a, &r, start) {
-			q.leaveGateQueue(context.WithoutCancel(ctx), a)
+			q.leaveGateQueue(context.WithoutCancel(ctx), a, false)
 			return nil
 		}
 		// Our SET may have landed where the answer was late or lost:
@@ -605,7 +611,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		// the gate's queue keeps its name (queueID).
 		a.token = newToken()
 		if ctx.Err() != nil {
-			q.leaveGateQueue(context.WithoutCancel(ctx), a)
+			q.leaveGateQueue(context.WithoutCancel(ctx), a, false) // the new token was never sent
 			return q.c.notObtained(ctx, r.errs...)
 		}
 		if startListening() {
@@ -718,7 +724,7 @@ func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bo
 		if skip[i] {
 			return int64(0), nil
 		}
-		return redlockRelease.Run(ctx, n.client, []string{key}, token, key+":wake", pub).Int64()
+		return redlockRelease.Run(ctx, n.client, []string{key}, token, key+":wake", pub, ms(q.cfg.ttl)).Int64()
 	}, q.counted(isOne))
 	n := 0
 	for _, ans := range answers {
@@ -734,11 +740,12 @@ func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bo
 // like every other waiter before it tries.
 func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGrant, error) {
 	if a.fence == 0 {
-		// Never held: a failed round released already.
-		q.leaveGateQueue(ctx, a)
+		// Never held: a failed round released already (and retired its
+		// token); a gate call of the current token may still land.
+		q.leaveGateQueue(ctx, a, true)
 		return slotGrant{}, nil
 	}
-	q.leaveGateQueue(ctx, a) // if removing it after the win failed
+	q.leaveGateQueue(ctx, a, false) // if removing it after the win failed; release retires the token
 	n, errs := q.releaseSettled(ctx, a.pending, a.key, a.token, nil, true)
 	var g slotGrant
 	if next != nil {

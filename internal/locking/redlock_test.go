@@ -286,7 +286,7 @@ func TestRedlockPausedRenewalCancelsWork(t *testing.T) {
 }
 
 // blockFirstRelease holds back the first call of the release script (EVALSHA
-// sha 1 K token K:wake publish) made through one client until unblock is
+// sha 1 K token K:wake publish ttl) made through one client until unblock is
 // closed, as a slow link to one server would: the call reaches the server
 // only then, and done is closed when the server has answered it.
 type blockFirstRelease struct {
@@ -305,7 +305,7 @@ func (h blockFirstRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 func (h blockFirstRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		if len(args) == 7 && strings.EqualFold(cmd.Name(), "evalsha") {
+		if len(args) == 8 && strings.EqualFold(cmd.Name(), "evalsha") {
 			if ch, ok := args[5].(string); ok && strings.HasSuffix(ch, ":wake") && h.armed.CompareAndSwap(true, false) {
 				close(h.blocked)
 				<-h.unblock
@@ -469,4 +469,30 @@ func acquireAsync(l acquirer, ctx context.Context, key string) <-chan acquisitio
 		ch <- acquisition{lease, err}
 	}()
 	return ch
+}
+
+// TestRedlockResetKeepsTokensGrowing: Reset frees the lock on every node but
+// leaves the fencing counters: the next holder's token is above the last.
+func TestRedlockResetKeepsTokensGrowing(t *testing.T) {
+	ctx := context.Background()
+	_, clients := cluster(t, 3)
+	r := newRedlock(t, clients)
+	key := uniqueKey(t)
+	for range 3 {
+		lease := acquire(t, r, ctx, key)
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stuck := acquire(t, r, ctx, key)
+	last := stuck.Token()
+	if err := r.Reset(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	_ = stuck.Release(ctx) // lost: Reset took it
+	lease := acquire(t, r, ctx, key)
+	defer lease.Release(ctx)
+	if lease.Token() <= last {
+		t.Fatalf("token after Reset %d, not above %d before it", lease.Token(), last)
+	}
 }

@@ -16,6 +16,20 @@ import "github.com/redis/go-redis/v9"
 //	         wakes only the process it concerns.
 //	K:wake   Redlock: "token" says token released K, so the waiters that
 //	         lost to it try again; "" asks them to poll (Reset)
+//	K:gone:V a tombstone: value V was released (or its waiter gave up),
+//	         for one lock TTL. A call for V that the client gave up on may
+//	         still reach the server after the release; the scripts that
+//	         set K or queue a waiter refuse V while its tombstone lives, so
+//	         such a late call cannot create the lock again under a value
+//	         nobody will delete (blocking K for a TTL). A value is never
+//	         used again after its release.
+
+// luaGone is true when value has a tombstone (see K:gone:V above).
+const luaGone = `
+local function gone(lock, value)
+  return redis.call('EXISTS', lock .. ':gone:' .. value) == 1
+end
+`
 
 // luaPromote hands a free lock to the oldest waiter whose deadline has not
 // passed, increments the fence for it and, unless it is skip, publishes the
@@ -54,7 +68,8 @@ end
 
 // singleAcquire: KEYS lock, fence, queue; ARGV token, ttl ms, wait ms, our
 // queue element ("" if none, "?" if an earlier call's outcome is unknown),
-// locker id. Returns {fence, pttl, element}: fence > 0
+// locker id. A released token (tombstone) changes nothing: {0, 0, ""}.
+// Returns {fence, pttl, element}: fence > 0
 // when the lock is ours (pttl is then its remaining life, also when it was
 // handed to us earlier); else pttl is the holder's remaining life and element
 // our place in the queue. It is idempotent, so it doubles as the poll.
@@ -63,7 +78,8 @@ end
 // script, so a holder never exists without its fencing token. A free lock
 // with waiters queued goes to the oldest waiter, not to the caller: that is
 // what makes the lock fair across processes.
-var singleAcquire = redis.NewScript(luaPromote + `
+var singleAcquire = redis.NewScript(luaPromote + luaGone + `
+if gone(KEYS[1], ARGV[1]) then return {0, 0, ''} end
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   return {tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('PTTL', KEYS[1]), ''}
@@ -93,14 +109,17 @@ return {0, redis.call('PTTL', KEYS[1]), e}
 `)
 
 // singleLeave: KEYS lock, fence, queue; ARGV token, our queue element ("",
-// or "?" to find it by token), successor token or "", successor ttl ms, successor wait ms, channel.
-// Returns {held, fence, element}. held is 1 when the lock was ours and is
+// or "?" to find it by token), successor token or "", successor ttl ms,
+// successor wait ms, channel, lock ttl ms. It leaves a tombstone for token
+// (K:gone:token, for the lock ttl), whatever it finds: a late call of ours
+// then changes nothing. Returns {held, fence, element}. held is 1 when the lock was ours and is
 // released, 0 when it was gone (expired), -1 when someone else holds it: a
 // release never touches another holder's lock. With a successor (the next
 // waiter of this process), fence > 0 means the lock went straight to it,
 // else element is its place at the end of the queue. A freed lock goes to
 // the oldest queued waiter and the hand-over is published.
 var singleLeave = redis.NewScript(luaPromote + `
+redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[1], '1', 'PX', ARGV[7])
 if ARGV[2] == '?' then
   local e = find(KEYS[3], ARGV[1])
   if e then redis.call('LREM', KEYS[3], 0, e) end
@@ -147,15 +166,17 @@ end
 return 1
 `)
 
-// resetScript: KEYS lock, fence, queue. Deletes the lock's state and tells
-// waiters (queued ones on their Locker's channel, Redlock ones on the
-// shared channel) to poll again: their places in line are gone.
+// resetScript: KEYS lock, fence, queue. Deletes the lock and its queue and
+// tells waiters (queued ones on their Locker's channel, Redlock ones on the
+// shared channel) to poll again: their places in line are gone. The fencing
+// counter stays: tokens only ever grow, across Resets too, or a store that
+// kept the highest token it accepted would refuse every later holder.
 var resetScript = redis.NewScript(`
 for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   local id = string.match(e, '^%d+:%d+:([^:]+):')
   if id then redis.call('PUBLISH', KEYS[1] .. ':wake:' .. id, '') end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('PUBLISH', KEYS[1] .. ':wake', '')
 return 1
 `)
@@ -167,12 +188,13 @@ return 1
 // that is what the fencing argument in doc.go relies on. With a proposed top,
 // the counter is raised to it (set-if-greater) in that same script, after the
 // read: the reply is the counter as it was before, so the caller can tell
-// whether its proposal was above every earlier token (doc.go).
-var redlockAcquire = redis.NewScript(`
+// whether its proposal was above every earlier token (doc.go). A released
+// token (tombstone) does not take a free key: {0, 0, ""}.
+var redlockAcquire = redis.NewScript(luaGone + `
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-elseif cur or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+elseif cur or gone(KEYS[1], ARGV[1]) or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not cur then return {0, 0, ''} end
   return {0, redis.call('PTTL', KEYS[1]), cur}
 end
@@ -191,8 +213,10 @@ return {1, old, ''}
 // {1, counter, ""} when the lock on this node is ours (counter: this node's
 // fencing counter, from which the caller proposes its token), {0, pttl, element} when
 // someone holds it, {-1, 0, element} when it is free but an older waiter is
-// first; element is the caller's place in the queue.
-var redlockGate = redis.NewScript(luaPromote + `
+// first; element is the caller's place in the queue. A released token
+// (tombstone) changes nothing: {0, 0, ""}.
+var redlockGate = redis.NewScript(luaPromote + luaGone + `
+if gone(KEYS[1], ARGV[1]) then return {0, 0, ''} end
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   local mine = find(KEYS[3], ARGV[4])
@@ -227,11 +251,18 @@ if cur then return {0, redis.call('PTTL', KEYS[1]), e} end
 return {-1, 0, e}
 `)
 
-// redlockGateLeave: KEYS lock, fence, queue; ARGV queue id. Removes the
-// caller's place in the gate's queue.
+// redlockGateLeave: KEYS lock, fence, queue; ARGV queue id, token of a
+// contender that gives up ("" for none), ttl ms. Removes the caller's place
+// in the gate's queue. With a token, also deletes the lock if a gate call
+// of that token set it, and leaves the token's tombstone, so a gate call
+// that lands later changes nothing.
 var redlockGateLeave = redis.NewScript(luaPromote + `
 local e = find(KEYS[3], ARGV[1])
 if e then redis.call('LREM', KEYS[3], 0, e) end
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[2], '1', 'PX', ARGV[3])
+  if redis.call('GET', KEYS[1]) == ARGV[2] then redis.call('DEL', KEYS[1]) end
+end
 return 1
 `)
 
@@ -249,12 +280,13 @@ return 1
 // if ours; if the key is missing (the node restarted empty) it takes it back,
 // which is safe because the caller still holds a valid majority; and it
 // raises the node's fencing counter to ours, healing a wiped counter.
+// A released token (tombstone) does not take the key back.
 // Returns 1 when the lock on this node is ours afterwards, else 0.
-var redlockExtend = redis.NewScript(`
+var redlockExtend = redis.NewScript(luaGone + `
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-elseif not cur then
+elseif not cur and not gone(KEYS[1], ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 else
   return 0
@@ -265,7 +297,9 @@ end
 return 1
 `)
 
-// redlockRelease: KEYS lock; ARGV token, channel, publish ("1" or "0").
+// redlockRelease: KEYS lock; ARGV token, channel, publish ("1" or "0"), ttl
+// ms. Leaves a tombstone for token (K:gone:token, for the ttl) whatever it
+// finds, so a call of ours that lands later changes nothing.
 // Compare-and-delete, then (unless told not to) publish our token so
 // waiters that lost to us try again. A contender undoing a failed round
 // publishes only if it held the gate while nobody held a majority: then
@@ -274,6 +308,7 @@ return 1
 // Returns 1 when released, 0 when the key was gone, -1 when someone else
 // holds it.
 var redlockRelease = redis.NewScript(`
+redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[1], '1', 'PX', ARGV[4])
 local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('DEL', KEYS[1])

@@ -44,10 +44,11 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	return l.c.acquire(ctx, key)
 }
 
-// Reset deletes the lock named key, its fencing counter and its queue, and
-// tells waiters to try again. It is an administrative "start afresh": a
-// holder of the key loses it at its next renewal, and fencing tokens start
-// again from 1.
+// Reset deletes the lock named key and its queue, and tells waiters to try
+// again. It is an administrative "free a stuck lock": a holder of the key
+// loses it at its next renewal. It keeps the fencing counter: tokens only
+// ever grow, across Resets too, so a store that remembers the highest token
+// it accepted still accepts the next holder.
 func (l *Locker) Reset(ctx context.Context, key string) error {
 	l.c.endChain(l.c.cfg.prefix + key)
 	return l.s.reset(ctx, l.c.cfg.prefix+key)
@@ -284,7 +285,7 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	}
 	sent := time.Now()
 	v, err := singleLeave.Run(ctx, s.client, lockKeys(a.key),
-		a.token, a.element, succ, sttl, swait, s.id).Slice()
+		a.token, a.element, succ, sttl, swait, s.id, ms(s.cfg.ttl)).Slice()
 	if err != nil {
 		return slotGrant{}, s.nodeErr(err)
 	}

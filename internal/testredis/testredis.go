@@ -36,6 +36,7 @@ type Server struct {
 	Addr string
 	port int
 	dir  string
+	args []string // extra redis-server arguments
 
 	mu     sync.Mutex
 	paused bool
@@ -46,9 +47,11 @@ type Server struct {
 
 // Start starts a redis-server for tb and stops it (by its own PID) in
 // tb's cleanup. It skips tb when redis-server is missing, unless CI=true.
-func Start(tb testing.TB) *Server {
+// args are passed on to redis-server after the defaults (for example
+// "--maxmemory-policy", "allkeys-lru"), for every start of it.
+func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	s, err := Spawn(tb.TempDir(), 0)
+	s, err := Spawn(tb.TempDir(), 0, args...)
 	if errors.Is(err, ErrNoRedis) && os.Getenv("CI") != "true" {
 		tb.Skip(err, "(set CI=true to make this a failure)")
 	}
@@ -60,8 +63,9 @@ func Start(tb testing.TB) *Server {
 }
 
 // Spawn starts a redis-server outside any test (for TestMain); port 0 picks
-// a free one, dir "" a new temporary folder. Stop it with Stop.
-func Spawn(dir string, port int) (*Server, error) {
+// a free one, dir "" a new temporary folder; args as for Start. Stop it
+// with Stop.
+func Spawn(dir string, port int, args ...string) (*Server, error) {
 	if _, err := os.Stat(Bin); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoRedis, err)
 	}
@@ -72,7 +76,7 @@ func Spawn(dir string, port int) (*Server, error) {
 		}
 		dir = d
 	}
-	s := &Server{dir: dir, port: port}
+	s := &Server{dir: dir, port: port, args: args}
 	var err error
 	// A free port can be taken between our probe and redis' bind: try again.
 	for range 5 {
@@ -103,8 +107,8 @@ func (s *Server) start() error {
 	if s.cmd != nil {
 		return errors.New("redis-server already running")
 	}
-	cmd := exec.Command(Bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir)
+	cmd := exec.Command(Bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir}, s.args...)...)
 	out := &readyWriter{ready: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
