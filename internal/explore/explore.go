@@ -326,12 +326,12 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs
 	for _, a := range answers {
 		res.outcomes = append(res.outcomes, inventory.Outcome(a.err))
 	}
-	res.audit, res.problems = x.check(ctx, sc, sku, st, answers, returned, s.faultsUsed)
+	res.audit, res.problems = x.check(ctx, sc, sku, st, answers, returned, s)
 	return res, nil
 }
 
 // check holds one finished schedule to the rules.
-func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store, answers []answer, returned []int64, faults int) (inventory.Audit, []string) {
+func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store, answers []answer, returned []int64, s *scheduler) (inventory.Audit, []string) {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
@@ -359,8 +359,18 @@ func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store
 				}
 			}
 		}
-		if faults == 0 && outcome != history.OK && outcome != history.SoldOut {
-			add("%s was answered %q in a schedule without faults: %v", name, inventory.Outcome(ans.err), ans.err)
+		// 201 and 409 are the only answers a buyer that no fault struck
+		// may get. A buyer whose lock expired under it may be told busy
+		// (fenced off), one whose commit answer was lost unavailable (or
+		// busy, when it learned that nothing was committed); nobody may
+		// get an unclassified error (a 500).
+		switch answer := inventory.Outcome(ans.err); {
+		case outcome == history.OK || outcome == history.SoldOut:
+		case answer == "busy" && (s.expired[i] || s.lostAnswer[i]):
+		case answer == "unavailable" && s.lostAnswer[i]:
+		default:
+			add("%s was answered %q, which no fault of the schedule explains (lock expired: %v, commit answer lost: %v): %v",
+				name, answer, s.expired[i], s.lostAnswer[i], ans.err)
 		}
 	}
 	if sc.Retry {

@@ -116,9 +116,9 @@ type scheduler struct {
 	blocked  Blocked
 	stuck    time.Duration
 
-	faultsLeft int
-	lostAnswer bool // whether a commit's answer may be lost
-	lostLease  bool // whether the lock may expire under its holder
+	faultsLeft    int
+	mayLoseAnswer bool // whether a commit's answer may be lost
+	mayLoseLease  bool // whether the lock may expire under its holder
 
 	// The lock: who holds it (-1: nobody), under which token.
 	holder     int
@@ -126,18 +126,25 @@ type scheduler struct {
 	lastToken  int64
 	faultsUsed int
 	trace      []string
+	// Which buyers a fault struck: whose lock expired under them, whose
+	// commit answer was lost. Only they may be answered busy or
+	// unavailable.
+	expired    map[int]bool
+	lostAnswer map[int]bool
 }
 
 func newScheduler(blocked Blocked, f Faults) *scheduler {
 	return &scheduler{
-		events:     make(chan event, 64),
-		blocked:    blocked,
-		stuck:      20 * time.Second,
-		faultsLeft: f.Max,
-		lostAnswer: f.LostCommitAnswer,
-		lostLease:  f.LeaseExpiry,
-		holder:     -1,
-		lastToken:  100,
+		events:        make(chan event, 64),
+		blocked:       blocked,
+		stuck:         20 * time.Second,
+		faultsLeft:    f.Max,
+		mayLoseAnswer: f.LostCommitAnswer,
+		mayLoseLease:  f.LeaseExpiry,
+		holder:        -1,
+		lastToken:     100,
+		expired:       map[int]bool{},
+		lostAnswer:    map[int]bool{},
 	}
 }
 
@@ -206,11 +213,11 @@ func (s *scheduler) choices() []choice {
 			continue
 		}
 		cs = append(cs, choice{e: e})
-		if e.at == stepCommit && s.lostAnswer && s.faultsLeft > 0 {
+		if e.at == stepCommit && s.mayLoseAnswer && s.faultsLeft > 0 {
 			cs = append(cs, choice{e: e, loseAnswer: true})
 		}
 	}
-	if s.holder >= 0 && s.lostLease && s.faultsLeft > 0 {
+	if s.holder >= 0 && s.mayLoseLease && s.faultsLeft > 0 {
 		cs = append(cs, choice{loseLease: true})
 	}
 	return cs
@@ -222,6 +229,7 @@ func (s *scheduler) do(ctx context.Context, c choice) error {
 	if c.loseLease {
 		// The holder is not told: it is paused, or its watchdog has not
 		// noticed yet. The worst case for the write it may still send.
+		s.expired[s.holder] = true
 		s.holder = -1
 		s.faultsLeft--
 		s.faultsUsed++
@@ -243,6 +251,7 @@ func (s *scheduler) do(ctx context.Context, c choice) error {
 		s.faultsLeft--
 		s.faultsUsed++
 		g.loseAnswer = true
+		s.lostAnswer[e.buyer] = true
 		g.late = s.newEntity(e.name+" (late commit)", e.buyer)
 		g.late.state, g.late.session, g.late.locks = running, e.session, e.locks
 		e.session, e.locks = 0, false

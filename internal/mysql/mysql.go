@@ -470,6 +470,7 @@ func (t *tx) execAffected(ctx context.Context, query string, args ...any) (bool,
 const (
 	erLockWaitTimeout   = 1205
 	erLockDeadlock      = 1213
+	erCheckRead         = 1020 // MariaDB innodb_snapshot_isolation: the row changed since the snapshot
 	erTooManyConns      = 1040
 	erServerShutdown    = 1053
 	erQueryInterrupted  = 1317
@@ -498,6 +499,13 @@ func wrap(ctx context.Context, err error) error {
 		switch myErr.Number {
 		case erLockDeadlock:
 			// InnoDB rolled back the transaction, so it may run again.
+			return fmt.Errorf("%w: %w", inventory.ErrConflict, err)
+		case erCheckRead:
+			// With innodb_snapshot_isolation=ON (MariaDB's default from
+			// 11.6.2) a write to a row changed since the transaction's
+			// snapshot fails instead of matching no row. The transaction
+			// is rolled back and runs again with a fresh snapshot, which
+			// is what a 0-row version check leads to as well.
 			return fmt.Errorf("%w: %w", inventory.ErrConflict, err)
 		case erLockWaitTimeout, erQueryInterrupted, erMaxExecTimeExceed, erStatementTimeout:
 			// The wait was bounded by the order's deadline (or the bound
