@@ -119,7 +119,7 @@ func TestEverySchedule(t *testing.T) {
 			for _, c := range candidates() {
 				// The controls need only be caught; the safe strategies
 				// get the larger budget.
-				max3, samples3 := 1000, 300
+				max3, samples3 := 800, 200
 				if c.unsafe {
 					max3, samples3 = 200, 100
 				}
@@ -187,7 +187,7 @@ func TestEveryScheduleOfARetry(t *testing.T) {
 						Retry:        true,
 						Strategy:     c.strategy,
 						Faults:       c.faults,
-						MaxSchedules: scaled(t, 500),
+						MaxSchedules: scaled(t, 350),
 						Samples:      scaled(t, 100),
 						Seed:         s,
 					}

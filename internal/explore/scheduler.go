@@ -93,6 +93,8 @@ type choice struct {
 	e          *entity // nil for the loss of the lock
 	loseAnswer bool
 	loseLease  bool
+	// rollBack, at a late commit: the COMMIT never landed.
+	rollBack bool
 }
 
 func (c choice) String() string {
@@ -101,6 +103,8 @@ func (c choice) String() string {
 		return "lock expires"
 	case c.loseAnswer:
 		return c.e.name + ": commit, answer lost"
+	case c.rollBack:
+		return c.e.name + ": rolled back"
 	}
 	return c.e.name + ": " + c.e.at
 }
@@ -216,6 +220,9 @@ func (s *scheduler) choices() []choice {
 		if e.at == stepCommit && s.mayLoseAnswer && s.faultsLeft > 0 {
 			cs = append(cs, choice{e: e, loseAnswer: true})
 		}
+		if e.at == stepLateCommit {
+			cs = append(cs, choice{e: e, rollBack: true})
+		}
 	}
 	if s.holder >= 0 && s.mayLoseLease && s.faultsLeft > 0 {
 		cs = append(cs, choice{loseLease: true})
@@ -228,7 +235,11 @@ func (s *scheduler) do(ctx context.Context, c choice) error {
 	s.trace = append(s.trace, c.String())
 	if c.loseLease {
 		// The holder is not told: it is paused, or its watchdog has not
-		// noticed yet. The worst case for the write it may still send.
+		// noticed yet. The worst case for the write it may still send. (A
+		// holder that is told has its work cancelled, which the drivers
+		// carry out asynchronously — database/sql rolls back on a
+		// goroutine of its own — so no schedule of it would replay; the
+		// store's deadline tests and TestLeaseLostBeforeCommit cover it.)
 		s.expired[s.holder] = true
 		s.holder = -1
 		s.faultsLeft--
@@ -247,6 +258,8 @@ func (s *scheduler) do(ctx context.Context, c choice) error {
 		if g.held {
 			s.holder = -1
 		}
+	case c.rollBack:
+		g.abort = true
 	case c.loseAnswer:
 		s.faultsLeft--
 		s.faultsUsed++

@@ -242,3 +242,76 @@ func fenceOf(ctx context.Context, t *testing.T, db store.Store, sku string) int6
 	}
 	return fence
 }
+
+// lostLeaseLocker grants one lease whose context the test ends, as the
+// watchdog does when it finds the lock lost.
+type lostLeaseLocker struct{ end context.CancelFunc }
+
+func (l *lostLeaseLocker) Acquire(ctx context.Context, _ string) (inventory.Lease, error) {
+	leaseCtx, end := context.WithCancel(ctx)
+	l.end = end
+	return lostLease{ctx: leaseCtx}, nil
+}
+func (*lostLeaseLocker) Reset(context.Context, string) error               { return nil }
+func (*lostLeaseLocker) AdvanceFence(context.Context, string, int64) error { return nil }
+
+type lostLease struct{ ctx context.Context }
+
+func (lostLease) Token() int64                  { return 1 }
+func (l lostLease) Context() context.Context    { return l.ctx }
+func (lostLease) Release(context.Context) error { return nil }
+
+// afterInsert calls its hook once the order row is written, inside the
+// order's transaction, before the commit.
+type afterInsert struct {
+	store.Store
+	hook func()
+}
+
+func (s afterInsert) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
+	return s.Store.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
+		return fn(ctx, afterInsertTx{tx, s.hook})
+	})
+}
+
+type afterInsertTx struct {
+	inventory.Tx
+	hook func()
+}
+
+func (t afterInsertTx) InsertOrder(ctx context.Context, o inventory.Order) error {
+	err := t.Tx.InsertOrder(ctx, o)
+	t.hook()
+	return err
+}
+
+// TestLeaseLostBeforeCommit: the watchdog ends the lease after the write and
+// the order insert, before the COMMIT. Nothing is committed, and the buyer is
+// told busy on both engines — not "outcome unknown", which MySQL's adapter
+// answered when database/sql refused the commit of a cancelled transaction
+// (found by review).
+func TestLeaseLostBeforeCommit(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t, engine, 4)
+			l := &lostLeaseLocker{}
+			svc := inventory.NewService(afterInsert{db, func() { l.end() }}, inventory.NewLocked(inventory.NameRedisLock, l))
+			if err := svc.StartSale(ctx, "lease-lost", 1); err != nil {
+				t.Fatal(err)
+			}
+			_, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "lease-lost", Quantity: 1, UserID: "u"})
+			a, aerr := db.Audit(ctx, "lease-lost")
+			if aerr != nil {
+				t.Fatal(aerr)
+			}
+			if a.Available != 1 || a.Orders != 0 {
+				t.Fatalf("the order was committed after its lease ended: %+v", a)
+			}
+			if got := inventory.Outcome(err); got != "busy" {
+				t.Errorf("nothing was committed, yet the answer is %q: %v", got, err)
+			}
+		})
+	}
+}
