@@ -119,7 +119,7 @@ func TestEverySchedule(t *testing.T) {
 			for _, c := range candidates() {
 				// The controls need only be caught; the safe strategies
 				// get the larger budget.
-				max3, samples3 := 800, 200
+				max3, samples3 := 600, 150
 				if c.unsafe {
 					max3, samples3 = 200, 100
 				}
@@ -179,7 +179,9 @@ func TestEveryScheduleOfARetry(t *testing.T) {
 				if c.unsafe {
 					continue
 				}
-				for _, stock := range []int64{1, 2} {
+				// Stock 1: the retry can only be refused if its first
+				// attempt took the last unit.
+				for _, stock := range []int64{1} {
 					sc := explore.Scenario{
 						Name:         fmt.Sprintf("%s on %s, a request and its retry, stock %d", c.name, engine, stock),
 						Stock:        stock,
@@ -187,7 +189,7 @@ func TestEveryScheduleOfARetry(t *testing.T) {
 						Retry:        true,
 						Strategy:     c.strategy,
 						Faults:       c.faults,
-						MaxSchedules: scaled(t, 350),
+						MaxSchedules: scaled(t, 500),
 						Samples:      scaled(t, 100),
 						Seed:         s,
 					}
