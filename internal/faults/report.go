@@ -92,8 +92,15 @@ func writeRun(p func(string, ...any), r Result) {
 	if c.RedisServers > 0 {
 		cfg += fmt.Sprintf(", %d Redis servers, FENCING=%s, LOCK_TTL=%s", c.RedisServers, c.Fencing, c.LockTTL)
 	}
-	cfg += fmt.Sprintf(", ORDER_TIMEOUT=%s; load %.0f orders/s for up to %.0fs from %d workers, client timeout %s, %d SKUs of %d units",
-		c.OrderTimeout, c.Rate, c.LoadSeconds, c.Workers, c.ClientTimeout, c.SKUs, c.StockPerSKU)
+	cfg += fmt.Sprintf(", ORDER_TIMEOUT=%s; ", c.OrderTimeout)
+	if c.Rate > 0 {
+		cfg += fmt.Sprintf("load %.0f orders/s for up to %.0fs", c.Rate, c.LoadSeconds)
+	} else {
+		// Burst runs send every buyer at once, not a steady rate.
+		cfg += "bursts (every buyer at once)"
+	}
+	cfg += fmt.Sprintf(" from %d workers, client timeout %s, %d SKUs of %d units",
+		c.Workers, c.ClientTimeout, c.SKUs, c.StockPerSKU)
 	if c.Idempotency {
 		cfg += ", Idempotency-Key on every order, retried on another instance until a definite answer"
 	}
