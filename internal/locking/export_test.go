@@ -106,3 +106,9 @@ func DeliverLate(ctx context.Context, c *redis.Client, call LateCall, key, value
 		return redlockGate.Run(ctx, c, lockKeys(k), value, ms(ttl), ms(ttl), value).Err()
 	}
 }
+
+// NewRedlockClients is newRedlock with clients that wrap *redis.Client, so
+// that a test can hold calls back.
+func NewRedlockClients(clients []Client, opts ...Option) (*Redlock, error) {
+	return newRedlock(clients, opts...)
+}

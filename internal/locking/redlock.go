@@ -608,8 +608,12 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		// call of this round that reaches a node late (after the client
 		// gave up on it, even) would find the key "already ours" again
 		// and delete the lock the next round counted there. Our place in
-		// the gate's queue keeps its name (queueID).
-		a.token = newToken()
+		// the gate's queue keeps its name (queueID). The calls of the
+		// old value are counted apart, in the group the release above
+		// waits on in the background: a WaitGroup must not be added to
+		// from zero while a Wait of it may still be returning (a review
+		// found a renewal of the next round crashing the process so).
+		a.token, a.pending = newToken(), new(sync.WaitGroup)
 		if ctx.Err() != nil {
 			q.leaveGateQueue(context.WithoutCancel(ctx), a, false) // the new token was never sent
 			return q.c.notObtained(ctx, r.errs...)
@@ -748,7 +752,12 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	q.leaveGateQueue(ctx, a, false) // if removing it after the win failed; release retires the token
 	n, errs := q.releaseSettled(ctx, a.pending, a.key, a.token, nil, true)
 	var g slotGrant
-	if next != nil {
+	if next != nil && n > 0 {
+		// The next local waiter listens for the release's announcement,
+		// which the release script sends only where it deleted the key.
+		// If it deleted it nowhere (the lock had expired, or was reset),
+		// no announcement comes: the waiter tries at once instead of
+		// sleeping a poll interval on a free lock.
 		g = slotGrant{releasedBy: a.token, armed: true}
 	}
 	if n >= q.need {
