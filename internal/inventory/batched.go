@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -277,6 +279,9 @@ func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, follows [
 		return "", err
 	}
 	if len(records) > 0 {
+		// In key order, so two batches that share keys never wait for
+		// each other's in opposite orders.
+		slices.SortFunc(records, func(a, b IdempotencyRecord) int { return strings.Compare(a.Key, b.Key) })
 		n, err := tx.InsertIdempotencyRecords(ctx, records)
 		if err != nil {
 			return "", err
