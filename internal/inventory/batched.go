@@ -157,7 +157,9 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		err = b.resolveUnknownCommit(ctx, createdID, err)
 	}
 	if err != nil {
-		b.log.Warn("batch failed", "sku", batch[0].sku, "size", len(batch), "strategy", NameBatched, "err", err)
+		if !errors.Is(err, ErrUnknownSKU) {
+			b.log.Warn("batch failed", "sku", batch[0].sku, "size", len(batch), "strategy", NameBatched, "err", err)
+		}
 		for i := range results {
 			results[i] = batchResult{err: err}
 		}
