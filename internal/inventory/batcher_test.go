@@ -490,3 +490,41 @@ func (l *lostCommit) InBatchTx(ctx context.Context, fn func(context.Context, Bat
 	}
 	return err
 }
+
+// TestBatcherWaitEndsWhenFull: with a max wait, the leader of an idle SKU
+// waits for more orders, and takes them as soon as the batch is full (the
+// wait here is an hour: the test would hang if the full batch did not end
+// it).
+func TestBatcherWaitEndsWhenFull(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 3, g.run)
+	h.b.wait = time.Hour
+	ctx := context.Background()
+	all := []submitted{h.submit(ctx, "o0", 1), h.submit(ctx, "o1", 1), h.submit(ctx, "o2", 1)}
+	wantBatch(t, g, "o0", "o1", "o2")
+	g.release <- struct{}{}
+	for _, s := range all {
+		wantOwnOrder(t, s)
+	}
+}
+
+// TestBatcherWaitingLeaderGivesUp: a leader whose deadline passes while it
+// waits for more orders answers busy and hands the lead to the next order.
+func TestBatcherWaitingLeaderGivesUp(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 2, g.run)
+	h.b.wait = time.Hour
+	gone, cancel := context.WithCancel(context.Background())
+	leader := h.submit(gone, "leader", 1)
+	cancel()
+	if r := <-leader.answer; !errors.Is(r.err, ErrBusy) {
+		t.Fatalf("leader answered %v, want busy", r.err)
+	}
+	// The SKU is idle again: the next order leads, and two fill its batch.
+	o1 := h.submit(context.Background(), "o1", 1)
+	o2 := h.submit(context.Background(), "o2", 1)
+	wantBatch(t, g, "o1", "o2")
+	g.release <- struct{}{}
+	wantOwnOrder(t, o1)
+	wantOwnOrder(t, o2)
+}
