@@ -23,6 +23,12 @@ type BatchObserver interface {
 	BatchDone(size int, elapsed time.Duration, outcome string)
 }
 
+// retryObserver is the part of Observer a BatchObserver may also have:
+// the batch's retries are then counted with the other strategies'.
+type retryObserver interface {
+	Retried(strategy, reason string)
+}
+
 type nopBatchObserver struct{}
 
 func (nopBatchObserver) BatchDone(int, time.Duration, string) {}
@@ -147,6 +153,13 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		if attempt+1 >= b.attempts {
 			err = fmt.Errorf("%w: batch transaction aborted %d times: %w", ErrBusy, b.attempts, err)
 			break
+		}
+		if r, ok := b.obs.(retryObserver); ok {
+			reason := "conflict"
+			if errors.Is(err, errKeyTaken) {
+				reason = "key_taken"
+			}
+			r.Retried(NameBatched, reason)
 		}
 		if perr := pause(ctx, jitter(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
 			err = perr
