@@ -26,6 +26,8 @@ type config struct {
 	CASMaxInFlight  int
 	RowMaxInFlight  int
 	NaiveRaceWindow time.Duration
+	BatchMax        int
+	BatchWait       time.Duration
 	Migrate         bool
 	ShutdownTimeout time.Duration
 	ReadTimeout     time.Duration
@@ -50,7 +52,7 @@ const minAdminTokenLength = 16
 
 // strategyNames lists every value STRATEGY accepts.
 func strategyNames() []string {
-	return append(slices.Clone(inventory.SQLStrategyNames), inventory.NameRedisLock, inventory.NameRedlock)
+	return append(slices.Clone(inventory.SQLStrategyNames), inventory.NameBatched, inventory.NameRedisLock, inventory.NameRedlock)
 }
 
 func isLockStrategy(name string) bool {
@@ -73,6 +75,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		CASMaxInFlight:  integer("CAS_MAX_IN_FLIGHT", 2, 0, 1000),
 		RowMaxInFlight:  integer("ROW_MAX_IN_FLIGHT", 4, 0, 1000),
 		NaiveRaceWindow: duration("NAIVE_RACE_WINDOW", 0, true),
+		BatchMax:        integer("BATCH_MAX", 256, 1, 10000),
+		BatchWait:       duration("BATCH_WAIT", 0, true),
 		Migrate:         boolean("MIGRATE", true),
 		ShutdownTimeout: duration("SHUTDOWN_TIMEOUT", 10*time.Second, false),
 		ReadTimeout:     duration("HTTP_READ_TIMEOUT", 10*time.Second, false),
@@ -119,6 +123,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// The length only: the token itself never reaches a log.
 		bad("ADMIN_TOKEN must be at least %d characters (it has %d); unset it to disable the admin routes", minAdminTokenLength, n)
 	}
+	if (getenv("BATCH_MAX") != "" || getenv("BATCH_WAIT") != "") && c.Strategy != inventory.NameBatched {
+		bad("BATCH_MAX and BATCH_WAIT apply only to STRATEGY=batched")
+	}
 	if c.NaiveRaceWindow > 0 && c.Strategy != inventory.NameNaive {
 		bad("NAIVE_RACE_WINDOW only applies to STRATEGY=naive")
 	}
@@ -143,6 +150,8 @@ func (c config) logAttrs() []any {
 		"cas_max_in_flight", c.CASMaxInFlight,
 		"row_max_in_flight", c.RowMaxInFlight,
 		"naive_race_window", c.NaiveRaceWindow.String(),
+		"batch_max", c.BatchMax,
+		"batch_wait", c.BatchWait.String(),
 		"migrate", c.Migrate,
 		"log_level", c.LogLevel.String(),
 		"redis_addrs", strings.Join(c.RedisAddrs, ","),

@@ -105,3 +105,30 @@ func TestRowMaxInFlight(t *testing.T) {
 		t.Errorf("ROW_MAX_IN_FLIGHT=-1: %v, want it refused", err)
 	}
 }
+
+// TestBatchConfig: STRATEGY=batched takes BATCH_MAX (default 256) and
+// BATCH_WAIT (default 0); the other strategies refuse them.
+func TestBatchConfig(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "STRATEGY": "batched"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BatchMax != 256 || c.BatchWait != 0 {
+		t.Errorf("defaults: BATCH_MAX %d, BATCH_WAIT %v", c.BatchMax, c.BatchWait)
+	}
+	c, err = loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "STRATEGY": "batched", "BATCH_MAX": "32", "BATCH_WAIT": "2ms"}))
+	if err != nil || c.BatchMax != 32 || c.BatchWait != 2*time.Millisecond {
+		t.Errorf("BATCH_MAX=32 BATCH_WAIT=2ms: %+v, %v", c, err)
+	}
+	for _, bad := range []map[string]string{
+		{"STRATEGY": "batched", "BATCH_MAX": "0"},
+		{"STRATEGY": "batched", "BATCH_WAIT": "-1ms"},
+		{"BATCH_MAX": "32"},
+		{"STRATEGY": "for-update", "BATCH_WAIT": "1ms"},
+	} {
+		bad["DATABASE_URL"] = "postgres://u@h/db"
+		if _, err := loadConfig(env(bad)); err == nil || !strings.Contains(err.Error(), "BATCH_") {
+			t.Errorf("%v: %v, want a refusal naming the variable", bad, err)
+		}
+	}
+}

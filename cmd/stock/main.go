@@ -77,9 +77,15 @@ func openStore(ctx context.Context, cfg config) (store.Store, error) {
 
 // buildStrategy returns the configured strategy and a function that releases
 // what it holds (Redis clients and listeners).
-func buildStrategy(cfg config, db inventory.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
+func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
 	if isLockStrategy(cfg.Strategy) {
 		return buildLockStrategy(cfg, db, m, m.Renewed, log)
+	}
+	if cfg.Strategy == inventory.NameBatched {
+		// No ROW_MAX_IN_FLIGHT: one transaction per SKU at a time in this
+		// process is the batched strategy's own bound.
+		return inventory.NewBatched(db, inventory.WithBatchMax(cfg.BatchMax), inventory.WithBatchWait(cfg.BatchWait),
+			inventory.WithBatchLogger(log), inventory.WithBatchObserver(m)), func() {}, nil
 	}
 	s, err := buildSQLStrategy(cfg)
 	return s, func() {}, err

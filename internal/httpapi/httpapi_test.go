@@ -281,63 +281,70 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 // TestIdempotencyAcrossInstances: concurrent retries of one key, spread over
-// two instances with pools of their own, deduct once.
+// two instances with pools of their own, deduct once, with for-update (one
+// transaction per order) and batched (several retries in one batch).
 func TestIdempotencyAcrossInstances(t *testing.T) {
 	for _, engine := range store.Engines {
-		t.Run(engine, func(t *testing.T) {
-			t.Parallel()
-			url := testdb.URL(t, engine)
-			var instances []*instance
-			for range 2 {
-				db, err := store.Open(context.Background(), url, 8)
-				if err != nil {
-					t.Fatal(err)
+		for _, strategy := range []string{inventory.NameForUpdate, inventory.NameBatched} {
+			t.Run(engine+"/"+strategy, func(t *testing.T) {
+				t.Parallel()
+				url := testdb.URL(t, engine)
+				var instances []*instance
+				for range 2 {
+					db, err := store.Open(context.Background(), url, 8)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(db.Close)
+					if err := db.Migrate(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					var s inventory.Strategy = inventory.NewForUpdate()
+					if strategy == inventory.NameBatched {
+						s = inventory.NewBatched(db)
+					}
+					instances = append(instances, newInstance(t, db, s))
 				}
-				t.Cleanup(db.Close)
-				if err := db.Migrate(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				instances = append(instances, newInstance(t, db, inventory.NewForUpdate()))
-			}
-			instances[0].startSale(t, "s-1", 100)
+				instances[0].startSale(t, "s-1", 100)
 
-			const retries = 24
-			replies := make([]reply, retries)
-			errs := make([]error, retries)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range retries {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					h := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"same-key"}}
-					replies[i], errs[i] = send(http.MethodPost, instances[i%2].url+"/orders", h, `{"sku":"s-1","quantity":2,"user_id":"u-1"}`)
-				}()
-			}
-			close(start)
-			wg.Wait()
+				const retries = 24
+				replies := make([]reply, retries)
+				errs := make([]error, retries)
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for i := range retries {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						h := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"same-key"}}
+						replies[i], errs[i] = send(http.MethodPost, instances[i%2].url+"/orders", h, `{"sku":"s-1","quantity":2,"user_id":"u-1"}`)
+					}()
+				}
+				close(start)
+				wg.Wait()
 
-			ids := map[any]int{}
-			for i, r := range replies {
-				if errs[i] != nil {
-					t.Errorf("retry %d: %v", i, errs[i])
-					continue
+				ids := map[any]int{}
+				for i, r := range replies {
+					if errs[i] != nil {
+						t.Errorf("retry %d: %v", i, errs[i])
+						continue
+					}
+					if r.status != http.StatusCreated {
+						t.Errorf("a retry got %d %s", r.status, r.raw)
+						continue
+					}
+					ids[r.body["order_id"]]++
 				}
-				if r.status != http.StatusCreated {
-					t.Errorf("a retry got %d %s", r.status, r.raw)
-					continue
+				if len(ids) != 1 {
+					t.Errorf("%d different order ids for one key: %v", len(ids), ids)
 				}
-				ids[r.body["order_id"]]++
-			}
-			if len(ids) != 1 {
-				t.Errorf("%d different order ids for one key: %v", len(ids), ids)
-			}
-			a := instances[1].audit(t, "s-1")
-			if a["orders"] != 1.0 || a["available"] != 98.0 || a["consistent"] != true {
-				t.Errorf("audit %v: want one order of 2", a)
-			}
-		})
+				a := instances[1].audit(t, "s-1")
+				if a["orders"] != 1.0 || a["available"] != 98.0 || a["consistent"] != true {
+					t.Errorf("audit %v: want one order of 2", a)
+				}
+			})
+		}
 	}
 }
 

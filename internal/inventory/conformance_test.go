@@ -19,23 +19,26 @@ import (
 	"github.com/flashsale/stock/internal/testredis"
 )
 
-// strategies builds each strategy as the conformance test runs it. naive
-// gets a race window, so that its oversell is shown, not hoped for; the lock
-// strategies get redis-servers of their own.
-func strategies() map[string]func(t *testing.T) inventory.Strategy {
-	return map[string]func(t *testing.T) inventory.Strategy{
-		inventory.NameNaive: func(*testing.T) inventory.Strategy {
+// strategies builds each strategy as the conformance test runs it, over
+// the test's database. naive gets a race window, so that its oversell is
+// shown, not hoped for; the lock strategies get redis-servers of their own.
+func strategies() map[string]func(t *testing.T, db store.Store) inventory.Strategy {
+	return map[string]func(t *testing.T, db store.Store) inventory.Strategy{
+		inventory.NameNaive: func(*testing.T, store.Store) inventory.Strategy {
 			return inventory.NewNaive(inventory.WithRaceWindow(20 * time.Millisecond))
 		},
-		inventory.NameForUpdate:   func(*testing.T) inventory.Strategy { return inventory.NewForUpdate() },
-		inventory.NameVersionCAS:  func(*testing.T) inventory.Strategy { return inventory.NewVersionCAS() },
-		inventory.NameConditional: func(*testing.T) inventory.Strategy { return inventory.NewConditional() },
-		inventory.NameRedisLock: func(t *testing.T) inventory.Strategy {
+		inventory.NameForUpdate:   func(*testing.T, store.Store) inventory.Strategy { return inventory.NewForUpdate() },
+		inventory.NameVersionCAS:  func(*testing.T, store.Store) inventory.Strategy { return inventory.NewVersionCAS() },
+		inventory.NameConditional: func(*testing.T, store.Store) inventory.Strategy { return inventory.NewConditional() },
+		inventory.NameBatched: func(_ *testing.T, db store.Store) inventory.Strategy {
+			return inventory.NewBatched(db)
+		},
+		inventory.NameRedisLock: func(t *testing.T, _ store.Store) inventory.Strategy {
 			locker := locking.New(testredis.Start(t).Client(t))
 			t.Cleanup(func() { _ = locker.Close() })
 			return inventory.NewLocked(inventory.NameRedisLock, inventory.AdaptLocker(locker))
 		},
-		inventory.NameRedlock: func(t *testing.T) inventory.Strategy {
+		inventory.NameRedlock: func(t *testing.T, _ store.Store) inventory.Strategy {
 			var clients []*redis.Client
 			for range 5 {
 				clients = append(clients, testredis.Start(t).Client(t))
@@ -120,7 +123,7 @@ func TestConformance(t *testing.T) {
 			t.Run(engine+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				db := testdb.New(t, engine, 16)
-				svc := inventory.NewService(db, build(t))
+				svc := inventory.NewService(db, build(t, db))
 				ctx := context.Background()
 				sku := "race-" + name
 				if err := svc.StartSale(ctx, sku, initial); err != nil {

@@ -156,7 +156,18 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return err
 	}
 
-	err := s.strategy.Deduct(ctx, req.SKU, req.Quantity, inTx)
+	var err error
+	if taker, ok := s.strategy.(orderTaker); ok {
+		// The strategy owns the transaction (Batched): it checks the key,
+		// deducts, and records the order and its key itself.
+		placed, terr := taker.takeOrder(newBatchOrder(ctx, order, req.IdempotencyKey, fingerprint))
+		if terr == nil && placed.ID != order.ID {
+			replayed, terr = placed, errReplayed
+		}
+		err = terr
+	} else {
+		err = s.strategy.Deduct(ctx, req.SKU, req.Quantity, inTx)
+	}
 	switch {
 	case err == nil:
 		s.log.Debug("order created", "order_id", order.ID, "sku", order.SKU, "quantity", order.Quantity, "strategy", order.Strategy)

@@ -27,9 +27,14 @@ type Metrics struct {
 	fencedOff     *prometheus.CounterVec
 	renewals      *prometheus.CounterVec
 	backendErrors *prometheus.CounterVec
+	batchSize     *prometheus.HistogramVec
+	batchTx       *prometheus.HistogramVec
 }
 
-var _ inventory.Observer = (*Metrics)(nil)
+var (
+	_ inventory.Observer      = (*Metrics)(nil)
+	_ inventory.BatchObserver = (*Metrics)(nil)
+)
 
 // Latency buckets from 0.5 ms to 10 s: a hot row answers in milliseconds,
 // a contended lock in hundreds of them, a timeout in seconds.
@@ -79,11 +84,22 @@ func New() *Metrics {
 			Name: "stock_backend_errors_total",
 			Help: "Orders that failed on a backend, by kind (busy, unavailable, error).",
 		}, []string{"strategy", "kind"}),
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "stock_batch_size",
+			Help:    "Orders in one batch of the batched strategy, by outcome of its transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10), // 1 to 512
+		}, []string{"outcome"}),
+		batchTx: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "stock_batch_tx_seconds",
+			Help:    "Time of one batch's transaction (retries and the lookup after a lost commit answer included), by outcome.",
+			Buckets: latencyBuckets,
+		}, []string{"outcome"}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.orders, m.deduction, m.retries, m.lockWait, m.lockHold, m.locksLost, m.fencedOff, m.renewals, m.backendErrors,
+		m.batchSize, m.batchTx,
 	)
 	return m
 }
@@ -133,4 +149,10 @@ func (m *Metrics) Renewed(ok bool) {
 		result = "failed"
 	}
 	m.renewals.WithLabelValues(result).Inc()
+}
+
+// BatchDone implements inventory.BatchObserver.
+func (m *Metrics) BatchDone(size int, elapsed time.Duration, outcome string) {
+	m.batchSize.WithLabelValues(outcome).Observe(float64(size))
+	m.batchTx.WithLabelValues(outcome).Observe(elapsed.Seconds())
 }

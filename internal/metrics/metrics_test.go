@@ -20,6 +20,7 @@ func TestExposition(t *testing.T) {
 	m.LockReleased("redis-lock", 5*time.Millisecond, true)
 	m.FencedOff("redis-lock")
 	m.Renewed(false)
+	m.BatchDone(3, 2*time.Millisecond, "created")
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -35,6 +36,8 @@ func TestExposition(t *testing.T) {
 		`stock_locks_lost_total{strategy="redis-lock"} 1`,
 		`stock_fenced_off_writes_total{strategy="redis-lock"} 1`,
 		`stock_lock_renewals_total{result="failed"} 1`,
+		`stock_batch_size_sum{outcome="created"} 3`,
+		`stock_batch_tx_seconds_count{outcome="created"} 1`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(text, want) {

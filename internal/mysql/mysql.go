@@ -36,8 +36,10 @@ type Store struct {
 }
 
 var (
-	_ inventory.Store = (*Store)(nil)
-	_ inventory.Tx    = (*tx)(nil)
+	_ inventory.Store      = (*Store)(nil)
+	_ inventory.Tx         = (*tx)(nil)
+	_ inventory.BatchStore = (*Store)(nil)
+	_ inventory.BatchTx    = (*tx)(nil)
 )
 
 // Option configures Open.
@@ -201,6 +203,15 @@ func (s *Store) Ping(ctx context.Context) error {
 // server then aborts the transaction and frees its locks); otherwise the
 // deferred Rollback below is bounded by the driver's I/O timeouts.
 func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
+	return s.inTx(ctx, func(ctx context.Context, t *tx) error { return fn(ctx, t) })
+}
+
+// InBatchTx implements inventory.BatchStore: a transaction as InTx's.
+func (s *Store) InBatchTx(ctx context.Context, fn func(context.Context, inventory.BatchTx) error) error {
+	return s.inTx(ctx, func(ctx context.Context, t *tx) error { return fn(ctx, t) })
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(context.Context, *tx) error) error {
 	sqltx, done, err := s.beginTx(ctx, nil)
 	if err != nil {
 		return wrap(ctx, err)
@@ -437,6 +448,64 @@ func (t *tx) InsertIdempotency(ctx context.Context, r inventory.IdempotencyRecor
 		INSERT INTO idempotency_keys (idempotency_key, sku, request_hash, order_id)
 		VALUES (?, ?, ?, ?)
 		ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key`, r.Key, r.SKU, r.RequestHash, r.OrderID)
+}
+
+func (t *tx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string]inventory.IdempotencyRecord, error) {
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	rows, err := t.tx.QueryContext(ctx, `
+		SELECT idempotency_key, sku, request_hash, order_id FROM idempotency_keys
+		WHERE idempotency_key IN (`+placeholders(len(keys), "?")+`)`, args...)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	found := map[string]inventory.IdempotencyRecord{}
+	for rows.Next() {
+		var r inventory.IdempotencyRecord
+		if err := rows.Scan(&r.Key, &r.SKU, &r.RequestHash, &r.OrderID); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		found[r.Key] = r
+	}
+	return found, wrap(ctx, rows.Err())
+}
+
+func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
+	args := make([]any, 0, 5*len(orders))
+	for _, o := range orders {
+		args = append(args, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy)
+	}
+	_, err := t.tx.ExecContext(ctx, `
+		INSERT INTO orders (id, sku, quantity, user_id, strategy)
+		VALUES `+placeholders(len(orders), "(?, ?, ?, ?, ?)"), args...)
+	return wrap(ctx, err)
+}
+
+func (t *tx) InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (int, error) {
+	args := make([]any, 0, 4*len(records))
+	for _, r := range records {
+		args = append(args, r.Key, r.SKU, r.RequestHash, r.OrderID)
+	}
+	// As InsertIdempotency: the no-op update waits for concurrent inserts
+	// of the same keys and changes no row, so a key another request
+	// committed first is not counted.
+	res, err := t.tx.ExecContext(ctx, `
+		INSERT INTO idempotency_keys (idempotency_key, sku, request_hash, order_id)
+		VALUES `+placeholders(len(records), "(?, ?, ?, ?)")+`
+		ON DUPLICATE KEY UPDATE idempotency_key = idempotency_key`, args...)
+	if err != nil {
+		return 0, wrap(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), wrap(ctx, err)
+}
+
+// placeholders repeats one row's placeholders n times, comma-separated.
+func placeholders(n int, row string) string {
+	return strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 }
 
 func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {

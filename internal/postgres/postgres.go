@@ -27,8 +27,10 @@ type Store struct {
 }
 
 var (
-	_ inventory.Store = (*Store)(nil)
-	_ inventory.Tx    = (*tx)(nil)
+	_ inventory.Store      = (*Store)(nil)
+	_ inventory.Tx         = (*tx)(nil)
+	_ inventory.BatchStore = (*Store)(nil)
+	_ inventory.BatchTx    = (*tx)(nil)
 )
 
 // Option configures Open.
@@ -123,6 +125,15 @@ const rollbackTimeout = 2 * time.Second
 // too, instead of keeping a backend queued on the row, which it would
 // otherwise do until the lock came free.
 func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
+	return s.inTx(ctx, func(ctx context.Context, t *tx) error { return fn(ctx, t) })
+}
+
+// InBatchTx implements inventory.BatchStore: a transaction as InTx's.
+func (s *Store) InBatchTx(ctx context.Context, fn func(context.Context, inventory.BatchTx) error) error {
+	return s.inTx(ctx, func(ctx context.Context, t *tx) error { return fn(ctx, t) })
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(context.Context, *tx) error) error {
 	pgtx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginQuery(ctx)})
 	if err != nil {
 		return wrap(ctx, err)
@@ -296,6 +307,59 @@ func (t *tx) InsertIdempotency(ctx context.Context, r inventory.IdempotencyRecor
 		INSERT INTO idempotency_keys (idempotency_key, sku, request_hash, order_id)
 		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (idempotency_key) DO NOTHING`, r.Key, r.SKU, r.RequestHash, r.OrderID)
+}
+
+func (t *tx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string]inventory.IdempotencyRecord, error) {
+	rows, err := t.tx.Query(ctx, `
+		SELECT idempotency_key, sku, request_hash, order_id::text FROM idempotency_keys
+		WHERE idempotency_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	found := map[string]inventory.IdempotencyRecord{}
+	for rows.Next() {
+		var r inventory.IdempotencyRecord
+		if err := rows.Scan(&r.Key, &r.SKU, &r.RequestHash, &r.OrderID); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		found[r.Key] = r
+	}
+	return found, wrap(ctx, rows.Err())
+}
+
+// InsertOrders inserts the rows of arrays (unnest), so the statement's text
+// is the same for any number of orders and its plan is cached.
+func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
+	ids, skus, users, strategies := make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders))
+	quantities := make([]int64, len(orders))
+	for i, o := range orders {
+		ids[i], skus[i], quantities[i], users[i], strategies[i] = o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy
+	}
+	_, err := t.tx.Exec(ctx, `
+		INSERT INTO orders (id, sku, quantity, user_id, strategy)
+		SELECT * FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[])`,
+		ids, skus, quantities, users, strategies)
+	return wrap(ctx, err)
+}
+
+func (t *tx) InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (int, error) {
+	keys, skus, ids := make([]string, len(records)), make([]string, len(records)), make([]string, len(records))
+	hashes := make([][]byte, len(records))
+	for i, r := range records {
+		keys[i], skus[i], hashes[i], ids[i] = r.Key, r.SKU, r.RequestHash, r.OrderID
+	}
+	// As InsertIdempotency: ON CONFLICT DO NOTHING waits for concurrent
+	// inserts of the same keys, and a key another request committed first
+	// is not counted.
+	tag, err := t.tx.Exec(ctx, `
+		INSERT INTO idempotency_keys (idempotency_key, sku, request_hash, order_id)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::uuid[])
+		ON CONFLICT (idempotency_key) DO NOTHING`, keys, skus, hashes, ids)
+	if err != nil {
+		return 0, wrap(ctx, err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {

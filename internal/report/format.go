@@ -41,6 +41,11 @@ var strategies = map[string]Strategy{
 		How:    "UPDATE stock SET available = available − q WHERE sku = ? AND available >= q, then INSERT the order, in one transaction. The database checks and writes in one statement; the row is locked only for that statement and the commit.",
 		Expect: "Safe, and the fewest round trips under the row lock: the one to beat.",
 	},
+	"batched": {
+		Name: "batched", Safe: true,
+		How:    "Each instance queues the concurrent orders of one SKU while the SKU's transaction is in flight; the queue (up to BATCH_MAX) is the next batch. One transaction per batch: UPDATE … SET available = available − total WHERE available >= total, then multi-row INSERTs of the orders and their idempotency keys. When the total does not fit: SELECT … FOR UPDATE, accept in arrival order while each order fits, the rest sold out.",
+		Expect: "Safe: one conditional UPDATE (or the row lock) per batch. One transaction carries many orders, so on a hot row it should beat every strategy that commits once per order.",
+	},
 	"redis-lock": {
 		Name: "redis-lock", Safe: true,
 		How:    "A single-node Redis lock taken around the plain read-check-write: one script sets the lock and increments the SKU's fencing counter, a watchdog renews it, and the UPDATE refuses a token no higher than the last one it stored. Orders queue on the lock instead of on the row: a release hands the lock to the oldest waiting instance (pub/sub, no polling), and inside an instance it passes from one order to the next without a Redis call.",

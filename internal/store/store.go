@@ -14,9 +14,11 @@ import (
 	"github.com/flashsale/stock/internal/postgres"
 )
 
-// Store is an inventory.Store that can also migrate its schema and close.
+// Store is an inventory.Store (and an inventory.BatchStore, for the
+// batched strategy) that can also migrate its schema and close.
 type Store interface {
 	inventory.Store
+	inventory.BatchStore
 	Migrate(ctx context.Context) error
 	Close()
 }

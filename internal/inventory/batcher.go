@@ -1,0 +1,246 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// batchOrder is one order waiting in a SKU's queue, as the batch former
+// sees it. done receives its answer, lead the turn to take the next batch;
+// both are buffered, so the sender never waits.
+type batchOrder struct {
+	ctx         context.Context
+	sku         string
+	quantity    int64
+	key         string
+	fingerprint []byte
+	order       Order
+	done        chan batchResult
+	lead        chan struct{}
+}
+
+// batchResult is one order's answer from its batch.
+type batchResult struct {
+	order Order
+	err   error
+}
+
+func newBatchOrder(ctx context.Context, order Order, key string, fingerprint []byte) *batchOrder {
+	return &batchOrder{
+		ctx: ctx, sku: order.SKU, quantity: order.Quantity, key: key, fingerprint: fingerprint, order: order,
+		done: make(chan batchResult, 1), lead: make(chan struct{}, 1),
+	}
+}
+
+// batchRunner runs one batch under ctx and returns one answer per order, in
+// the batch's order.
+type batchRunner func(ctx context.Context, batch []*batchOrder) []batchResult
+
+// batcher forms batches of the orders on one SKU (group commit). The first
+// order on an idle SKU leads: it takes the queue (at most max orders) as a
+// batch and runs it on its own goroutine, while orders that arrive meanwhile
+// queue. When the batch is done, the leader answers every order of it and
+// hands the lead to the oldest queued order, whose goroutine takes the next
+// batch. No goroutine is started: every batch runs on the goroutine of one
+// of its orders' callers, so its owner is that caller and nothing outlives
+// the orders.
+type batcher struct {
+	max  int
+	wait time.Duration
+	run  batchRunner
+
+	mu     sync.Mutex
+	queues map[string]*skuQueue
+
+	// queued, when set (tests), hears each order once it is in its queue.
+	queued func(o *batchOrder)
+}
+
+// skuQueue is one SKU's state, under batcher.mu. It exists while an order
+// of the SKU is queued or in flight.
+type skuQueue struct {
+	sku     string
+	pending []*batchOrder
+	// led: a leader exists (taking, running, or told to take the next batch).
+	led bool
+	// next is the order told to lead, until it takes its batch.
+	next *batchOrder
+	// full is closed when pending reaches max while a leader waits for
+	// more orders (BATCH_WAIT).
+	full chan struct{}
+}
+
+func newBatcher(maxSize int, wait time.Duration, run batchRunner) *batcher {
+	return &batcher{max: max(1, maxSize), wait: max(0, wait), run: run, queues: map[string]*skuQueue{}}
+}
+
+// submit queues o and returns its answer. It waits on o.done (the answer)
+// and o.lead (the turn to take and run the next batch on this goroutine).
+// An order whose deadline passes while queued is taken out of the queue and
+// answers ErrBusy; one already in a batch waits for the batch, which runs
+// under the earliest deadline of its orders, so no longer than its own.
+func (b *batcher) submit(o *batchOrder) (Order, error) {
+	b.mu.Lock()
+	q := b.queues[o.sku]
+	if q == nil {
+		q = &skuQueue{sku: o.sku}
+		b.queues[o.sku] = q
+	}
+	q.pending = append(q.pending, o)
+	if q.full != nil && len(q.pending) >= b.max {
+		close(q.full)
+		q.full = nil
+	}
+	leads := !q.led
+	if leads {
+		q.led, q.next = true, o
+	}
+	b.mu.Unlock()
+	if b.queued != nil {
+		b.queued(o)
+	}
+	if leads {
+		b.lead(q, o)
+	}
+
+	expired := o.ctx.Done()
+	for {
+		select {
+		case r := <-o.done:
+			return r.order, r.err
+		case <-o.lead:
+			b.lead(q, o)
+		case <-expired:
+			if b.withdraw(q, o) {
+				return Order{}, busyQueued(o.ctx)
+			}
+			// In a batch, or told to lead: the answer comes on done, or
+			// the lead, which gives up at once (see lead).
+			expired = nil
+		}
+	}
+}
+
+func busyQueued(ctx context.Context) error {
+	return fmt.Errorf("%w: deadline passed while queued for a batch: %w", ErrBusy, context.Cause(ctx))
+}
+
+// withdraw takes o out of the queue if it is still only queued (neither in
+// a batch nor told to lead).
+func (b *batcher) withdraw(q *skuQueue, o *batchOrder) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q.next == o {
+		return false
+	}
+	i := slices.Index(q.pending, o)
+	if i < 0 {
+		return false
+	}
+	q.pending = slices.Delete(q.pending, i, i+1)
+	return true
+}
+
+// lead takes the next batch of q on self's goroutine, runs it, answers its
+// orders and hands the lead on. self is the oldest queued order. A leader
+// whose own deadline has passed answers itself ErrBusy and hands the lead on
+// without running anything, so it waits for no batch past its deadline.
+func (b *batcher) lead(q *skuQueue, self *batchOrder) {
+	if b.wait > 0 {
+		b.waitForMore(q, self)
+	}
+	b.mu.Lock()
+	q.next = nil
+	if self.ctx.Err() != nil {
+		if i := slices.Index(q.pending, self); i >= 0 {
+			q.pending = slices.Delete(q.pending, i, i+1)
+		}
+		self.done <- batchResult{err: busyQueued(self.ctx)}
+		b.handOffLocked(q)
+		b.mu.Unlock()
+		return
+	}
+	n := min(b.max, len(q.pending))
+	taken := slices.Clone(q.pending[:n])
+	q.pending = slices.Delete(q.pending, 0, n)
+	b.mu.Unlock()
+
+	// Orders whose deadline passed while queued leave the batch.
+	batch := taken[:0]
+	for _, o := range taken {
+		if o.ctx.Err() != nil {
+			o.done <- batchResult{err: busyQueued(o.ctx)}
+			continue
+		}
+		batch = append(batch, o)
+	}
+	if len(batch) > 0 {
+		ctx, cancel := batchContext(self.ctx, batch)
+		results := b.run(ctx, batch)
+		cancel()
+		for i, o := range batch {
+			o.done <- results[i]
+		}
+	}
+
+	b.mu.Lock()
+	b.handOffLocked(q)
+	b.mu.Unlock()
+}
+
+// waitForMore waits up to b.wait for the queue to fill, unless it is full
+// already or self's deadline passes first.
+func (b *batcher) waitForMore(q *skuQueue, self *batchOrder) {
+	b.mu.Lock()
+	if len(q.pending) >= b.max {
+		b.mu.Unlock()
+		return
+	}
+	full := make(chan struct{})
+	q.full = full
+	b.mu.Unlock()
+	t := time.NewTimer(b.wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-full:
+	case <-self.ctx.Done():
+	}
+	b.mu.Lock()
+	if q.full == full {
+		q.full = nil
+	}
+	b.mu.Unlock()
+}
+
+// handOffLocked tells the oldest queued order to lead the next batch, or
+// forgets the SKU when nothing is queued. b.mu is held.
+func (b *batcher) handOffLocked(q *skuQueue) {
+	if len(q.pending) == 0 {
+		q.led, q.next = false, nil
+		delete(b.queues, q.sku)
+		return
+	}
+	q.next = q.pending[0]
+	q.next.lead <- struct{}{}
+}
+
+// batchContext is the context a batch runs under: the leader's values, no
+// cancellation (a client that hangs up leaves a whole batch or nothing), and
+// the earliest deadline among the batch's orders.
+func batchContext(leader context.Context, batch []*batchOrder) (context.Context, context.CancelFunc) {
+	var earliest time.Time
+	for _, o := range batch {
+		if d, ok := o.ctx.Deadline(); ok && (earliest.IsZero() || d.Before(earliest)) {
+			earliest = d
+		}
+	}
+	base := context.WithoutCancel(leader)
+	if earliest.IsZero() {
+		return context.WithCancel(base)
+	}
+	return context.WithDeadline(base, earliest)
+}

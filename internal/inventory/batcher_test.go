@@ -1,0 +1,530 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gatedRunner is a batchRunner that records each batch and holds it until
+// the test releases it, so the test decides what queues meanwhile.
+type gatedRunner struct {
+	entered chan []*batchOrder // a batch started
+	release chan struct{}      // let one batch finish
+	mu      sync.Mutex
+	ctxs    []context.Context
+}
+
+func newGatedRunner() *gatedRunner {
+	return &gatedRunner{entered: make(chan []*batchOrder, 100), release: make(chan struct{})}
+}
+
+func (g *gatedRunner) run(ctx context.Context, batch []*batchOrder) []batchResult {
+	g.mu.Lock()
+	g.ctxs = append(g.ctxs, ctx)
+	g.mu.Unlock()
+	g.entered <- batch
+	<-g.release
+	results := make([]batchResult, len(batch))
+	for i, o := range batch {
+		results[i] = batchResult{order: o.order}
+	}
+	return results
+}
+
+// submitted is an order submitted on its own goroutine, with its answer.
+type submitted struct {
+	o      *batchOrder
+	answer chan batchResult
+}
+
+// harness submits orders one at a time: each is in its queue before the
+// next is submitted (the batcher's queued hook says so).
+type harness struct {
+	t      *testing.T
+	b      *batcher
+	queued chan *batchOrder
+	wg     sync.WaitGroup
+}
+
+func newHarness(t *testing.T, maxSize int, run batchRunner) *harness {
+	h := &harness{t: t, b: newBatcher(maxSize, 0, run), queued: make(chan *batchOrder, 1000)}
+	h.b.queued = func(o *batchOrder) { h.queued <- o }
+	t.Cleanup(h.wg.Wait)
+	return h
+}
+
+func (h *harness) submit(ctx context.Context, id string, quantity int64) submitted {
+	h.t.Helper()
+	o := newBatchOrder(ctx, Order{ID: id, SKU: "s", Quantity: quantity}, "", nil)
+	s := submitted{o: o, answer: make(chan batchResult, 1)}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		order, err := h.b.submit(o)
+		s.answer <- batchResult{order: order, err: err}
+	}()
+	if q := <-h.queued; q != o {
+		h.t.Fatalf("queued %s, want %s", q.order.ID, id)
+	}
+	return s
+}
+
+func ids(batch []*batchOrder) []string {
+	var out []string
+	for _, o := range batch {
+		out = append(out, o.order.ID)
+	}
+	return out
+}
+
+func wantBatch(t *testing.T, g *gatedRunner, want ...string) {
+	t.Helper()
+	if got := ids(<-g.entered); !slices.Equal(got, want) {
+		t.Fatalf("batch %v, want %v", got, want)
+	}
+}
+
+func wantOwnOrder(t *testing.T, s submitted) {
+	t.Helper()
+	r := <-s.answer
+	if r.err != nil || r.order.ID != s.o.order.ID {
+		t.Errorf("order %s answered %+v, %v", s.o.order.ID, r.order, r.err)
+	}
+}
+
+// TestBatcherGroupsWhatQueuedInArrivalOrder: the first order runs alone;
+// what queues while it runs is the next batch, in arrival order, and each
+// buyer gets its own answer.
+func TestBatcherGroupsWhatQueuedInArrivalOrder(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 256, g.run)
+	ctx := context.Background()
+	first := h.submit(ctx, "o0", 1)
+	wantBatch(t, g, "o0")
+	var rest []submitted
+	for i := 1; i <= 5; i++ {
+		rest = append(rest, h.submit(ctx, fmt.Sprintf("o%d", i), 1))
+	}
+	g.release <- struct{}{}
+	wantOwnOrder(t, first)
+	wantBatch(t, g, "o1", "o2", "o3", "o4", "o5")
+	g.release <- struct{}{}
+	for _, s := range rest {
+		wantOwnOrder(t, s)
+	}
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if len(h.b.queues) != 0 {
+		t.Errorf("an idle batcher keeps %d queues", len(h.b.queues))
+	}
+}
+
+// TestBatcherMaxSize: no batch holds more than max orders; the rest wait
+// for the next one, still in arrival order.
+func TestBatcherMaxSize(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 2, g.run)
+	ctx := context.Background()
+	all := []submitted{h.submit(ctx, "o0", 1)}
+	wantBatch(t, g, "o0")
+	for i := 1; i <= 5; i++ {
+		all = append(all, h.submit(ctx, fmt.Sprintf("o%d", i), 1))
+	}
+	for _, want := range [][]string{{"o1", "o2"}, {"o3", "o4"}, {"o5"}} {
+		g.release <- struct{}{}
+		wantBatch(t, g, want...)
+	}
+	g.release <- struct{}{}
+	for _, s := range all {
+		wantOwnOrder(t, s)
+	}
+}
+
+// TestBatcherDeadlines: an order whose deadline passes while queued answers
+// busy at once and leaves the queue; a batch runs under the earliest
+// deadline among its orders.
+func TestBatcherDeadlines(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 256, g.run)
+	first := h.submit(context.Background(), "o0", 1)
+	wantBatch(t, g, "o0")
+
+	gone, cancel := context.WithCancel(context.Background())
+	quitter := h.submit(gone, "quitter", 1)
+	now := time.Now()
+	late, cancelLate := context.WithDeadline(context.Background(), now.Add(time.Hour))
+	defer cancelLate()
+	early, cancelEarly := context.WithDeadline(context.Background(), now.Add(time.Minute))
+	defer cancelEarly()
+	o2 := h.submit(late, "o2", 1)
+	o3 := h.submit(early, "o3", 1)
+
+	cancel()
+	if r := <-quitter.answer; !errors.Is(r.err, ErrBusy) || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("an order that gave up while queued answered %v, want busy", r.err)
+	}
+	g.release <- struct{}{}
+	wantOwnOrder(t, first)
+	wantBatch(t, g, "o2", "o3")
+	g.mu.Lock()
+	d, ok := g.ctxs[1].Deadline()
+	g.mu.Unlock()
+	if want, _ := early.Deadline(); !ok || !d.Equal(want) {
+		t.Errorf("batch deadline %v (%v), want the earliest, %v", d, ok, want)
+	}
+	g.release <- struct{}{}
+	wantOwnOrder(t, o2)
+	wantOwnOrder(t, o3)
+}
+
+// TestBatcherExpiredInBatchIsDropped: an order whose deadline passed before
+// its batch was taken answers busy and is not in the batch.
+func TestBatcherExpiredInBatchIsDropped(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 256, g.run)
+	first := h.submit(context.Background(), "o0", 1)
+	wantBatch(t, g, "o0")
+	o1 := h.submit(context.Background(), "o1", 1)
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	// Its goroutine may see its deadline before or after the batch is
+	// taken: either way it answers busy and is not in the batch.
+	expired := h.submit(past, "expired", 1)
+	o3 := h.submit(context.Background(), "o3", 1)
+	g.release <- struct{}{}
+	wantOwnOrder(t, first)
+	wantBatch(t, g, "o1", "o3")
+	g.release <- struct{}{}
+	wantOwnOrder(t, o1)
+	wantOwnOrder(t, o3)
+	if r := <-expired.answer; !errors.Is(r.err, ErrBusy) {
+		t.Errorf("expired order answered %v, want busy", r.err)
+	}
+}
+
+// TestBatcherSKUsAreIndependent: a batch in flight on one SKU holds up no
+// order of another.
+func TestBatcherSKUsAreIndependent(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 256, g.run)
+	first := h.submit(context.Background(), "o0", 1)
+	wantBatch(t, g, "o0")
+	other := newBatchOrder(context.Background(), Order{ID: "other", SKU: "t", Quantity: 1}, "", nil)
+	answered := make(chan error, 1)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		_, err := h.b.submit(other)
+		answered <- err
+	}()
+	<-h.queued
+	wantBatch(t, g, "other")
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	if err := <-answered; err != nil {
+		t.Error(err)
+	}
+	wantOwnOrder(t, first)
+}
+
+func TestFitInArrivalOrder(t *testing.T) {
+	for _, c := range []struct {
+		quantities []int64
+		available  int64
+		want       []bool
+		total      int64
+	}{
+		{[]int64{1, 2, 3}, 10, []bool{true, true, true}, 6},
+		{[]int64{1, 2, 3}, 3, []bool{true, true, false}, 3},
+		// A larger order that does not fit is refused whole; a later,
+		// smaller one still gets what is left.
+		{[]int64{3, 2, 1, 2}, 4, []bool{true, false, true, false}, 4},
+		{[]int64{2, 2}, 1, []bool{false, false}, 0},
+		{[]int64{2, 1}, 0, []bool{false, false}, 0},
+	} {
+		got, total := fitInArrivalOrder(c.quantities, c.available)
+		if !slices.Equal(got, c.want) || total != c.total {
+			t.Errorf("fit(%v, %d) = %v, %d; want %v, %d", c.quantities, c.available, got, total, c.want, c.total)
+		}
+	}
+}
+
+// fakeBatchStore is a one-SKU database in memory for the batch's decision
+// logic: a transaction works on a copy and a commit keeps it.
+type fakeBatchStore struct {
+	mu sync.Mutex
+	st fakeState
+	// beforeCommit, when set, runs before a commit and may fail it.
+	beforeCommit func(st *fakeState) error
+}
+
+type fakeState struct {
+	available int64
+	orders    map[string]Order
+	keys      map[string]IdempotencyRecord
+}
+
+func (s fakeState) clone() fakeState {
+	c := fakeState{available: s.available, orders: map[string]Order{}, keys: map[string]IdempotencyRecord{}}
+	for k, v := range s.orders {
+		c.orders[k] = v
+	}
+	for k, v := range s.keys {
+		c.keys[k] = v
+	}
+	return c
+}
+
+func newFakeBatchStore(available int64) *fakeBatchStore {
+	return &fakeBatchStore{st: fakeState{available: available, orders: map[string]Order{}, keys: map[string]IdempotencyRecord{}}}
+}
+
+func (s *fakeBatchStore) InBatchTx(ctx context.Context, fn func(context.Context, BatchTx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tx := &fakeBatchTx{st: s.st.clone()}
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if s.beforeCommit != nil {
+		if err := s.beforeCommit(&s.st); err != nil {
+			return err
+		}
+	}
+	s.st = tx.st
+	return nil
+}
+
+func (s *fakeBatchStore) FindOrder(_ context.Context, id string) (Order, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.st.orders[id]
+	return o, ok, nil
+}
+
+type fakeBatchTx struct{ st fakeState }
+
+func (t *fakeBatchTx) DeductIfAvailable(_ context.Context, _ string, total int64) (bool, error) {
+	if t.st.available < total {
+		return false, nil
+	}
+	t.st.available -= total
+	return true, nil
+}
+
+func (t *fakeBatchTx) LockLevel(context.Context, string) (Level, error) {
+	return Level{Available: t.st.available}, nil
+}
+
+func (t *fakeBatchTx) FindIdempotencyKeys(_ context.Context, keys []string) (map[string]IdempotencyRecord, error) {
+	out := map[string]IdempotencyRecord{}
+	for _, k := range keys {
+		if r, ok := t.st.keys[k]; ok {
+			out[k] = r
+		}
+	}
+	return out, nil
+}
+
+func (t *fakeBatchTx) GetOrder(_ context.Context, id string) (Order, error) {
+	o, ok := t.st.orders[id]
+	if !ok {
+		return Order{}, fmt.Errorf("no order %s", id)
+	}
+	return o, nil
+}
+
+func (t *fakeBatchTx) InsertOrders(_ context.Context, orders []Order) error {
+	for _, o := range orders {
+		t.st.orders[o.ID] = o
+	}
+	return nil
+}
+
+func (t *fakeBatchTx) InsertIdempotencyRecords(_ context.Context, records []IdempotencyRecord) (int, error) {
+	n := 0
+	for _, r := range records {
+		if _, ok := t.st.keys[r.Key]; !ok {
+			t.st.keys[r.Key] = r
+			n++
+		}
+	}
+	return n, nil
+}
+
+func batchOf(orders ...*batchOrder) []*batchOrder { return orders }
+
+func order(id string, quantity int64, key, body string) *batchOrder {
+	req := Request{SKU: "s", Quantity: quantity, UserID: body, IdempotencyKey: key}
+	return newBatchOrder(context.Background(), Order{ID: id, SKU: "s", Quantity: quantity, UserID: body}, key, req.fingerprint())
+}
+
+// TestBatchSoldOutAcceptsInArrivalOrderWhileTheyFit: when the stock cannot
+// cover the batch, the orders are taken in arrival order while each fits,
+// the rest are sold out, and the stock deducted is what the orders hold.
+func TestBatchSoldOutAcceptsInArrivalOrderWhileTheyFit(t *testing.T) {
+	store := newFakeBatchStore(4)
+	b := NewBatched(store)
+	batch := batchOf(order("a", 3, "", "u"), order("b", 2, "", "u"), order("c", 1, "", "u"), order("d", 2, "", "u"))
+	results := b.runBatch(context.Background(), batch)
+	for i, want := range []error{nil, ErrSoldOut, nil, ErrSoldOut} {
+		if got := results[i].err; !errors.Is(got, want) || (want == nil && got != nil) {
+			t.Errorf("order %s: %v, want %v", batch[i].order.ID, got, want)
+		}
+	}
+	if store.st.available != 0 || len(store.st.orders) != 2 {
+		t.Errorf("available %d, %d orders; want 0 and 2", store.st.available, len(store.st.orders))
+	}
+}
+
+// TestBatchDuplicateKeys: two orders with one key in a batch make one order;
+// the second gets the first's answer, and a different body under the key is
+// an idempotency conflict. A key the database knows is replayed.
+func TestBatchDuplicateKeys(t *testing.T) {
+	store := newFakeBatchStore(10)
+	store.st.orders["old"] = Order{ID: "old", SKU: "s", Quantity: 1, UserID: "u"}
+	store.st.keys["known"] = IdempotencyRecord{Key: "known", SKU: "s", RequestHash: order("", 1, "known", "u").fingerprint, OrderID: "old"}
+	b := NewBatched(store)
+	batch := batchOf(
+		order("a", 2, "k", "u"),
+		order("b", 2, "k", "u"),     // a retry of a
+		order("c", 2, "k", "other"), // the key reused for another request
+		order("d", 1, "known", "u"), // a retry of an order the database has
+		order("e", 1, "", "u"),
+	)
+	results := b.runBatch(context.Background(), batch)
+	if results[0].err != nil || results[0].order.ID != "a" {
+		t.Errorf("a: %+v", results[0])
+	}
+	if results[1].err != nil || results[1].order.ID != "a" {
+		t.Errorf("b should get a's order: %+v", results[1])
+	}
+	if !errors.Is(results[2].err, ErrIdempotencyConflict) {
+		t.Errorf("c: %v, want an idempotency conflict", results[2].err)
+	}
+	if results[3].err != nil || results[3].order.ID != "old" {
+		t.Errorf("d should replay the known order: %+v", results[3])
+	}
+	if results[4].err != nil || results[4].order.ID != "e" {
+		t.Errorf("e: %+v", results[4])
+	}
+	if store.st.available != 7 || len(store.st.orders) != 3 || store.st.keys["k"].OrderID != "a" {
+		t.Errorf("available %d, orders %v, key k %+v", store.st.available, store.st.orders, store.st.keys["k"])
+	}
+}
+
+// TestBatchKeyTakenConcurrently: a key committed by another instance
+// between the batch's lookup and its insert makes the batch run again, and
+// the retry replays that instance's order instead of making a second one.
+func TestBatchKeyTakenConcurrently(t *testing.T) {
+	store := newFakeBatchStore(10)
+	var once sync.Once
+	store.beforeCommit = func(st *fakeState) error {
+		var err error
+		once.Do(func() {
+			// The other instance's order, committed first.
+			st.available--
+			st.orders["theirs"] = Order{ID: "theirs", SKU: "s", Quantity: 1, UserID: "u"}
+			st.keys["k"] = IdempotencyRecord{Key: "k", SKU: "s", RequestHash: order("", 1, "k", "u").fingerprint, OrderID: "theirs"}
+			err = fmt.Errorf("%w: the insert of key k conflicted", errKeyTaken)
+		})
+		return err
+	}
+	b := NewBatched(store)
+	batch := batchOf(order("mine", 1, "k", "u"), order("e", 1, "", "u"))
+	results := b.runBatch(context.Background(), batch)
+	if results[0].err != nil || results[0].order.ID != "theirs" {
+		t.Errorf("the key's order is theirs; got %+v", results[0])
+	}
+	if results[1].err != nil || results[1].order.ID != "e" {
+		t.Errorf("e: %+v", results[1])
+	}
+	if store.st.available != 8 || len(store.st.orders) != 2 {
+		t.Errorf("available %d, orders %v", store.st.available, store.st.orders)
+	}
+}
+
+// TestBatchCommitOutcomeUnknown: a batch whose commit answer was lost is
+// resolved by its orders' ids: found, every order has its answer.
+func TestBatchCommitOutcomeUnknown(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
+			store := newFakeBatchStore(10)
+			b := NewBatched(store)
+			wrapped := &lostCommit{fakeBatchStore: store, landed: landed}
+			b.store = wrapped
+			results := b.runBatch(context.Background(), batchOf(order("a", 1, "", "u"), order("b", 1, "", "u")))
+			for _, r := range results {
+				if landed && r.err != nil {
+					t.Errorf("the commit landed, yet %v", r.err)
+				}
+				if !landed && !errors.Is(r.err, ErrOutcomeUnknown) {
+					t.Errorf("the commit did not land, yet %+v", r)
+				}
+			}
+		})
+	}
+}
+
+// lostCommit loses the answer of every commit, which lands or not.
+type lostCommit struct {
+	*fakeBatchStore
+	landed bool
+}
+
+func (l *lostCommit) InBatchTx(ctx context.Context, fn func(context.Context, BatchTx) error) error {
+	l.beforeCommit = func(*fakeState) error {
+		if l.landed {
+			return nil
+		}
+		return errors.New("connection reset")
+	}
+	err := l.fakeBatchStore.InBatchTx(ctx, fn)
+	if err == nil || !errors.Is(err, ErrConflict) {
+		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	}
+	return err
+}
+
+// TestBatcherWaitEndsWhenFull: with a max wait, the leader of an idle SKU
+// waits for more orders, and takes them as soon as the batch is full (the
+// wait here is an hour: the test would hang if the full batch did not end
+// it).
+func TestBatcherWaitEndsWhenFull(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 3, g.run)
+	h.b.wait = time.Hour
+	ctx := context.Background()
+	all := []submitted{h.submit(ctx, "o0", 1), h.submit(ctx, "o1", 1), h.submit(ctx, "o2", 1)}
+	wantBatch(t, g, "o0", "o1", "o2")
+	g.release <- struct{}{}
+	for _, s := range all {
+		wantOwnOrder(t, s)
+	}
+}
+
+// TestBatcherWaitingLeaderGivesUp: a leader whose deadline passes while it
+// waits for more orders answers busy and hands the lead to the next order.
+func TestBatcherWaitingLeaderGivesUp(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 2, g.run)
+	h.b.wait = time.Hour
+	gone, cancel := context.WithCancel(context.Background())
+	leader := h.submit(gone, "leader", 1)
+	cancel()
+	if r := <-leader.answer; !errors.Is(r.err, ErrBusy) {
+		t.Fatalf("leader answered %v, want busy", r.err)
+	}
+	// The SKU is idle again: the next order leads, and two fill its batch.
+	o1 := h.submit(context.Background(), "o1", 1)
+	o2 := h.submit(context.Background(), "o2", 1)
+	wantBatch(t, g, "o1", "o2")
+	g.release <- struct{}{}
+	wantOwnOrder(t, o1)
+	wantOwnOrder(t, o2)
+}

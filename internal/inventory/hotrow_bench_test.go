@@ -1,0 +1,63 @@
+package inventory_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/testdb"
+)
+
+// BenchmarkHotRow: buyers concurrent goroutines place one-unit orders on one
+// SKU through one service (a pool of 16 connections, no HTTP), with batched
+// and with conditional as the service runs it (ROW_MAX_IN_FLIGHT=4). The
+// stock never runs out. Each op is one order; orders/s is what the hot row
+// took.
+//
+//	go test -run '^$' -bench HotRow -benchtime 2000x ./internal/inventory/
+func BenchmarkHotRow(b *testing.B) {
+	for _, engine := range store.Engines {
+		for _, name := range []string{inventory.NameBatched, inventory.NameConditional} {
+			for _, buyers := range []int{1, 16, 64, 256} {
+				b.Run(fmt.Sprintf("%s/%s/buyers=%d", engine, name, buyers), func(b *testing.B) {
+					ctx := context.Background()
+					db := testdb.New(b, engine, 16)
+					var strategy inventory.Strategy = inventory.LimitRowWork(inventory.NewConditional(), 4)
+					if name == inventory.NameBatched {
+						strategy = inventory.NewBatched(db)
+					}
+					svc := inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second))
+					if err := svc.StartSale(ctx, "hot", inventory.MaxInitialStock); err != nil {
+						b.Fatal(err)
+					}
+					var next atomic.Int64
+					var failed atomic.Int64
+					var wg sync.WaitGroup
+					b.ResetTimer()
+					began := time.Now()
+					for range buyers {
+						wg.Go(func() {
+							for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+								if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "hot", Quantity: 1, UserID: fmt.Sprint("u-", i)}); err != nil {
+									failed.Add(1)
+								}
+							}
+						})
+					}
+					wg.Wait()
+					elapsed := time.Since(began)
+					b.StopTimer()
+					if n := failed.Load(); n > 0 {
+						b.Errorf("%d of %d orders failed", n, b.N)
+					}
+					b.ReportMetric(float64(b.N)/elapsed.Seconds(), "orders/s")
+				})
+			}
+		}
+	}
+}
