@@ -51,9 +51,9 @@ type Scenario struct {
 	// for, one buyer each.
 	Stock      int64
 	Quantities []int64
-	// Strategy builds the strategy under test for one schedule. Lock
-	// strategies get the scheduler's lock.
-	Strategy func(inventory.Locker) inventory.Strategy
+	// Strategy builds the strategy under test for one schedule from what
+	// the schedule gives it.
+	Strategy func(Env) inventory.Strategy
 	Faults   Faults
 	// Retry makes the buyers one client: the same request under the same
 	// idempotency key, sent again while the first is still under way (a
@@ -64,6 +64,16 @@ type Scenario struct {
 	MaxSchedules int
 	Samples      int
 	Seed         uint64
+}
+
+// Env is what one schedule gives the strategy under test: the scheduler's
+// lock; the database as a batch store, each statement a step (for
+// strategies that own their transactions); and the observer of orders that
+// wait in the process for another's goroutine (a batch's leader).
+type Env struct {
+	Locker inventory.Locker
+	Store  inventory.BatchStore
+	Queue  inventory.QueueObserver
 }
 
 // Faults are what the scheduler may inject into one schedule.
@@ -269,7 +279,7 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs
 	}
 	s := newScheduler(x.blocked, sc.Faults)
 	st := &store{Store: x.store, s: s, inserted: map[int][]string{}}
-	svc := inventory.NewService(st, sc.Strategy(&locker{s: s}),
+	svc := inventory.NewService(st, sc.Strategy(Env{Locker: &locker{s: s}, Store: st, Queue: queue{s}}),
 		// The scheduler decides what happens when; no deadline may.
 		inventory.WithOrderTimeout(time.Minute),
 		inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -362,12 +372,13 @@ func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store
 		// 201 and 409 are the only answers a buyer that no fault struck
 		// may get. A buyer whose lock expired under it may be told busy
 		// (fenced off), one whose commit answer was lost unavailable (or
-		// busy, when it learned that nothing was committed); nobody may
+		// busy, when it learned that nothing was committed), and so may
+		// every buyer of a batch whose commit answer was lost; nobody may
 		// get an unclassified error (a 500).
 		switch answer := inventory.Outcome(ans.err); {
 		case outcome == history.OK || outcome == history.SoldOut:
 		case answer == "busy" && (s.expired[i] || s.lostAnswer[i]):
-		case answer == "unavailable" && s.lostAnswer[i]:
+		case answer == "unavailable" && (s.lostAnswer[i] || errors.Is(ans.err, errLostAnswer)):
 		default:
 			add("%s was answered %q, which no fault of the schedule explains (lock expired: %v, commit answer lost: %v): %v",
 				name, answer, s.expired[i], s.lostAnswer[i], ans.err)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,7 +72,7 @@ func scaled(t *testing.T, n int) int {
 // must find it unsafe.
 type candidate struct {
 	name     string
-	strategy func(inventory.Locker) inventory.Strategy
+	strategy func(explore.Env) inventory.Strategy
 	faults   explore.Faults
 	unsafe   bool
 }
@@ -79,28 +82,37 @@ func candidates() []candidate {
 	lockFaults := explore.Faults{Max: 1, LostCommitAnswer: true, LeaseExpiry: true}
 	return []candidate{
 		{name: inventory.NameConditional, faults: commitLost,
-			strategy: func(inventory.Locker) inventory.Strategy { return inventory.NewConditional() }},
+			strategy: func(explore.Env) inventory.Strategy { return inventory.NewConditional() }},
 		{name: inventory.NameForUpdate, faults: commitLost,
-			strategy: func(inventory.Locker) inventory.Strategy { return inventory.NewForUpdate() }},
+			strategy: func(explore.Env) inventory.Strategy { return inventory.NewForUpdate() }},
 		// The bound on attempts in flight is a throughput device, not a
 		// guard: without it every interleaving of the buyers is possible.
 		{name: inventory.NameVersionCAS, faults: commitLost,
-			strategy: func(inventory.Locker) inventory.Strategy {
+			strategy: func(explore.Env) inventory.Strategy {
 				return inventory.NewVersionCAS(inventory.WithMaxInFlight(0), inventory.WithBackoff(0, 0))
 			}},
 		// redis-lock and redlock share this write; their backends are held
 		// to the lock's contract by internal/locking's tests.
 		{name: "redis-lock, redlock", faults: lockFaults,
-			strategy: func(l inventory.Locker) inventory.Strategy { return inventory.NewLocked(inventory.NameRedisLock, l) }},
+			strategy: func(env explore.Env) inventory.Strategy {
+				return inventory.NewLocked(inventory.NameRedisLock, env.Locker)
+			}},
+		// Batches form from the buyers that join the queue while a batch
+		// runs; the scheduler picks when each joins.
+		{name: inventory.NameBatched, faults: commitLost,
+			strategy: func(env explore.Env) inventory.Strategy {
+				return inventory.NewBatched(env.Store, inventory.WithQueueObserver(env.Queue),
+					inventory.WithBatchLogger(slog.New(slog.DiscardHandler)))
+			}},
 		// The controls: each must be caught overselling.
 		{name: inventory.NameNaive, unsafe: true, faults: commitLost,
-			strategy: func(inventory.Locker) inventory.Strategy { return inventory.NewNaive() }},
+			strategy: func(explore.Env) inventory.Strategy { return inventory.NewNaive() }},
 		{name: "redis-lock FENCING=off", unsafe: true, faults: lockFaults,
-			strategy: func(l inventory.Locker) inventory.Strategy {
-				return inventory.NewLocked(inventory.NameRedisLock, l, inventory.WithFencing(false))
+			strategy: func(env explore.Env) inventory.Strategy {
+				return inventory.NewLocked(inventory.NameRedisLock, env.Locker, inventory.WithFencing(false))
 			}},
 		{name: "redis-lock, fence without version (before the fix)", unsafe: true, faults: lockFaults,
-			strategy: func(l inventory.Locker) inventory.Strategy { return fenceOnly{l} }},
+			strategy: func(env explore.Env) inventory.Strategy { return fenceOnly{env.Locker} }},
 	}
 }
 
@@ -277,7 +289,7 @@ func TestHarnessRefusesUnexplainedAnswers(t *testing.T) {
 	for _, err := range []error{errors.New("boom"), inventory.ErrBusy} {
 		sc := explore.Scenario{Name: fmt.Sprintf("every buyer answered %v", err), Stock: 1, Quantities: []int64{1, 1},
 			Faults:       explore.Faults{Max: 1, LostCommitAnswer: true, LeaseExpiry: true},
-			Strategy:     func(l inventory.Locker) inventory.Strategy { return answersWith{l, err} },
+			Strategy:     func(env explore.Env) inventory.Strategy { return answersWith{env.Locker, err} },
 			MaxSchedules: 1000}
 		r, xerr := x.Explore(context.Background(), sc)
 		if xerr != nil {
@@ -289,5 +301,36 @@ func TestHarnessRefusesUnexplainedAnswers(t *testing.T) {
 		if !r.Exhaustive || r.Schedules < 10 || r.Failed != r.Schedules {
 			t.Errorf("%s: %d of %d schedules broke a rule, want all", sc.Name, r.Failed, r.Schedules)
 		}
+	}
+}
+
+// TestBatchesFormInTheSchedule: buyers that join the queue while a batch
+// runs go into the next batch together, and the harness runs that batch's
+// transaction as its leader's steps. A takes 1 of 2 units alone; B and C
+// join meanwhile, and B leads their batch: its conditional UPDATE of 2
+// fails, so it locks the row, reads 1 left and deducts B's unit while C
+// is sold out.
+func TestBatchesFormInTheSchedule(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			x := open(t, engine)
+			sc := explore.Scenario{Name: "batched", Stock: 2, Quantities: []int64{1, 1, 1},
+				Strategy: func(env explore.Env) inventory.Strategy {
+					return inventory.NewBatched(env.Store, inventory.WithQueueObserver(env.Queue),
+						inventory.WithBatchLogger(slog.New(slog.DiscardHandler)))
+				}}
+			steps := []string{"A: join the batch queue", "B: join the batch queue", "C: join the batch queue",
+				"A: write", "A: commit", "B: write", "B: read for update", "B: write", "B: commit"}
+			run, err := x.Replay(context.Background(), sc, steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"created", "created", "sold_out"}
+			if !slices.Equal(run.Outcomes, want) || !slices.Equal(run.Schedule, steps) || run.Audit.Available != 0 || len(run.Problems) > 0 {
+				t.Errorf("answers %v (want %v), %d left, problems %v\n    schedule: %s",
+					run.Outcomes, want, run.Audit.Available, run.Problems, strings.Join(run.Schedule, " → "))
+			}
+		})
 	}
 }

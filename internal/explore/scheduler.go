@@ -27,6 +27,9 @@ type entity struct {
 	// locks, so a further one of them does not queue behind another.
 	locks bool
 	token int64 // at a release: the token of the lease it gives back
+	// asleep counts the waits in the process it announced minus the
+	// wake-ups announced for it.
+	asleep int
 }
 
 type entityState int
@@ -35,6 +38,7 @@ const (
 	running entityState = iota // executing between two steps
 	parked                     // waiting at a step for a grant
 	blocked                    // waiting inside the database for a lock
+	queued                     // waiting in the process for another entity (a batch's leader)
 	done                       // finished
 )
 
@@ -51,6 +55,7 @@ const (
 	stepFindOrder  = "find order"
 	stepIdemRead   = "read idempotency key"
 	stepIdemWrite  = "write idempotency key"
+	stepJoin       = "join the batch queue"
 )
 
 // grant is the scheduler's answer to a parked entity.
@@ -86,6 +91,8 @@ const (
 	evParked     eventKind = iota // at a step, waiting for a grant
 	evSessionEnd                  // its transaction ended
 	evDone                        // finished
+	evAsleep                      // it waits in the process until another wakes it
+	evWoken                       // another is about to wake it
 )
 
 // A choice is one thing the scheduler may do next.
@@ -179,8 +186,30 @@ func (s *scheduler) apply(ev event) {
 		ev.e.session, ev.e.locks = 0, false
 	case evDone:
 		ev.e.state, ev.e.session, ev.e.locks = done, 0, false
+	case evAsleep, evWoken:
+		// Counted, not toggled: the waker may announce the wake-up
+		// before the sleeper has announced its sleep.
+		if ev.kind == evAsleep {
+			ev.e.asleep++
+		} else {
+			ev.e.asleep--
+		}
+		switch {
+		case ev.e.asleep > 0 && ev.e.state == running:
+			ev.e.state = queued
+		case ev.e.asleep <= 0 && ev.e.state == queued:
+			ev.e.state = running
+		}
 	}
 }
+
+// sleep and wake are what a strategy that queues buyers in the process
+// calls (inventory.QueueObserver): a buyer about to wait for another's
+// work, and the one that wakes it, before it does. A buyer asleep is not
+// waited for; one about to wake is, from the moment the waker says so,
+// which comes before the waker's own next step.
+func (s *scheduler) sleep(e *entity) { s.events <- event{e: e, kind: evAsleep} }
+func (s *scheduler) wake(e *entity)  { s.events <- event{e: e, kind: evWoken} }
 
 // takesLocks reports whether a step runs a statement that may wait for
 // another transaction's row lock.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/flashsale/stock/internal/inventory"
@@ -44,26 +45,57 @@ func (st *store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx
 	if e == nil {
 		return st.Store.InTx(ctx, fn)
 	}
+	return runTx(ctx, st, e, st.Store.InTx, func(inner inventory.Tx, stp *stepper) inventory.Tx {
+		return &tx{Tx: inner, stepper: stp}
+	}, fn)
+}
+
+// InBatchTx is InTx for a strategy that owns its transaction (batched).
+func (st *store) InBatchTx(ctx context.Context, fn func(context.Context, inventory.BatchTx) error) error {
+	batches, ok := st.Store.(inventory.BatchStore)
+	if !ok {
+		return errors.New("explore: the store does not run batch transactions")
+	}
+	e := entityOf(ctx)
+	if e == nil {
+		return batches.InBatchTx(ctx, fn)
+	}
+	return runTx(ctx, st, e, batches.InBatchTx, func(inner inventory.BatchTx, stp *stepper) inventory.BatchTx {
+		return &batchTx{BatchTx: inner, stepper: stp}
+	}, fn)
+}
+
+// errLostAnswer is what a transaction whose commit answer the scheduler
+// lost reports: every order it carried (a batch's, too) may be told
+// "unavailable" for it.
+var errLostAnswer = errors.New("explore: the scheduler lost the commit's answer")
+
+// runTx runs one transaction of entity e through begin, its statements
+// wrapped so that they park (wrap), and parks it before its commit.
+func runTx[T any](ctx context.Context, st *store, e *entity,
+	begin func(context.Context, func(context.Context, T) error) error,
+	wrap func(T, *stepper) T, fn func(context.Context, T) error,
+) error {
 	answer := make(chan error, 2)
 	go func() {
 		owner := e
 		// The transaction outlives the buyer's context when its answer is
 		// lost; the scheduler, not a deadline, decides when it ends.
-		err := st.Store.InTx(context.WithoutCancel(ctx), func(txCtx context.Context, inner inventory.Tx) error {
-			t := &tx{Tx: inner, st: st, e: e}
-			if err := fn(txCtx, t); err != nil {
+		err := begin(context.WithoutCancel(ctx), func(txCtx context.Context, inner T) error {
+			stp := &stepper{st: st, e: e, inner: inner}
+			if err := fn(txCtx, wrap(inner, stp)); err != nil {
 				return err
 			}
-			g := st.s.park(e, stepCommit, t.session)
+			g := st.s.park(e, stepCommit, stp.session)
 			if g.abort {
 				return errAborted
 			}
 			if !g.loseAnswer {
 				return nil
 			}
-			answer <- fmt.Errorf("%w: the scheduler lost the commit's answer", inventory.ErrOutcomeUnknown)
+			answer <- fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, errLostAnswer)
 			owner = g.late
-			if st.s.park(g.late, stepLateCommit, t.session).abort {
+			if st.s.park(g.late, stepLateCommit, stp.session).abort {
 				return errAborted
 			}
 			return nil
@@ -93,18 +125,17 @@ func (st *store) noteInsert(buyer int, id string) {
 	st.inserted[buyer] = append(st.inserted[buyer], id)
 }
 
-// tx parks before each statement on the stock row or an idempotency key, and
-// lets the order insert (a row of its own, under a fresh id) run on.
-type tx struct {
-	inventory.Tx
+// stepper parks an entity's transaction before a statement.
+type stepper struct {
 	st      *store
 	e       *entity
+	inner   any // the adapter's transaction, which tells its session
 	session int64
 }
 
-func (t *tx) step(ctx context.Context, name string) error {
+func (t *stepper) step(ctx context.Context, name string) error {
 	if t.session == 0 {
-		s, ok := t.Tx.(sessioner)
+		s, ok := t.inner.(sessioner)
 		if !ok {
 			return errors.New("explore: the store's transactions do not tell their session")
 		}
@@ -118,6 +149,13 @@ func (t *tx) step(ctx context.Context, name string) error {
 		return errAborted
 	}
 	return nil
+}
+
+// tx parks before each statement on the stock row or an idempotency key, and
+// lets the order insert (a row of its own, under a fresh id) run on.
+type tx struct {
+	inventory.Tx
+	*stepper
 }
 
 func (t *tx) ReadLevel(ctx context.Context, sku string) (inventory.Level, error) {
@@ -165,6 +203,77 @@ func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, re
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
 	t.st.noteInsert(t.e.buyer, o.ID)
 	return t.Tx.InsertOrder(ctx, o)
+}
+
+// batchTx is tx for the transaction of a batch, which the batch's leader
+// runs for every order in it.
+type batchTx struct {
+	inventory.BatchTx
+	*stepper
+}
+
+func (t *batchTx) DeductIfAvailable(ctx context.Context, sku string, total int64) (bool, error) {
+	if err := t.step(ctx, stepWrite); err != nil {
+		return false, err
+	}
+	return t.BatchTx.DeductIfAvailable(ctx, sku, total)
+}
+
+func (t *batchTx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
+	if err := t.step(ctx, stepLockRead); err != nil {
+		return inventory.Level{}, err
+	}
+	return t.BatchTx.LockLevel(ctx, sku)
+}
+
+func (t *batchTx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string]inventory.IdempotencyRecord, error) {
+	if err := t.step(ctx, stepIdemRead); err != nil {
+		return nil, err
+	}
+	return t.BatchTx.FindIdempotencyKeys(ctx, keys)
+}
+
+func (t *batchTx) InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (int, error) {
+	if err := t.step(ctx, stepIdemWrite); err != nil {
+		return 0, err
+	}
+	return t.BatchTx.InsertIdempotencyRecords(ctx, records)
+}
+
+// InsertOrders notes each order under its buyer: the batch's leader
+// inserts the others' orders too. Buyers are told apart by user id
+// ("buyer-A"); in a retry scenario they share one, and none is noted.
+func (t *batchTx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
+	for _, o := range orders {
+		if name, ok := strings.CutPrefix(o.UserID, "buyer-"); ok && len(name) == 1 {
+			t.st.noteInsert(int(name[0]-'A'), o.ID)
+		}
+	}
+	return t.BatchTx.InsertOrders(ctx, orders)
+}
+
+// queue tells the scheduler of buyers that wait in the process for a
+// batch's leader (inventory.QueueObserver). A buyer joins its SKU's queue
+// only when the scheduler says: whether it lands in the batch being formed
+// or in the next one is a choice of the schedule, not of the Go runtime.
+type queue struct{ s *scheduler }
+
+func (q queue) Joining(ctx context.Context) {
+	if e := entityOf(ctx); e != nil {
+		q.s.park(e, stepJoin, 0)
+	}
+}
+
+func (q queue) Waiting(ctx context.Context) {
+	if e := entityOf(ctx); e != nil {
+		q.s.sleep(e)
+	}
+}
+
+func (q queue) Woken(ctx context.Context) {
+	if e := entityOf(ctx); e != nil {
+		q.s.wake(e)
+	}
 }
 
 func (t *tx) FindIdempotency(ctx context.Context, key string) (inventory.IdempotencyRecord, bool, error) {

@@ -23,6 +23,30 @@ type BatchObserver interface {
 	BatchDone(size int, elapsed time.Duration, outcome string)
 }
 
+// QueueObserver hears of the orders that wait in the process for another
+// order's goroutine: the batch's leader runs the transaction of every order
+// in the batch. A scheduler that lets one order move at a time
+// (internal/explore) needs to know that such an order is not stuck but
+// waiting for another; production passes none.
+type QueueObserver interface {
+	// Joining is called on the order's goroutine before it joins its
+	// SKU's queue. It may block: a scheduler holds the order there until
+	// its turn.
+	Joining(ctx context.Context)
+	// Waiting is called on the order's goroutine before it waits for its
+	// answer or its turn to lead.
+	Waiting(ctx context.Context)
+	// Woken is called, with the waiting order's context, by the goroutine
+	// that is about to hand it its answer or its turn to lead.
+	Woken(ctx context.Context)
+}
+
+type nopQueueObserver struct{}
+
+func (nopQueueObserver) Joining(context.Context) {}
+func (nopQueueObserver) Waiting(context.Context) {}
+func (nopQueueObserver) Woken(context.Context)   {}
+
 // retryObserver is the part of Observer a BatchObserver may also have:
 // the batch's retries are then counted with the other strategies'.
 type retryObserver interface {
@@ -58,6 +82,7 @@ type batchedConfig struct {
 	attempts int
 	log      *slog.Logger
 	obs      BatchObserver
+	queue    QueueObserver
 }
 
 // BatchOption configures Batched.
@@ -93,14 +118,21 @@ func WithBatchObserver(o BatchObserver) BatchOption {
 	return func(c *batchedConfig) { c.obs = o }
 }
 
+// WithQueueObserver sets who hears of orders waiting for their batch.
+// Default: nobody.
+func WithQueueObserver(o QueueObserver) BatchOption {
+	return func(c *batchedConfig) { c.queue = o }
+}
+
 // NewBatched returns the batched strategy over store.
 func NewBatched(store BatchStore, opts ...BatchOption) *Batched {
-	c := batchedConfig{max: 256, attempts: 5, log: slog.Default(), obs: nopBatchObserver{}}
+	c := batchedConfig{max: 256, attempts: 5, log: slog.Default(), obs: nopBatchObserver{}, queue: nopQueueObserver{}}
 	for _, o := range opts {
 		o(&c)
 	}
 	b := &Batched{store: store, attempts: c.attempts, log: c.log, obs: c.obs}
 	b.batches = newBatcher(c.max, c.wait, b.runBatch)
+	b.batches.observe = c.queue
 	return b
 }
 

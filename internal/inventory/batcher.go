@@ -57,6 +57,8 @@ type batcher struct {
 
 	// queued, when set (tests), hears each order once it is in its queue.
 	queued func(o *batchOrder)
+	// observe hears of orders joining, waiting and being woken.
+	observe QueueObserver
 }
 
 // skuQueue is one SKU's state, under batcher.mu. It exists while an order
@@ -74,7 +76,7 @@ type skuQueue struct {
 }
 
 func newBatcher(maxSize int, wait time.Duration, run batchRunner) *batcher {
-	return &batcher{max: max(1, maxSize), wait: max(0, wait), run: run, queues: map[string]*skuQueue{}}
+	return &batcher{max: max(1, maxSize), wait: max(0, wait), run: run, queues: map[string]*skuQueue{}, observe: nopQueueObserver{}}
 }
 
 // submit queues o and returns its answer. It waits on o.done (the answer)
@@ -83,6 +85,7 @@ func newBatcher(maxSize int, wait time.Duration, run batchRunner) *batcher {
 // answers ErrBusy; one already in a batch waits for the batch, which runs
 // under the earliest deadline of its orders, so no longer than its own.
 func (b *batcher) submit(o *batchOrder) (Order, error) {
+	b.observe.Joining(o.ctx)
 	b.mu.Lock()
 	q := b.queues[o.sku]
 	if q == nil {
@@ -108,12 +111,14 @@ func (b *batcher) submit(o *batchOrder) (Order, error) {
 
 	expired := o.ctx.Done()
 	for {
+		b.observe.Waiting(o.ctx)
 		select {
 		case r := <-o.done:
 			return r.order, r.err
 		case <-o.lead:
 			b.lead(q, o)
 		case <-expired:
+			b.observe.Woken(o.ctx) // by its own deadline
 			if b.withdraw(q, o) {
 				return Order{}, busyQueued(o.ctx)
 			}
@@ -158,7 +163,7 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 		if i := slices.Index(q.pending, self); i >= 0 {
 			q.pending = slices.Delete(q.pending, i, i+1)
 		}
-		self.done <- batchResult{err: busyQueued(self.ctx)}
+		b.answer(self, batchResult{err: busyQueued(self.ctx)})
 		b.handOffLocked(q)
 		b.mu.Unlock()
 		return
@@ -172,7 +177,7 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 	batch := taken[:0]
 	for _, o := range taken {
 		if o.ctx.Err() != nil {
-			o.done <- batchResult{err: busyQueued(o.ctx)}
+			b.answer(o, batchResult{err: busyQueued(o.ctx)})
 			continue
 		}
 		batch = append(batch, o)
@@ -182,7 +187,7 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 		results := b.run(ctx, batch)
 		cancel()
 		for i, o := range batch {
-			o.done <- results[i]
+			b.answer(o, results[i])
 		}
 	}
 
@@ -225,7 +230,14 @@ func (b *batcher) handOffLocked(q *skuQueue) {
 		return
 	}
 	q.next = q.pending[0]
+	b.observe.Woken(q.next.ctx)
 	q.next.lead <- struct{}{}
+}
+
+// answer hands o its answer (never blocks: done is buffered).
+func (b *batcher) answer(o *batchOrder, r batchResult) {
+	b.observe.Woken(o.ctx)
+	o.done <- r
 }
 
 // batchContext is the context a batch runs under: the leader's values, no
