@@ -286,12 +286,21 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	sent := time.Now()
 	v, err := singleLeave.Run(ctx, s.client, lockKeys(a.key),
 		a.token, a.element, succ, sttl, swait, s.id, ms(s.cfg.ttl)).Slice()
-	if err != nil {
-		return slotGrant{}, s.nodeErr(err)
+	var held, fence int64
+	var el string
+	if err == nil {
+		held, fence, el, err = triple(v)
 	}
-	held, fence, el, err := triple(v)
 	if err != nil {
-		return slotGrant{}, s.nodeErr(err)
+		var g slotGrant
+		if next != nil {
+			// The script may have run, or may still land: it may have
+			// queued next, or may yet. next polls at once and finds its
+			// entry by its value rather than queue a second one (the
+			// script does not queue it again either, see singleLeave).
+			g = slotGrant{queued: true, element: unknownElement, notBefore: sent}
+		}
+		return g, s.nodeErr(err)
 	}
 	var g slotGrant
 	switch {
