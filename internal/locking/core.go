@@ -628,11 +628,15 @@ func (h *hold) renewOnce() bool {
 	if ctx.Err() != nil {
 		return false // released meanwhile
 	}
+	if err != nil {
+		// The work stops before the observer hears of the failure: whoever
+		// sees the failed renewal may rely on the context being cancelled.
+		h.lose(lostCause(a.key, err))
+	}
 	if c.cfg.onRenew != nil {
 		c.cfg.onRenew(a.key, err)
 	}
 	if err != nil {
-		h.lose(lostCause(a.key, err))
 		return false
 	}
 	if !h.expiry.Stop() {

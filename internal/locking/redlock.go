@@ -73,6 +73,9 @@ func (r *Redlock) Acquire(ctx context.Context, key string) (*Lease, error) {
 // Reset deletes the lock named key on every server it can reach (best
 // effort) and fails if fewer than a majority answered. Like Locker.Reset it
 // frees a stuck lock and keeps the fencing counters: tokens never go back.
+// A holder of the key loses it at its next renewal: Reset leaves a
+// tombstone for the value it removed, so the renewal, which takes back a
+// key missing on a node (restarted empty), does not take it back there.
 func (r *Redlock) Reset(ctx context.Context, key string) error {
 	r.c.endChain(r.c.cfg.prefix + key)
 	return r.q.reset(ctx, r.c.cfg.prefix+key)
@@ -803,7 +806,7 @@ func (q *quorum) reset(ctx context.Context, key string) error {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			if err := resetScript.Run(ctx, n.client, lockKeys(key)).Err(); err != nil {
+			if err := resetScript.Run(ctx, n.client, lockKeys(key), ms(q.cfg.ttl)).Err(); err != nil {
 				errs[i] = &NodeError{Node: n.name, Err: err}
 			}
 		})

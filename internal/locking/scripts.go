@@ -187,15 +187,27 @@ end
 return 1
 `)
 
-// resetScript: KEYS lock, fence, queue. Deletes the lock and its queue and
-// tells waiters (queued ones on their Locker's channel, Redlock ones on the
-// shared channel) to poll again: their places in line are gone. The fencing
-// counter stays: tokens only ever grow, across Resets too, or a store that
-// kept the highest token it accepted would refuse every later holder.
+// resetScript: KEYS lock, fence, queue; ARGV ttl ms. Deletes the lock and
+// its queue and tells waiters (queued ones on their Locker's channel,
+// Redlock ones on the shared channel) to poll again: their places in line
+// are gone. The removed value gets a tombstone (K:gone:V) that outlives
+// the key it replaces (its remaining life, at least ttl): the holder's next
+// renewal comes before the key would have expired, and Redlock's renewal
+// takes a missing key back unless the value has a tombstone, so without it
+// a holder that keeps renewing would just take the lock back and Reset
+// would free nothing. A late call of the value cannot set it again either.
+// The fencing counter stays: tokens only ever grow, across Resets too, or a
+// store that kept the highest token it accepted would refuse every later
+// holder.
 var resetScript = redis.NewScript(`
 for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   local id = string.match(e, '^%d+:%d+:([^:]+):')
   if id then redis.call('PUBLISH', KEYS[1] .. ':wake:' .. id, '') end
+end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local life = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[1]))
+  redis.call('SET', KEYS[1] .. ':gone:' .. cur, '1', 'PX', life)
 end
 redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('PUBLISH', KEYS[1] .. ':wake', '')

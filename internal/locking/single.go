@@ -46,7 +46,8 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 
 // Reset deletes the lock named key and its queue, and tells waiters to try
 // again. It is an administrative "free a stuck lock": a holder of the key
-// loses it at its next renewal. It keeps the fencing counter: tokens only
+// loses it at its next renewal (the removed value gets a tombstone, so not
+// even a late call of the holder's puts it back). It keeps the fencing counter: tokens only
 // ever grow, across Resets too, so a store that remembers the highest token
 // it accepted still accepts the next holder.
 func (l *Locker) Reset(ctx context.Context, key string) error {
@@ -321,7 +322,7 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 }
 
 func (s *single) reset(ctx context.Context, key string) error {
-	if err := resetScript.Run(ctx, s.client, lockKeys(key)).Err(); err != nil {
+	if err := resetScript.Run(ctx, s.client, lockKeys(key), ms(s.cfg.ttl)).Err(); err != nil {
 		return s.nodeErr(err)
 	}
 	return nil
