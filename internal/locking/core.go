@@ -56,6 +56,7 @@ type attempt struct {
 	element    string          // our entry in the server's queue (single node) or in the gate's (Redlock)
 	queueID    string          // Redlock: our name in the gate's queue; token changes after a failed round, this does not
 	gate       int             // Redlock: the node that served as the gate at our last look (quorum.gateFor)
+	gates      []int           // Redlock: every node a gate call with token went to, answered or not (leaveGateQueue retires token there)
 	pending    *sync.WaitGroup // Redlock: calls for this lock still running, shared along a chain of hand-overs
 	batch      int             // local hand-overs left before the lock must go back to all
 	generation int             // keyState.generation when the chain of hand-overs began
@@ -240,7 +241,7 @@ var errExpired = errors.New("locking: validity ended before the hold began")
 // old one's late calls, if any, stay harmless), no fence, no batch.
 func (c *core) abandon(ctx context.Context, a *attempt) {
 	_, _ = c.be.leave(context.WithoutCancel(ctx), a, nil) // ErrLockLost, most likely: it expired
-	a.token, a.queueID, a.element = newToken(), "", ""
+	a.token, a.queueID, a.element, a.gates = newToken(), "", "", nil
 	a.fence, a.fenceTop, a.validUntil = 0, 0, time.Time{}
 	a.pending, a.batch, a.generation, a.lost = new(sync.WaitGroup), 0, 0, false
 }
@@ -628,11 +629,15 @@ func (h *hold) renewOnce() bool {
 	if ctx.Err() != nil {
 		return false // released meanwhile
 	}
+	if err != nil {
+		// The work stops before the observer hears of the failure: whoever
+		// sees the failed renewal may rely on the context being cancelled.
+		h.lose(lostCause(a.key, err))
+	}
 	if c.cfg.onRenew != nil {
 		c.cfg.onRenew(a.key, err)
 	}
 	if err != nil {
-		h.lose(lostCause(a.key, err))
 		return false
 	}
 	if !h.expiry.Stop() {

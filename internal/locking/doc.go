@@ -85,10 +85,15 @@
 // next renewal on.)
 //
 // A call the client gave up on may reach a node after the release of its
-// value; the release leaves a tombstone K:gone:<value> for one TTL, and the
-// scripts that set K refuse a value with a tombstone, so such a call cannot
-// put back a lock nobody holds (which would block K for a TTL, and count
-// towards nobody's majority).
+// value; the release (and a waiter that gives up, on every gate node it
+// called with that value, the passed-over one included) leaves a tombstone
+// K:gone:<value> for one TTL, and the scripts that set K refuse a value
+// with a tombstone, so such a call cannot put back a lock nobody holds
+// (which would block K for a TTL, and count towards nobody's majority).
+// Reset leaves one for the value it removes, living as long as the removed
+// key would have: the holder's renewal, which takes back a key missing on
+// a node (restarted empty), does not take it back, and the holder loses
+// the lock.
 //
 // What breaks it: nodes losing data. The argument needs one node of W1 in
 // every majority to have kept its data, so the guarantee holds while fewer

@@ -108,8 +108,9 @@ func WithKeyPrefix(p string) Option {
 }
 
 // WithRenewalObserver makes the watchdog call f after each renewal attempt,
-// with the error that made it fail or nil (for metrics). f must be quick and
-// safe for concurrent use. Default: none.
+// with the error that made it fail or nil (for metrics); after a failure,
+// the lease's context is already cancelled when f is called. f must be
+// quick and safe for concurrent use. Default: none.
 func WithRenewalObserver(f func(key string, err error)) Option {
 	return func(c *config) { c.onRenew = f }
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -73,6 +74,9 @@ func (r *Redlock) Acquire(ctx context.Context, key string) (*Lease, error) {
 // Reset deletes the lock named key on every server it can reach (best
 // effort) and fails if fewer than a majority answered. Like Locker.Reset it
 // frees a stuck lock and keeps the fencing counters: tokens never go back.
+// A holder of the key loses it at its next renewal: Reset leaves a
+// tombstone for the value it removed, so the renewal, which takes back a
+// key missing on a node (restarted empty), does not take it back there.
 func (r *Redlock) Reset(ctx context.Context, key string) error {
 	r.c.endChain(r.c.cfg.prefix + key)
 	return r.q.reset(ctx, r.c.cfg.prefix+key)
@@ -210,6 +214,9 @@ func (q *quorum) tryGate(ctx context.Context, a *attempt) (state gateState, pttl
 
 func (q *quorum) tryGateAt(ctx context.Context, a *attempt, gate int) (state gateState, pttl time.Duration, counter int64) {
 	a.gate = gate
+	if !slices.Contains(a.gates, gate) {
+		a.gates = append(a.gates, gate)
+	}
 	n := q.nodes[a.gate]
 	wctx := ctx
 	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
@@ -263,34 +270,66 @@ func (a *attempt) gateID() string {
 // leaveGateQueue removes a's entry from the gate node's queue, if it may
 // have one: an attempt that gave up, or that won without the gate, must not
 // stay first in line until its deadline. An attempt that gives up (giveUp)
-// also retires its token on the gate node: a gate call of it that lands
-// later (it may have timed out) then cannot take the gate for a TTL.
+// also retires its token on every node it sent a gate call with that token
+// to (a.gates), not only the gate of its last look: a gate call that timed
+// out, and made it pass that node over for a stand-in, may land later,
+// when the key is free there, and take the gate for a TTL under a value
+// nobody will release. (Entries left on the other gate nodes expire on
+// their own, see tryGate.)
+//
+// A node that did not answer our last gate call (passed over, gateDown) is
+// waited for a tenth of the node timeout at most, not the whole of it: the
+// caller is a release, often, and the next holder must not wait for a hung
+// node. The call goes on in the background, joined by Close.
 func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt, giveUp bool) {
-	if a.element == "" {
-		return
+	var nodes []int
+	if a.element != "" {
+		nodes = append(nodes, a.gate)
 	}
 	retired := ""
 	if giveUp {
 		retired = a.token
+		for _, g := range a.gates {
+			if !slices.Contains(nodes, g) {
+				nodes = append(nodes, g)
+			}
+		}
 	}
-	n := q.nodes[a.gate]
-	if q.gateDown[a.gate].Load() > time.Now().UnixNano() {
-		// The node did not answer our last gate call: do not make the
-		// caller (a release, often) wait a node timeout for it. An entry
-		// left behind expires on its own (see tryGate).
-		id := a.gateID()
-		a.element = ""
+	if len(nodes) == 0 {
+		return
+	}
+	type answer struct {
+		node int
+		err  error
+	}
+	ch := make(chan answer, len(nodes)) // never blocks a straggler
+	id, key := a.gateID(), a.key
+	now := time.Now().UnixNano()
+	waiting := make(map[int]bool, len(nodes)) // node → passed over (waited for the grace only)
+	for _, i := range nodes {
+		waiting[i] = q.gateDown[i].Load() > now
+		n := q.nodes[i]
 		q.bg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 			defer cancel()
-			_ = redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), id, retired, ms(q.cfg.ttl)).Err()
+			ch <- answer{i, redlockGateLeave.Run(ctx, n.client, lockKeys(key), id, retired, ms(q.cfg.ttl)).Err()}
 		})
-		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
-	defer cancel()
-	if redlockGateLeave.Run(ctx, n.client, lockKeys(a.key), a.gateID(), retired, ms(q.cfg.ttl)).Err() == nil {
-		a.element = ""
+	if waiting[a.gate] {
+		a.element = "" // an entry left behind expires on its own
+	}
+	grace := time.NewTimer(q.cfg.nodeTimeout / 10)
+	defer grace.Stop()
+	for len(waiting) > 0 {
+		select {
+		case r := <-ch:
+			delete(waiting, r.node)
+			if r.node == a.gate && r.err == nil {
+				a.element = ""
+			}
+		case <-grace.C:
+			maps.DeleteFunc(waiting, func(_ int, down bool) bool { return down })
+		}
 	}
 }
 
@@ -603,7 +642,20 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		// does hold a majority, its own release will wake them.)
 		_, topVotes := r.top()
 		heldGate := gateState == gateOurs || slices.Contains(r.ours, a.gate)
-		q.releaseSettled(context.WithoutCancel(ctx), a.pending, a.key, a.token, r.others, len(r.ours) >= q.need || heldGate && topVotes < q.need)
+		// A gate node where the round saw another holder is released too
+		// (the script leaves the token's tombstone whatever it finds): a
+		// gate call of this token may still be on its way there.
+		skip := r.others
+		for _, g := range a.gates {
+			if skip[g] {
+				skip = maps.Clone(r.others)
+				for _, g := range a.gates {
+					delete(skip, g)
+				}
+				break
+			}
+		}
+		q.releaseSettled(context.WithoutCancel(ctx), a.pending, a.key, a.token, skip, len(r.ours) >= q.need || heldGate && topVotes < q.need)
 		// The next round sets a new value. With the same one, a release
 		// call of this round that reaches a node late (after the client
 		// gave up on it, even) would find the key "already ours" again
@@ -613,7 +665,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 		// waits on in the background: a WaitGroup must not be added to
 		// from zero while a Wait of it may still be returning (a review
 		// found a renewal of the next round crashing the process so).
-		a.token, a.pending = newToken(), new(sync.WaitGroup)
+		a.token, a.pending, a.gates = newToken(), new(sync.WaitGroup), nil
 		if ctx.Err() != nil {
 			q.leaveGateQueue(context.WithoutCancel(ctx), a, false) // the new token was never sent
 			return q.c.notObtained(ctx, r.errs...)
@@ -803,7 +855,7 @@ func (q *quorum) reset(ctx context.Context, key string) error {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			if err := resetScript.Run(ctx, n.client, lockKeys(key)).Err(); err != nil {
+			if err := resetScript.Run(ctx, n.client, lockKeys(key), ms(q.cfg.ttl)).Err(); err != nil {
 				errs[i] = &NodeError{Node: n.name, Err: err}
 			}
 		})

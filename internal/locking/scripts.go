@@ -34,7 +34,10 @@ end
 // luaPromote hands a free lock to the oldest waiter whose deadline has not
 // passed, increments the fence for it and, unless it is skip, publishes the
 // hand-over on the waiter's channel (lock..':wake:'..locker). Waiters that
-// gave up or died are skipped on the way.
+// gave up or died are skipped on the way, and so is an entry whose token
+// has a tombstone (K:gone:V): a late call may have queued a value that was
+// released or gave up since, and a lock handed to it would block K for a
+// TTL, held by nobody.
 const luaPromote = `
 local function promote(lock, fence, queue, skip)
   local t = redis.call('TIME')
@@ -43,7 +46,7 @@ local function promote(lock, fence, queue, skip)
     local e = redis.call('LPOP', queue)
     if not e then return false, 0 end
     local dl, ttl, id, tok = string.match(e, '^(%d+):(%d+):([^:]+):(.+)$')
-    if dl and tonumber(dl) > now then
+    if dl and tonumber(dl) > now and redis.call('EXISTS', lock .. ':gone:' .. tok) == 0 then
       redis.call('SET', lock, tok, 'PX', ttl)
       local f = redis.call('INCR', fence)
       if tok ~= skip then redis.call('PUBLISH', lock .. ':wake:' .. id, tok .. ' ' .. f) end
@@ -116,9 +119,17 @@ return {0, redis.call('PTTL', KEYS[1]), e}
 // released, 0 when it was gone (expired), -1 when someone else holds it: a
 // release never touches another holder's lock. With a successor (the next
 // waiter of this process), fence > 0 means the lock went straight to it,
-// else element is its place at the end of the queue. A freed lock goes to
-// the oldest queued waiter and the hand-over is published.
-var singleLeave = redis.NewScript(luaPromote + `
+// else element is its place in the queue (at the end, or the place it
+// already had). A freed lock goes to the oldest queued waiter and the
+// hand-over is published.
+//
+// This call may land late, after the client gave up on it and the
+// successor went on by itself (it polls, so it may be queued already, or
+// it may have given up and left its tombstone): a successor with a
+// tombstone gets nothing, and one already queued keeps its one place
+// instead of being queued twice (a second entry would get the lock after
+// the successor released it, under a value nobody will delete).
+var singleLeave = redis.NewScript(luaPromote + luaGone + `
 redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[1], '1', 'PX', ARGV[7])
 if ARGV[2] == '?' then
   local e = find(KEYS[3], ARGV[1])
@@ -136,18 +147,28 @@ elseif not cur then
   held = 0
 end
 local succ = ARGV[3]
+local queued = false
+if succ ~= '' then
+  if gone(KEYS[1], succ) then
+    succ = ''
+  else
+    queued = find(KEYS[3], succ)
+  end
+end
 if not cur then
-  if succ ~= '' and redis.call('LLEN', KEYS[3]) == 0 then
+  if succ ~= '' and not queued and redis.call('LLEN', KEYS[3]) == 0 then
     redis.call('SET', KEYS[1], succ, 'PX', ARGV[4])
     return {held, redis.call('INCR', KEYS[2]), ''}
   end
-  local tok = promote(KEYS[1], KEYS[2], KEYS[3], '')
-  if succ ~= '' and not tok then
+  local tok, f = promote(KEYS[1], KEYS[2], KEYS[3], '')
+  if succ ~= '' and tok == succ then return {held, f, ''} end
+  if succ ~= '' and not queued and not tok then
     redis.call('SET', KEYS[1], succ, 'PX', ARGV[4])
     return {held, redis.call('INCR', KEYS[2]), ''}
   end
 end
 if succ == '' then return {held, 0, ''} end
+if queued then return {held, 0, queued} end
 local e = element(ARGV[5], ARGV[4], ARGV[6], succ)
 redis.call('RPUSH', KEYS[3], e)
 return {held, 0, e}
@@ -166,15 +187,27 @@ end
 return 1
 `)
 
-// resetScript: KEYS lock, fence, queue. Deletes the lock and its queue and
-// tells waiters (queued ones on their Locker's channel, Redlock ones on the
-// shared channel) to poll again: their places in line are gone. The fencing
-// counter stays: tokens only ever grow, across Resets too, or a store that
-// kept the highest token it accepted would refuse every later holder.
+// resetScript: KEYS lock, fence, queue; ARGV ttl ms. Deletes the lock and
+// its queue and tells waiters (queued ones on their Locker's channel,
+// Redlock ones on the shared channel) to poll again: their places in line
+// are gone. The removed value gets a tombstone (K:gone:V) that outlives
+// the key it replaces (its remaining life, at least ttl): the holder's next
+// renewal comes before the key would have expired, and Redlock's renewal
+// takes a missing key back unless the value has a tombstone, so without it
+// a holder that keeps renewing would just take the lock back and Reset
+// would free nothing. A late call of the value cannot set it again either.
+// The fencing counter stays: tokens only ever grow, across Resets too, or a
+// store that kept the highest token it accepted would refuse every later
+// holder.
 var resetScript = redis.NewScript(`
 for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
   local id = string.match(e, '^%d+:%d+:([^:]+):')
   if id then redis.call('PUBLISH', KEYS[1] .. ':wake:' .. id, '') end
+end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local life = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[1]))
+  redis.call('SET', KEYS[1] .. ':gone:' .. cur, '1', 'PX', life)
 end
 redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('PUBLISH', KEYS[1] .. ':wake', '')

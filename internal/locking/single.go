@@ -46,7 +46,8 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 
 // Reset deletes the lock named key and its queue, and tells waiters to try
 // again. It is an administrative "free a stuck lock": a holder of the key
-// loses it at its next renewal. It keeps the fencing counter: tokens only
+// loses it at its next renewal (the removed value gets a tombstone, so not
+// even a late call of the holder's puts it back). It keeps the fencing counter: tokens only
 // ever grow, across Resets too, so a store that remembers the highest token
 // it accepted still accepts the next holder.
 func (l *Locker) Reset(ctx context.Context, key string) error {
@@ -286,12 +287,21 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	sent := time.Now()
 	v, err := singleLeave.Run(ctx, s.client, lockKeys(a.key),
 		a.token, a.element, succ, sttl, swait, s.id, ms(s.cfg.ttl)).Slice()
-	if err != nil {
-		return slotGrant{}, s.nodeErr(err)
+	var held, fence int64
+	var el string
+	if err == nil {
+		held, fence, el, err = triple(v)
 	}
-	held, fence, el, err := triple(v)
 	if err != nil {
-		return slotGrant{}, s.nodeErr(err)
+		var g slotGrant
+		if next != nil {
+			// The script may have run, or may still land: it may have
+			// queued next, or may yet. next polls at once and finds its
+			// entry by its value rather than queue a second one (the
+			// script does not queue it again either, see singleLeave).
+			g = slotGrant{queued: true, element: unknownElement, notBefore: sent}
+		}
+		return g, s.nodeErr(err)
 	}
 	var g slotGrant
 	switch {
@@ -312,7 +322,7 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 }
 
 func (s *single) reset(ctx context.Context, key string) error {
-	if err := resetScript.Run(ctx, s.client, lockKeys(key)).Err(); err != nil {
+	if err := resetScript.Run(ctx, s.client, lockKeys(key), ms(s.cfg.ttl)).Err(); err != nil {
 		return s.nodeErr(err)
 	}
 	return nil

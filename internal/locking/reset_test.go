@@ -1,0 +1,84 @@
+package locking_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/locking"
+)
+
+// TestRedlockResetLosesTheHold: Reset is "free a stuck lock: a holder of
+// the key loses it at its next renewal" (Locker.Reset; Redlock.Reset says
+// it works like it, and doc.go says a chain of hand-overs notices a lost
+// lock after a Reset). On Redlock the next renewal finds the key missing
+// on every node and takes it back (redlockExtend re-takes a missing key,
+// meant for a node restarted empty): the holder keeps the lock, its
+// context is never cancelled, and Reset freed nothing.
+func TestRedlockResetLosesTheHold(t *testing.T) {
+	ctx := context.Background()
+	_, clients := cluster(t, 3)
+	renewed := make(chan error, 16)
+	r := newRedlock(t, clients, locking.WithTTL(900*time.Millisecond),
+		locking.WithRenewalObserver(func(_ string, err error) { renewed <- err }))
+	key := uniqueKey(t)
+	lease := acquire(t, r, ctx, key)
+	defer lease.Release(ctx)
+	if err := r.Reset(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-renewed:
+		if err == nil {
+			n := 0
+			for _, c := range clients {
+				if v, _ := c.Get(ctx, "lock:"+key).Result(); v == lease.Value() {
+					n++
+				}
+			}
+			t.Errorf("the renewal after Reset succeeded: the key is the holder's again on %d of %d nodes", n, len(clients))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal")
+	}
+	if lease.Context().Err() == nil {
+		t.Error("the holder's context is not cancelled after Reset and a renewal")
+	}
+}
+
+// TestResetRetiresTheValue: Locker. Locker's renewal never takes a missing
+// key back, but a poll of the holder's value that the client gave up on
+// may land after the Reset: it must not set the key again under that
+// value, or the holder's next renewal finds it its own and Reset freed
+// nothing. The key stays free, the holder loses the lock at its next
+// renewal, and another process takes the key at once.
+func TestResetRetiresTheValue(t *testing.T) {
+	ctx := context.Background()
+	c := shared.Client(t)
+	const ttl = 900 * time.Millisecond
+	l := newLocker(t, c, locking.WithTTL(ttl))
+	key := uniqueKey(t)
+	lease := acquire(t, l, ctx, key)
+	defer lease.Release(ctx)
+	if err := l.Reset(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := locking.DeliverLate(ctx, c, locking.LatePoll, key, lease.Value(), ttl); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Get(ctx, "lock:"+key).Result(); err == nil {
+		t.Errorf("a late poll after Reset set the key again to %q (the holder's: %v)", v, v == lease.Value())
+	}
+	lostWithin(t, lease.Context(), 5*time.Second)
+	other := newLocker(t, c, locking.WithTTL(ttl))
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	next, err := other.Acquire(wctx, key)
+	if err != nil {
+		t.Fatalf("the key is not free after Reset: %v", err)
+	}
+	if next.Token() <= lease.Token() {
+		t.Errorf("token after Reset %d, not above %d", next.Token(), lease.Token())
+	}
+	_ = next.Release(ctx)
+}
