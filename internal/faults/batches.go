@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -42,16 +43,24 @@ type openTx struct {
 // stopped process's sockets name. A stopped process sends nothing more, so
 // once its running statements are over (settled), its open transactions
 // can neither commit nor go on: killing it now kills it mid-batch. When it
-// has none, it goes on for a moment and is stopped again, up to tries
-// times. It returns with the instance stopped, the time it was stopped at
-// (on now's clock), the transactions it had open, and the tries it took.
-func catchMidBatch(ctx context.Context, in *Instance, dbURL string, now func() time.Duration, tries int) ([]openTx, time.Duration, int, error) {
+// has none, it goes on for a moment and is stopped again, for up to budget
+// (on MariaDB, where a batch spends most of its time in its COMMIT, this
+// can take dozens of tries). It returns with the instance stopped, the
+// time it was stopped at (on now's clock), the transactions it had open,
+// and the tries it took.
+func catchMidBatch(ctx context.Context, in *Instance, dbURL string, now func() time.Duration, budget time.Duration) ([]openTx, time.Duration, int, error) {
+	watch, err := newTxWatch(ctx, dbURL)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer watch.close()
 	var (
 		open      []openTx
 		stoppedAt time.Duration
 	)
+	until := now() + budget
 	for try := 1; ; try++ {
-		stoppedAt = now()
+		open, stoppedAt = nil, now()
 		if err := in.Pause(); err != nil {
 			return nil, 0, try, err
 		}
@@ -59,15 +68,23 @@ func catchMidBatch(ctx context.Context, in *Instance, dbURL string, now func() t
 		if err != nil {
 			return nil, 0, try, err
 		}
+		// Settled: no statement running, in two snapshots 10ms apart that
+		// agree (a COMMIT the process sent just before it stopped, not yet
+		// read by the server, would show in the second).
 		var qerr error
+		var prev []openTx
+		polls := 0
 		settled := waitUntil(ctx, 3*time.Second, func() bool {
-			open, qerr = openTransactions(ctx, dbURL, ports)
-			return qerr == nil && !slices.ContainsFunc(open, func(t openTx) bool { return t.Active })
+			prev, open = open, nil
+			open, qerr = watch.open(ctx, ports)
+			polls++
+			return qerr == nil && !slices.ContainsFunc(open, func(t openTx) bool { return t.Active }) &&
+				polls > 1 && slices.Equal(prev, open)
 		})
 		if qerr != nil {
 			return nil, 0, try, qerr
 		}
-		if settled && slices.ContainsFunc(open, func(t openTx) bool { return t.Wrote }) || try >= tries || ctx.Err() != nil {
+		if settled && slices.ContainsFunc(open, func(t openTx) bool { return t.Wrote }) || now() >= until || ctx.Err() != nil {
 			return open, stoppedAt, try, ctx.Err()
 		}
 		if err := in.Resume(); err != nil {
@@ -112,23 +129,56 @@ func socketPorts(pid int) (map[int]bool, error) {
 	return ports, nil
 }
 
-// openTransactions lists the transactions open in the run's database on
-// sessions whose client port is in ports. Each engine gets its own SQL.
-func openTransactions(ctx context.Context, dbURL string, ports map[int]bool) ([]openTx, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if engineOf(dbURL) == "postgres" {
-		return openTransactionsPostgres(ctx, dbURL, ports)
-	}
-	return openTransactionsMySQL(ctx, dbURL, ports)
+// txWatch lists the transactions open in the run's database on sessions
+// whose client port is in a set, over one connection of its own. Each
+// engine gets its own SQL.
+type txWatch struct {
+	pg *pgx.Conn
+	my *sql.DB
 }
 
-func openTransactionsPostgres(ctx context.Context, dbURL string, ports map[int]bool) ([]openTx, error) {
-	conn, err := pgx.Connect(ctx, dbURL)
+func newTxWatch(ctx context.Context, dbURL string) (*txWatch, error) {
+	if engineOf(dbURL) == "postgres" {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dbURL)
+		return &txWatch{pg: conn}, err
+	}
+	db, err := openMySQL(dbURL)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	db.SetMaxOpenConns(1)
+	return &txWatch{my: db}, nil
+}
+
+func (w *txWatch) close() {
+	if w.pg != nil {
+		_ = w.pg.Close(context.Background())
+	}
+	if w.my != nil {
+		_ = w.my.Close()
+	}
+}
+
+// open lists them, sorted, so that two snapshots compare.
+func (w *txWatch) open(ctx context.Context, ports map[int]bool) ([]openTx, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var open []openTx
+	var err error
+	if w.pg != nil {
+		open, err = openTransactionsPostgres(ctx, w.pg, ports)
+	} else {
+		open, err = openTransactionsMySQL(ctx, w.my, ports)
+	}
+	slices.SortFunc(open, func(a, b openTx) int {
+		return cmp.Or(strings.Compare(a.ID, b.ID), strings.Compare(a.Last, b.Last), cmp.Compare(a.RowsModified, b.RowsModified))
+	})
+	return open, err
+}
+
+func openTransactionsPostgres(ctx context.Context, conn *pgx.Conn, ports map[int]bool) ([]openTx, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT client_port, state, COALESCE(backend_xid::text, ''), left(regexp_replace(query, '\s+', ' ', 'g'), 60)
 		FROM pg_stat_activity
@@ -152,12 +202,7 @@ func openTransactionsPostgres(ctx context.Context, dbURL string, ports map[int]b
 	return open, rows.Err()
 }
 
-func openTransactionsMySQL(ctx context.Context, dbURL string, ports map[int]bool) ([]openTx, error) {
-	db, err := openMySQL(dbURL)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
+func openTransactionsMySQL(ctx context.Context, db *sql.DB, ports map[int]bool) ([]openTx, error) {
 	rows, err := db.QueryContext(ctx, `
 		SELECT p.HOST, p.COMMAND, t.trx_id, COALESCE(t.trx_rows_modified, 0)
 		FROM information_schema.PROCESSLIST p

@@ -87,7 +87,7 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 	var caught []openTx
 	t0 := r.load.now()
 	if batched {
-		open, stoppedAt, tries, err := catchMidBatch(ctx, victim, r.dbURL, r.load.now, 100)
+		open, stoppedAt, tries, err := catchMidBatch(ctx, victim, r.dbURL, r.load.now, d/3)
 		if err != nil {
 			return r.abort(err)
 		}
