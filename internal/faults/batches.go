@@ -84,7 +84,10 @@ func catchMidBatch(ctx context.Context, in *Instance, dbURL string, now func() t
 		if qerr != nil {
 			return nil, 0, try, qerr
 		}
-		if settled && slices.ContainsFunc(open, func(t openTx) bool { return t.Wrote }) || now() >= until || ctx.Err() != nil {
+		if !settled {
+			open = nil // what it saw may still commit: claim nothing
+		}
+		if slices.ContainsFunc(open, func(t openTx) bool { return t.Wrote }) || now() >= until || ctx.Err() != nil {
 			return open, stoppedAt, try, ctx.Err()
 		}
 		if err := in.Resume(); err != nil {
