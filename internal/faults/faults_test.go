@@ -14,7 +14,8 @@ import (
 	"github.com/flashsale/stock/internal/testredis"
 )
 
-// TestShortFaults runs the short forms of scenarios 1, 2 (on redis-lock;
+// TestShortFaults runs the short forms of scenarios 1 (conditional and
+// batched, on PostgreSQL), 2 (on redis-lock;
 // scenario 3 exercises redlock) and 3 (a few seconds of load each) against real processes: the service built from
 // cmd/stock, redis-servers, and the PostgreSQL of testdb. The safe
 // configurations must come out exact; FENCING=off may oversell (that is
@@ -39,6 +40,9 @@ func TestShortFaults(t *testing.T) {
 		run  func() faults.Result
 	}{
 		{"1-kill-restart", func() faults.Result { return env.KillRestart(ctx, "postgres", inventory.NameConditional) }},
+		// About 7 s: killed mid-batch, every transaction's rows checked as
+		// one batch (the MariaDB run is in make faults only).
+		{"1-kill-restart-batched", func() faults.Result { return env.KillRestart(ctx, "postgres", inventory.NameBatched) }},
 		{"2-paused-holder/redis-lock/fencing-on", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
 		{"2-paused-holder/redis-lock/fencing-off", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
 		{"3-redlock-node-loss", func() faults.Result { return env.RedlockNodeLoss(ctx) }},

@@ -68,10 +68,12 @@ type Result struct {
 	// Warnings the availability expectations that did not (degraded).
 	// Rates are the contended bursts of 3-redlock-down-rate, one per
 	// case (all up, servers refusing or hung).
-	Rates    []RateCase `json:"rates,omitempty"`
-	Failures []string   `json:"failures,omitempty"`
-	Warnings []string   `json:"warnings,omitempty"`
-	Notes    []string   `json:"notes,omitempty"`
+	Rates []RateCase `json:"rates,omitempty"`
+	// Batches are the batches of a batched run (checkBatches).
+	Batches  *BatchFigures `json:"batches,omitempty"`
+	Failures []string      `json:"failures,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Notes    []string      `json:"notes,omitempty"`
 	// Error says why the run could not be carried out (error, skipped).
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`

@@ -14,6 +14,11 @@ type orderRow struct {
 	SKU      string
 	Quantity int64
 	UserID   string
+	// Tx names the transaction that inserted the row, as far as the
+	// engine shows it: on PostgreSQL its transaction id (xmin), on MySQL
+	// its SKU and the timestamp of the INSERT statement (created_at,
+	// microseconds: every row of one multi-row INSERT shares it).
+	Tx string
 }
 
 // keyRow is one row of the idempotency_keys table.
@@ -40,13 +45,13 @@ func readRowsPostgres(ctx context.Context, databaseURL string) ([]orderRow, []ke
 		return nil, nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, `SELECT id::text, sku, quantity, user_id FROM orders`)
+	rows, err := conn.Query(ctx, `SELECT id::text, sku, quantity, user_id, xmin::text FROM orders`)
 	if err != nil {
 		return nil, nil, err
 	}
 	orders, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (orderRow, error) {
 		var o orderRow
-		err := r.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID)
+		err := r.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID, &o.Tx)
 		return o, err
 	})
 	if err != nil {
@@ -70,14 +75,14 @@ func readRowsMySQL(ctx context.Context, databaseURL string) ([]orderRow, []keyRo
 		return nil, nil, err
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT id, sku, quantity, user_id FROM orders`)
+	rows, err := db.QueryContext(ctx, `SELECT id, sku, quantity, user_id, CONCAT(sku, '@', CAST(created_at AS CHAR)) FROM orders`)
 	if err != nil {
 		return nil, nil, err
 	}
 	var orders []orderRow
 	for rows.Next() {
 		var o orderRow
-		if err := rows.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID); err != nil {
+		if err := rows.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID, &o.Tx); err != nil {
 			_ = rows.Close()
 			return nil, nil, err
 		}

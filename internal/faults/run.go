@@ -59,7 +59,10 @@ type run struct {
 	afterLoad func(orders []*order)
 	// inFlightBound, when set, bounds the rows whose answer was lost.
 	inFlightBound *int
-	cleanups      []func()
+	// afterRows checks what only the scenario knows of the order rows,
+	// after the checks every run gets.
+	afterRows func(orders []*order, rows []orderRow)
+	cleanups  []func()
 }
 
 func (e *Env) newRun(scenario int, name, title string, cfg Config) *run {
@@ -302,6 +305,9 @@ func (r *run) check(ctx context.Context, marks []phaseMark) error {
 		return fmt.Errorf("read orders: %w", err)
 	}
 	r.checkRows(orders, rows, keys, auditOrdered)
+	if r.afterRows != nil {
+		r.afterRows(orders, rows)
+	}
 
 	// The history of every SKU.
 	r.checkHistory(orders, rows, end)

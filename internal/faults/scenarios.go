@@ -48,12 +48,29 @@ func sqlSpec(rate float64, d time.Duration) loadSpec {
 // then a restart. Every 201 a client saw must be an order row, the rows
 // whose answer was lost at most the requests in flight at the kill, the
 // stock conserved and each SKU's history linearizable.
+//
+// With the batched strategy the instance is killed mid-batch: the load is
+// heavier (many buyers at once on two SKUs, so that batches form), and the
+// instance is stopped (SIGSTOP) until the database shows one of its batch
+// transactions open with its writes done, then killed; the order rows are
+// then checked batch by batch (checkBatches).
 func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 	d, rate := e.scale(16*time.Second, 6*time.Second), 500.0
 	if e.Short {
 		rate = 200
 	}
-	r := e.newRun(1, fmt.Sprintf("1-kill-restart/%s/%s", engine, strategy), "kill -9 of one instance mid-load, then a restart",
+	batched := strategy == inventory.NameBatched
+	spec := sqlSpec(rate, d)
+	if batched {
+		rate = e.scaleRate(1200, 600)
+		spec = sqlSpec(rate, d)
+		spec.workers = 192
+	}
+	title := "kill -9 of one instance mid-load, then a restart"
+	if batched {
+		title = "kill -9 of one instance mid-batch (stopped with a batch transaction open), then a restart"
+	}
+	r := e.newRun(1, fmt.Sprintf("1-kill-restart/%s/%s", engine, strategy), title,
 		Config{Engine: engine, Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
 	if err := r.setUp(ctx, 0); err != nil {
 		return r.abort(err)
@@ -63,11 +80,22 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
 		return r.abort(err)
 	}
-	r.startLoad(ctx, skus, sqlSpec(rate, d))
+	r.startLoad(ctx, skus, spec)
 	victim := r.cluster.Instances[0]
 
 	pause(ctx, d*3/10)
-	t0 := r.event("kill -9 instance 0 (pid %d)", victim.p.pid())
+	var caught []openTx
+	t0 := r.load.now()
+	if batched {
+		open, stoppedAt, tries, err := catchMidBatch(ctx, victim, r.dbURL, r.load.now, d/3)
+		if err != nil {
+			return r.abort(err)
+		}
+		caught, t0 = open, stoppedAt
+		r.event("SIGSTOP instance 0 (try %d): %d of its transactions open in the database, %d with writes done",
+			tries, len(open), countFunc(open, func(t openTx) bool { return t.Wrote }))
+	}
+	r.event("kill -9 instance 0 (pid %d)", victim.p.pid())
 	if err := victim.Kill(); err != nil {
 		return r.abort(err)
 	}
@@ -86,7 +114,30 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 			r.warn("the restarted instance never answered 201")
 		}
 	}
+	if batched {
+		r.afterRows = func(orders []*order, rows []orderRow) {
+			r.checkBatches(orders, rows, victim.Index, t0, t1, caught)
+		}
+	}
 	return r.finish(ctx, phaseMark{"before the kill", 0}, phaseMark{"instance 0 down", t0}, phaseMark{"after the restart", t2})
+}
+
+// scaleRate picks the full or the short rate.
+func (e *Env) scaleRate(full, short float64) float64 {
+	if e.Short {
+		return short
+	}
+	return full
+}
+
+func countFunc[T any](s []T, f func(T) bool) int {
+	n := 0
+	for _, v := range s {
+		if f(v) {
+			n++
+		}
+	}
+	return n
 }
 
 // PausedHolder is scenario 2: a lock holder paused past its lock's TTL.

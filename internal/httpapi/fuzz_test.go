@@ -15,38 +15,55 @@ import (
 	"github.com/flashsale/stock/internal/testdb"
 )
 
-// fuzzTarget is the service on a real database of one engine: fuzzed bytes
-// that pass the checks reach its SQL.
+// fuzzTarget is the service on a real database of one engine, with one
+// strategy: fuzzed bytes that pass the checks reach its SQL.
 type fuzzTarget struct {
+	name    string // engine/strategy
 	engine  string
 	db      store.Store
 	svc     *inventory.Service
 	handler http.Handler
 }
 
-// fuzzTargets starts the service on both engines, with s-1 on sale. A
+// fuzzTargets starts the service on both engines with each of strategies
+// (the services of one engine share its database), with s-1 on sale. A
 // missing server skips the fuzz target, and fails it under CI=true
 // (testdb).
-func fuzzTargets(f *testing.F, stock int64, opts ...httpapi.Option) []fuzzTarget {
+func fuzzTargets(f *testing.F, stock int64, strategies []string, opts ...httpapi.Option) []fuzzTarget {
 	f.Helper()
 	var targets []fuzzTarget
 	for _, engine := range store.Engines {
 		db := testdb.New(f, engine, 4)
-		svc := inventory.NewService(db, inventory.NewConditional())
-		if err := svc.StartSale(context.Background(), "s-1", stock); err != nil {
-			f.Fatalf("%s: %v", engine, err)
+		for i, name := range strategies {
+			var strategy inventory.Strategy
+			switch name {
+			case inventory.NameConditional:
+				strategy = inventory.NewConditional()
+			case inventory.NameBatched:
+				// Its own path from the handler to SQL: the service hands
+				// it the whole order, and it runs the batch's transaction.
+				strategy = inventory.NewBatched(db)
+			default:
+				f.Fatalf("no fuzz target for strategy %q", name)
+			}
+			svc := inventory.NewService(db, strategy)
+			if i == 0 {
+				if err := svc.StartSale(context.Background(), "s-1", stock); err != nil {
+					f.Fatalf("%s: %v", engine, err)
+				}
+			}
+			targets = append(targets, fuzzTarget{name: engine + "/" + name, engine: engine, db: db, svc: svc, handler: httpapi.New(svc, opts...)})
 		}
-		targets = append(targets, fuzzTarget{engine: engine, db: db, svc: svc, handler: httpapi.New(svc, opts...)})
 	}
 	return targets
 }
 
 // checkAnswer fails on what no input may cause: a 5xx, a redirect, or an
 // error that is not in the API's JSON shape.
-func checkAnswer(t *testing.T, engine string, rec *httptest.ResponseRecorder, input ...any) {
+func checkAnswer(t *testing.T, target string, rec *httptest.ResponseRecorder, input ...any) {
 	t.Helper()
 	if rec.Code >= 500 || rec.Code/100 == 3 {
-		t.Fatalf("%s, input %q: status %d %s", engine, input, rec.Code, rec.Body)
+		t.Fatalf("%s, input %q: status %d %s", target, input, rec.Code, rec.Body)
 	}
 	if rec.Code >= 400 {
 		var body struct {
@@ -55,14 +72,18 @@ func checkAnswer(t *testing.T, engine string, rec *httptest.ResponseRecorder, in
 			}
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error.Code == "" || body.Error.Message == "" {
-			t.Fatalf("%s, input %q: status %d with a body not in the error shape: %s", engine, input, rec.Code, rec.Body)
+			t.Fatalf("%s, input %q: status %d with a body not in the error shape: %s", target, input, rec.Code, rec.Body)
 		}
 	}
 }
 
-// FuzzPlaceOrder: on both engines, no body and no content type yields a
-// 5xx, a request that is not accepted deducts nothing, and an accepted one
-// is stored exactly as it was asked (its user_id read back byte for byte).
+// FuzzPlaceOrder: on both engines and with both the conditional and the
+// batched strategy (each input goes through all four), no body and no
+// content type yields a 5xx, a request that is not accepted deducts
+// nothing, and an accepted one is stored exactly as it was asked (its
+// user_id read back byte for byte). On one engine the strategies answer an
+// input alike: the same status (the stock, a billion units, does not run
+// out here, so a sold-out cannot follow another strategy's 201).
 func FuzzPlaceOrder(f *testing.F) {
 	for _, seed := range []string{
 		`{"sku":"s-1","quantity":1,"user_id":"u"}`,
@@ -83,9 +104,11 @@ func FuzzPlaceOrder(f *testing.F) {
 	}
 	f.Add(`{"sku":"s-1","quantity":1,"user_id":"u"}`, "text/plain")
 
-	targets := fuzzTargets(f, inventory.MaxInitialStock)
+	targets := fuzzTargets(f, inventory.MaxInitialStock, []string{inventory.NameConditional, inventory.NameBatched})
 	f.Fuzz(func(t *testing.T, body, contentType string) {
 		ctx := context.Background()
+		first := map[string]fuzzTarget{} // by engine: its first target
+		status := map[string]int{}       // and that target's status
 		for _, tg := range targets {
 			before, err := tg.svc.Audit(ctx, "s-1")
 			if err != nil {
@@ -95,17 +118,22 @@ func FuzzPlaceOrder(f *testing.F) {
 			req.Header.Set("Content-Type", contentType)
 			rec := httptest.NewRecorder()
 			tg.handler.ServeHTTP(rec, req)
-			checkAnswer(t, tg.engine, rec, body, contentType)
+			checkAnswer(t, tg.name, rec, body, contentType)
+			if prior, ok := first[tg.engine]; !ok {
+				first[tg.engine], status[tg.engine] = tg, rec.Code
+			} else if rec.Code != status[tg.engine] {
+				t.Fatalf("%s, input %q: status %d, but %s answered %d", tg.name, body, rec.Code, prior.name, status[tg.engine])
+			}
 			after, err := tg.svc.Audit(ctx, "s-1")
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !after.Consistent() {
-				t.Fatalf("%s: stock not conserved: %+v", tg.engine, after)
+				t.Fatalf("%s: stock not conserved: %+v", tg.name, after)
 			}
 			if rec.Code != http.StatusCreated {
 				if after != before {
-					t.Fatalf("%s: answer %d changed the stock: %+v -> %+v", tg.engine, rec.Code, before, after)
+					t.Fatalf("%s: answer %d changed the stock: %+v -> %+v", tg.name, rec.Code, before, after)
 				}
 				continue
 			}
@@ -115,23 +143,23 @@ func FuzzPlaceOrder(f *testing.F) {
 				UserID  string `json:"user_id"`
 			}
 			if err := json.Unmarshal(rec.Body.Bytes(), &answer); err != nil {
-				t.Fatalf("%s: 201 body %s: %v", tg.engine, rec.Body, err)
+				t.Fatalf("%s: 201 body %s: %v", tg.name, rec.Body, err)
 			}
 			// What was accepted names its fields exactly as the contract
 			// does: not "SKU", not "User_Id".
 			var sent map[string]any
 			if err := json.Unmarshal([]byte(body), &sent); err != nil {
-				t.Fatalf("%s: 201 for a body that is not a JSON object: %q", tg.engine, body)
+				t.Fatalf("%s: 201 for a body that is not a JSON object: %q", tg.name, body)
 			}
 			if _, ok := sent["sku"]; !ok || len(sent) != 3 || sent["user_id"] != answer.UserID || sent["sku"] != answer.SKU {
-				t.Fatalf("%s: 201 for %q, which does not name sku, quantity and user_id exactly", tg.engine, body)
+				t.Fatalf("%s: 201 for %q, which does not name sku, quantity and user_id exactly", tg.name, body)
 			}
 			stored, found, err := tg.db.FindOrder(ctx, answer.OrderID)
 			if err != nil || !found {
-				t.Fatalf("%s: the order of a 201 is not in the database: found %v, %v", tg.engine, found, err)
+				t.Fatalf("%s: the order of a 201 is not in the database: found %v, %v", tg.name, found, err)
 			}
 			if stored.UserID != answer.UserID || stored.SKU != answer.SKU {
-				t.Fatalf("%s: stored %q/%q, answered %q/%q", tg.engine, stored.SKU, stored.UserID, answer.SKU, answer.UserID)
+				t.Fatalf("%s: stored %q/%q, answered %q/%q", tg.name, stored.SKU, stored.UserID, answer.SKU, answer.UserID)
 			}
 		}
 	})
@@ -159,7 +187,7 @@ func FuzzStartSale(f *testing.F) {
 		f.Add(seed.sku, seed.body)
 	}
 	const stock = 3
-	targets := fuzzTargets(f, stock, httpapi.WithAdminToken(adminToken))
+	targets := fuzzTargets(f, stock, []string{inventory.NameConditional}, httpapi.WithAdminToken(adminToken))
 	f.Fuzz(func(t *testing.T, sku, body string) {
 		ctx := context.Background()
 		for _, tg := range targets {
@@ -175,13 +203,13 @@ func FuzzStartSale(f *testing.F) {
 			req.Header.Set("Authorization", "Bearer "+adminToken)
 			rec := httptest.NewRecorder()
 			tg.handler.ServeHTTP(rec, req)
-			checkAnswer(t, tg.engine, rec, sku, body)
+			checkAnswer(t, tg.name, rec, sku, body)
 			after, err := tg.svc.Audit(ctx, "s-1")
 			if err != nil {
 				t.Fatal(err)
 			}
 			if rec.Code != http.StatusOK && after != before {
-				t.Fatalf("%s: answer %d changed s-1: %+v -> %+v", tg.engine, rec.Code, before, after)
+				t.Fatalf("%s: answer %d changed s-1: %+v -> %+v", tg.name, rec.Code, before, after)
 			}
 			if rec.Code == http.StatusOK && after != before {
 				// A fuzzed request that started the sale of s-1 anew: put it

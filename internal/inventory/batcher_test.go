@@ -528,3 +528,75 @@ func TestBatcherWaitingLeaderGivesUp(t *testing.T) {
 	wantOwnOrder(t, o1)
 	wantOwnOrder(t, o2)
 }
+
+// whoKey names the order a context belongs to, so that a test can tell
+// whose context a batch runs under (its leader's values).
+type whoKey struct{}
+
+func ctxOf(name string) context.Context {
+	return context.WithValue(context.Background(), whoKey{}, name)
+}
+
+// cancelOnWake is a QueueObserver that cancels one order's context the
+// first time another goroutine wakes it: when it is told to lead, under the
+// batcher's lock, before the order can take the lead.
+type cancelOnWake struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (cancelOnWake) Joining(context.Context) {}
+func (cancelOnWake) Waiting(context.Context) {}
+func (c cancelOnWake) Woken(ctx context.Context) {
+	if ctx == c.ctx {
+		c.cancel()
+	}
+}
+
+// TestBatcherExpiredNextLeaderHandsOn: an order told to lead whose deadline
+// has passed answers busy, runs nothing, and hands the lead on to the next
+// queued order, which takes the batch without it. The order's context ends
+// as it is told to lead (the observer cancels it then), so whichever its
+// goroutine sees first, the lead or its own end, it cannot leave the queue
+// as a merely queued order does: it is the next leader.
+func TestBatcherExpiredNextLeaderHandsOn(t *testing.T) {
+	g := newGatedRunner()
+	h := newHarness(t, 256, g.run)
+	doomedCtx, cancel := context.WithCancel(ctxOf("doomed"))
+	defer cancel()
+	h.b.observe = cancelOnWake{ctx: doomedCtx, cancel: cancel}
+
+	first := h.submit(ctxOf("o0"), "o0", 1)
+	wantBatch(t, g, "o0")
+	doomed := h.submit(doomedCtx, "doomed", 1)
+	o2 := h.submit(ctxOf("o2"), "o2", 1)
+	o3 := h.submit(ctxOf("o3"), "o3", 1)
+	// o0's batch ends: its leader tells doomed to lead, ending its context.
+	g.release <- struct{}{}
+	wantOwnOrder(t, first)
+	wantBatch(t, g, "o2", "o3")
+
+	// The batch runs under its new leader's context, o2's, not doomed's.
+	g.mu.Lock()
+	leader := g.ctxs[1].Value(whoKey{})
+	g.mu.Unlock()
+	if leader != "o2" {
+		t.Errorf("the batch after doomed's hand-off runs under %v's context, want o2's", leader)
+		g.release <- struct{}{} // doomed's goroutine runs it: let it answer
+	}
+	// doomed has its answer while that batch is still held: it waits for no
+	// batch past its deadline.
+	if r := <-doomed.answer; !errors.Is(r.err, ErrBusy) || !errors.Is(r.err, context.Canceled) {
+		t.Errorf("an order told to lead after its deadline answered %+v, %v; want busy", r.order, r.err)
+	}
+	if leader == "o2" {
+		g.release <- struct{}{}
+	}
+	wantOwnOrder(t, o2)
+	wantOwnOrder(t, o3)
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if len(h.b.queues) != 0 {
+		t.Errorf("the SKU's queue is still there: %+v", h.b.queues["s"])
+	}
+}
