@@ -114,9 +114,9 @@ func (d *demo) measureLoadGen(ctx context.Context) {
 
 // burstStock is the units of a strategy's burst: BURST_STOCK, and for
 // batched, whose rate is not bounded by one commit per order, at least
-// BURST_MIN_SECONDS at the faster load generator's /healthz ceiling (no
-// burst through HTTP can be faster), so that its burst measures selling
-// rather than start-up.
+// BURST_MIN_SECONDS at k6's /healthz ceiling (k6 sends the burst, and no
+// burst through k6 can be faster), so that its burst measures selling
+// rather than start-up. Without k6's ceiling, the Go client's stands in.
 func (d *demo) burstStock(strategy string) int64 {
 	stock := int64(d.p.BurstStock)
 	if strategy != "batched" {
@@ -125,9 +125,8 @@ func (d *demo) burstStock(strategy string) int64 {
 	ceiling := 0.0
 	if lg := d.rep.LoadGen; lg != nil && lg.Error == "" {
 		ceiling = lg.RequestsPerSec
-	}
-	if g := d.rep.GoLoadGen; g != nil {
-		ceiling = math.Max(ceiling, g.RequestsPerSec)
+	} else if g := d.rep.GoLoadGen; g != nil {
+		ceiling = g.RequestsPerSec
 	}
 	return max(stock, int64(math.Ceil(ceiling*d.p.BurstMinSeconds.Seconds())))
 }

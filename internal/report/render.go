@@ -189,7 +189,7 @@ func buildPage(r *Report) page {
 			}
 			p.BurstLoad += fmt.Sprintf("; the same %s buyers per unit for every strategy", strconv.FormatFloat(r.BuyersPerUnit, 'f', -1, 64))
 			if len(sized) > 0 {
-				p.BurstLoad += " (" + strings.Join(sized, "; ") + ": sized so that its burst lasts at least BURST_MIN_SECONDS at the load generator's ceiling)"
+				p.BurstLoad += " (" + strings.Join(sized, "; ") + ": sized so that its burst lasts at least BURST_MIN_SECONDS at k6's /healthz ceiling)"
 			}
 		}
 	}
