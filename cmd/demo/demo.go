@@ -417,7 +417,9 @@ func (d *demo) runScenario(ctx context.Context, f *fleet, r *report.Run) {
 		r.Audit = audit
 	}
 	r.Metrics = scrapeMetrics(ctx, f, runDir, r.Dir)
-	if r.Strategy == "batched" {
+	// The histograms count from the instances' start: right after the
+	// burst, the first run of fresh instances, they are the burst's.
+	if r.Strategy == "batched" && r.Scenario == report.Burst {
 		b, err := batchesOf(runDir, r.Metrics, r.Dir)
 		if err != nil {
 			errs = append(errs, err)
