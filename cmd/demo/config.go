@@ -79,8 +79,10 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	boolean := func(name string) bool { return env.Bool(name, false) }
 
 	p := plan{Quick: boolean("DEMO_QUICK")}
-	// The sizes: the default demo takes about 10 minutes with six
-	// strategies on two backends, the quick one under 3.
+	// The sizes: the default demo takes about 14 minutes with seven
+	// strategies on two backends (batched's burst, sized by
+	// BURST_MIN_SECONDS, about a minute of each round), the quick one
+	// under 3.
 	defStock, defBuyers, defVUs, defMax := 1000, 4000, 200, 60*time.Second
 	defSteady, defSteadyVUs, defCeiling, defLoadGen := 8*time.Second, 200, 3*time.Second, 5*time.Second
 	defRounds := 3
