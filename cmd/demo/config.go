@@ -41,6 +41,14 @@ type plan struct {
 
 	BurstStock, BurstBuyers, BurstVUs int
 	BurstMaxDuration                  time.Duration
+	// BurstMinSeconds sizes the burst of a strategy whose rate is not
+	// bounded by one transaction per order (batched): its stock is at
+	// least this long at the load generators' ceiling, so that its burst
+	// measures selling, not start-up. Every strategy keeps the buyers per
+	// unit of BURST_BUYERS/BURST_STOCK.
+	BurstMinSeconds time.Duration
+	// GoBurstStrategies get the same burst from the Go client too.
+	GoBurstStrategies []string
 	// Rounds is how often each strategy's burst and steady run, and the
 	// ceilings, are measured; the strategies take turns round by round
 	// and the report shows the medians.
@@ -71,8 +79,10 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	boolean := func(name string) bool { return env.Bool(name, false) }
 
 	p := plan{Quick: boolean("DEMO_QUICK")}
-	// The sizes: the default demo takes about 10 minutes with six
-	// strategies on two backends, the quick one under 3.
+	// The sizes: the default demo takes about 14 minutes with seven
+	// strategies on two backends (batched's burst, sized by
+	// BURST_MIN_SECONDS, about a minute of each round), the quick one
+	// under 3.
 	defStock, defBuyers, defVUs, defMax := 1000, 4000, 200, 60*time.Second
 	defSteady, defSteadyVUs, defCeiling, defLoadGen := 8*time.Second, 200, 3*time.Second, 5*time.Second
 	defRounds := 3
@@ -94,6 +104,8 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	p.BurstBuyers = integer("BURST_BUYERS", defBuyers, 1, 1_000_000)
 	p.BurstVUs = integer("BURST_VUS", defVUs, 1, 2000)
 	p.BurstMaxDuration = duration("BURST_MAX_DURATION", defMax)
+	p.BurstMinSeconds = duration("BURST_MIN_SECONDS", 3*time.Second)
+	p.GoBurstStrategies = splitList(str("GO_BURST_STRATEGIES", "batched,conditional"))
 	p.Rounds = integer("BURST_ROUNDS", defRounds, 1, 9)
 	p.SteadyDuration = duration("STEADY_DURATION", defSteady)
 	p.SteadyMaxVUs = integer("STEADY_MAX_VUS", defSteadyVUs, 1, 2000)
@@ -149,6 +161,11 @@ func needsRedis(strategy string) bool {
 	return strings.Contains(strategy, "redis") || strings.Contains(strategy, "redlock")
 }
 
+// buyersPerUnit is the one ratio of buyers to units of every burst.
+func (p plan) buyersPerUnit() float64 {
+	return float64(p.BurstBuyers) / float64(p.BurstStock)
+}
+
 // mode names the plan's sizes for the report.
 func (p plan) mode() string {
 	if p.Quick {
@@ -166,6 +183,9 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 		{Name: "ORDER_TIMEOUT", Value: orDefault(p.OrderTimeout, "3s (service default)"), Note: "past it an order is answered 503 busy"},
 		{Name: "rounds", Value: strconv.Itoa(p.Rounds), Note: "ceilings, then every strategy's burst and steady run; the strategies take turns round by round, the report shows medians"},
 		{Name: "burst", Value: fmt.Sprintf("STOCK=%d BUYERS=%d VUS=%d MAX_DURATION=%s", p.BurstStock, p.BurstBuyers, p.BurstVUs, p.BurstMaxDuration), Note: "shared-iterations: one order of 1 unit per buyer"},
+		{Name: "buyers per unit", Value: strconv.FormatFloat(p.buyersPerUnit(), 'f', -1, 64), Note: "BURST_BUYERS/BURST_STOCK, the same for every strategy"},
+		{Name: "BURST_MIN_SECONDS", Value: p.BurstMinSeconds.String(), Note: "batched's stock is at least this long at k6's /healthz ceiling (its rate is not bounded by one commit per order), with the same buyers per unit; the others keep BURST_STOCK"},
+		{Name: "GO_BURST_STRATEGIES", Value: strings.Join(p.GoBurstStrategies, ","), Note: "get the same burst from the Go client (cmd/demo, HTTP/1.1 keep-alive, as many workers as k6's VUs), on a SKU of their own"},
 		{Name: "steady", Value: fmt.Sprintf("DURATION=%s MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs), Note: "constant-arrival-rate, all VUs pre-allocated"},
 	}
 	for _, b := range p.Backends {
@@ -179,7 +199,7 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 	}
 	s = append(s,
 		report.Setting{Name: "hot-row ceiling", Value: fmt.Sprintf("%s per measurement, %d connections (and 1), before each of the %d rounds", p.CeilingDuration, p.Instances*p.DBMaxConns, p.Rounds), Note: "internal/hotrow through the service's store adapters; the report shows the median"},
-		report.Setting{Name: "load generator ceiling", Value: fmt.Sprintf("%d VUs for %s", p.LoadGenVUs, p.LoadGenDuration), Note: "k6 against GET /healthz on the same instances"},
+		report.Setting{Name: "load generator ceiling", Value: fmt.Sprintf("%d VUs for %s", p.LoadGenVUs, p.LoadGenDuration), Note: "k6 against GET /healthz on the same instances; then the Go client with as many workers"},
 	)
 	for _, b := range p.Backends {
 		s = append(s, report.Setting{Name: "DATABASE_URL (" + b.Name + ")", Value: b.URL})

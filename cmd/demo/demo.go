@@ -106,6 +106,38 @@ func (d *demo) measureLoadGen(ctx context.Context) {
 		lg.P99 = time.Duration(v * float64(time.Millisecond))
 	}
 	d.progress.note("load generator: %.0f requests/s", lg.RequestsPerSec)
+	// The second load generator on the same instances, right after.
+	g := goHealthz(ctx, f.urls(), d.p.LoadGenVUs, d.p.LoadGenDuration)
+	d.rep.GoLoadGen = &g
+	d.progress.note("Go load generator: %.0f requests/s (p99 %s)", g.RequestsPerSec, g.P99.Round(10*time.Microsecond))
+}
+
+// burstStock is the units of a strategy's burst: BURST_STOCK, and for
+// batched, whose rate is not bounded by one commit per order, at least
+// BURST_MIN_SECONDS at k6's /healthz ceiling (k6 sends the burst, and no
+// burst through k6 can be faster), so that its burst measures selling
+// rather than start-up. Without k6's ceiling, the Go client's stands in.
+func (d *demo) burstStock(strategy string) int64 {
+	stock := int64(d.p.BurstStock)
+	if strategy != "batched" {
+		return stock
+	}
+	ceiling := 0.0
+	if lg := d.rep.LoadGen; lg != nil && lg.Error == "" {
+		ceiling = lg.RequestsPerSec
+	} else if g := d.rep.GoLoadGen; g != nil {
+		ceiling = g.RequestsPerSec
+	}
+	return max(stock, int64(math.Ceil(ceiling*d.p.BurstMinSeconds.Seconds())))
+}
+
+// burstMaxDuration bounds a burst of r's size: BURST_MAX_DURATION, and at
+// least a minute for a burst sized up by burstStock.
+func (d *demo) burstMaxDuration(stock int64) time.Duration {
+	if stock > int64(d.p.BurstStock) {
+		return max(d.p.BurstMaxDuration, time.Minute)
+	}
+	return d.p.BurstMaxDuration
 }
 
 // measureCeilings runs the hot-row statements on one backend; it runs
@@ -257,6 +289,50 @@ func (d *demo) runStrategy(ctx context.Context, b backend, strategy string, roun
 		}
 		d.runScenario(ctx, f, r)
 	}
+	if slices.Contains(d.p.GoBurstStrategies, strategy) && ctx.Err() == nil {
+		d.runGoBurst(ctx, f, runs[0])
+	}
+}
+
+// runGoBurst sends the k6 burst's load (units, buyers, workers) from the Go
+// client to the same instances, on a SKU of its own, and audits it.
+func (d *demo) runGoBurst(ctx context.Context, f *fleet, k6 *report.Run) {
+	g := report.GoBurst{
+		Backend: k6.Backend, Strategy: k6.Strategy, Round: k6.Round,
+		SKU:   k6.SKU[:min(len(k6.SKU), 61)] + "-go",
+		Stock: k6.Stock, Buyers: k6.Buyers, Workers: k6.VUs,
+	}
+	d.skus[k6.Backend] = append(d.skus[k6.Backend], g.SKU)
+	goBurst(ctx, f.urls(), d.p.AdminToken, &g, d.burstMaxDuration(g.Stock))
+	audit, err := fetchAudit(ctx, f, d.p.AdminToken, g.SKU)
+	if err != nil {
+		g.Error = strings.TrimPrefix(g.Error+"; "+err.Error(), "; ")
+	}
+	g.Audit = audit
+	d.rep.GoBursts = append(d.rep.GoBursts, g)
+	d.progress.note("Go client burst: %d orders in %s, %.0f orders/s, p99 %s, %d sold out, %d other%s",
+		g.Orders, g.SellWindow.Round(time.Millisecond), g.OrdersPerSec, g.P99.Round(time.Millisecond), g.SoldOut, g.Other, problemsSuffix(g.Problems()))
+}
+
+func problemsSuffix(ps []string) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	return " — " + strings.Join(ps, "; ")
+}
+
+// batchesOf sums the batch histograms of the scraped metrics files.
+func batchesOf(runDir string, files []string, rel string) (*report.Batches, error) {
+	var readers []io.Reader
+	for _, name := range files {
+		f, err := os.Open(filepath.Join(runDir, strings.TrimPrefix(name, rel+"/")))
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		readers = append(readers, f)
+	}
+	return report.ParseBatchMetrics(readers...)
 }
 
 func (d *demo) newRun(b backend, strategy, scenario string, round int) *report.Run {
@@ -268,7 +344,8 @@ func (d *demo) newRun(b backend, strategy, scenario string, round int) *report.R
 	}
 	switch scenario {
 	case report.Burst:
-		r.Stock, r.Buyers, r.VUs = int64(d.p.BurstStock), d.p.BurstBuyers, d.p.BurstVUs
+		r.Stock, r.VUs = d.burstStock(strategy), d.p.BurstVUs
+		r.Buyers = int(math.Round(float64(r.Stock) * d.p.buyersPerUnit()))
 	case report.Steady:
 		r.Rate, r.Duration, r.VUs = d.steadyRates[b.Name], d.p.SteadyDuration, d.p.SteadyMaxVUs
 		// Enough that the sale never sells out: steady measures the
@@ -303,7 +380,7 @@ func (d *demo) runScenario(ctx context.Context, f *fleet, r *report.Run) {
 		vars = append(vars,
 			[2]string{"BUYERS", strconv.Itoa(r.Buyers)},
 			[2]string{"VUS", strconv.Itoa(r.VUs)},
-			[2]string{"MAX_DURATION", d.p.BurstMaxDuration.String()})
+			[2]string{"MAX_DURATION", d.burstMaxDuration(r.Stock).String()})
 	case report.Steady:
 		vars = append(vars,
 			[2]string{"RATE", strconv.Itoa(r.Rate)},
@@ -340,6 +417,19 @@ func (d *demo) runScenario(ctx context.Context, f *fleet, r *report.Run) {
 		r.Audit = audit
 	}
 	r.Metrics = scrapeMetrics(ctx, f, runDir, r.Dir)
+	// The histograms count from the instances' start: right after the
+	// burst, the first run of fresh instances, they are the burst's.
+	if r.Strategy == "batched" && r.Scenario == report.Burst {
+		b, err := batchesOf(runDir, r.Metrics, r.Dir)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		r.Batches = b
+		if b != nil {
+			d.progress.note("batches: %d, %.1f orders per batch on average (p99 ≤ %.0f), transaction %s on average",
+				b.Count, b.Mean, b.P99Bound, b.TxMean.Round(10*time.Microsecond))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		r.Error = err.Error()
 	}

@@ -83,6 +83,10 @@ type page struct {
 	Findings  []finding
 	Ceilings  []ceilingRow
 	LoadGen   *LoadGen
+	GoLoadGen *GoLoadGen
+	// BatchRows line up every burst with both load generators and its
+	// batch sizes.
+	BatchRows []batchRow
 	Backends  []backendView
 	Burst     []tableRow
 	Steady    []tableRow
@@ -154,7 +158,7 @@ func (r *Report) BackendLabel(backend string) string {
 }
 
 func buildPage(r *Report) page {
-	p := page{R: r, LoadGen: r.LoadGen}
+	p := page{R: r, LoadGen: r.LoadGen, GoLoadGen: r.GoLoadGen}
 	p.Scope = fmt.Sprintf("%s × %s", plural(int64(len(r.Strategies)), "strategy", "strategies"), plural(int64(len(r.Backends)), "backend", "backends"))
 	p.Failures = r.Failures()
 	// Only the load before the run says something about other work: during
@@ -176,7 +180,20 @@ func buildPage(r *Report) page {
 		run := burst[0].Run
 		p.BurstLoad = fmt.Sprintf("%s buyers for %s units (1 each), %s virtual users clicking at once, spread over %d instances",
 			fmtInt(int64(run.Buyers)), fmtInt(run.Stock), fmtInt(int64(run.VUs)), run.Instances)
+		if r.BuyersPerUnit > 0 {
+			var sized []string
+			for _, row := range burst {
+				if row.Run.Stock != run.Stock {
+					sized = append(sized, fmt.Sprintf("%s on %s: %s buyers for %s units", row.Run.Strategy, r.BackendLabel(row.Run.Backend), fmtInt(int64(row.Run.Buyers)), fmtInt(row.Run.Stock)))
+				}
+			}
+			p.BurstLoad += fmt.Sprintf("; the same %s buyers per unit for every strategy", strconv.FormatFloat(r.BuyersPerUnit, 'f', -1, 64))
+			if len(sized) > 0 {
+				p.BurstLoad += " (" + strings.Join(sized, "; ") + ": sized so that its burst lasts at least BURST_MIN_SECONDS at k6's /healthz ceiling)"
+			}
+		}
 	}
+	p.BatchRows = batchRows(r, burst)
 	if len(steady) > 0 {
 		run := steady[0].Run
 		rates := map[string]int{}

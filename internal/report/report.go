@@ -39,9 +39,16 @@ type Report struct {
 	// Commands rerun the whole comparison.
 	Commands []string `json:"commands"`
 	// LoadGen is the load generator's ceiling, nil if it was not measured.
-	LoadGen  *LoadGen  `json:"load_generator,omitempty"`
-	Ceilings []Ceiling `json:"ceilings"`
-	Runs     []*Run    `json:"runs"`
+	LoadGen *LoadGen `json:"load_generator,omitempty"`
+	// GoLoadGen is the second load generator's ceiling (cmd/demo's Go
+	// client against /healthz), GoBursts its bursts against the fastest
+	// strategies.
+	GoLoadGen *GoLoadGen `json:"go_load_generator,omitempty"`
+	GoBursts  []GoBurst  `json:"go_bursts,omitempty"`
+	// BuyersPerUnit is the one ratio of buyers to units of every burst.
+	BuyersPerUnit float64   `json:"buyers_per_unit,omitempty"`
+	Ceilings      []Ceiling `json:"ceilings"`
+	Runs          []*Run    `json:"runs"`
 	// Notes are the runner's warnings, shown as they are.
 	Notes []string `json:"notes,omitempty"`
 	// Rounds is how often the burst ran per strategy and backend.
@@ -192,7 +199,9 @@ type Run struct {
 	Dir       string   `json:"dir"`
 	Dashboard string   `json:"dashboard,omitempty"`
 	Metrics   []string `json:"metrics,omitempty"`
-	ExitCode  int      `json:"exit_code"`
+	// Batches sums the batched strategy's batch histograms from Metrics.
+	Batches  *Batches `json:"batches,omitempty"`
+	ExitCode int      `json:"exit_code"`
 	// Error is set when the runner could not complete the run (an
 	// instance died, k6 did not start, the audit did not answer).
 	Error string        `json:"error,omitempty"`
@@ -656,6 +665,14 @@ func (r *Report) Failures() []string {
 	}
 	if r.LoadGen != nil && r.LoadGen.Error != "" {
 		out = append(out, "load generator ceiling: "+r.LoadGen.Error)
+	}
+	if r.GoLoadGen != nil && r.GoLoadGen.Error != "" {
+		out = append(out, "Go load generator ceiling: "+r.GoLoadGen.Error)
+	}
+	for _, g := range r.GoBursts {
+		for _, p := range g.Problems() {
+			out = append(out, fmt.Sprintf("%s/%s burst from the Go client round %d: %s", g.Backend, g.Strategy, g.Round, p))
+		}
 	}
 	return out
 }

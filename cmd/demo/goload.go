@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flashsale/stock/internal/report"
+)
+
+// The second load generator: a small Go client, so that a reader sees
+// whether k6 or the service bounds a figure. Each worker keeps one HTTP/1.1
+// keep-alive connection per instance and sends its requests one after the
+// other, round robin over the instances, like k6's VUs. It talks only to
+// the fleet's 127.0.0.1 addresses, and every load it sends is bounded (a
+// duration, or a number of buyers under a deadline) and stops by itself.
+
+// goClient is an HTTP/1.1 client with a keep-alive connection per worker and
+// instance.
+func goClient(workers, instances int) *http.Client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        workers * instances,
+		MaxIdleConnsPerHost: workers,
+		IdleConnTimeout:     30 * time.Second,
+		ForceAttemptHTTP2:   false,
+		DisableCompression:  true,
+	}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// latencies collects request latencies from many workers.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d []time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d...)
+	l.mu.Unlock()
+}
+
+func (l *latencies) p99() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0
+	}
+	slices.Sort(l.d)
+	return l.d[(len(l.d)*99)/100]
+}
+
+// goHealthz runs workers against GET /healthz of urls for d: the Go
+// client's ceiling on this machine.
+func goHealthz(ctx context.Context, urls []string, workers int, d time.Duration) report.GoLoadGen {
+	res := report.GoLoadGen{Workers: workers, Duration: d}
+	client := goClient(workers, len(urls))
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var total, failed atomic.Int64
+	var lat latencies
+	var wg sync.WaitGroup
+	began := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := w; ctx.Err() == nil; i++ {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, urls[i%len(urls)]+"/healthz", nil)
+				t := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						failed.Add(1)
+					}
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+					continue
+				}
+				mine = append(mine, time.Since(t))
+				total.Add(1)
+			}
+			lat.add(mine)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(began)
+	res.Requests = total.Load()
+	res.RequestsPerSec = float64(res.Requests) / elapsed.Seconds()
+	res.P99 = lat.p99()
+	if n := failed.Load(); n > 0 {
+		res.Error = fmt.Sprintf("%d requests failed", n)
+	}
+	return res
+}
+
+// goBurst starts a sale of g.Stock units of g.SKU and sends g.Buyers orders
+// of one unit from g.Workers workers at once, round robin over urls, until
+// every buyer has an answer or maxDuration passes.
+func goBurst(ctx context.Context, urls []string, token string, g *report.GoBurst, maxDuration time.Duration) {
+	client := goClient(g.Workers, len(urls))
+	defer client.CloseIdleConnections()
+	if err := startSale(ctx, client, urls[0], token, g.SKU, g.Stock); err != nil {
+		g.Error = err.Error()
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, maxDuration)
+	defer cancel()
+	var next, orders, soldOut, other atomic.Int64
+	var lastSold atomic.Int64 // nanoseconds since began
+	var lat latencies
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range g.Workers {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := next.Add(1); i <= int64(g.Buyers) && ctx.Err() == nil; i = next.Add(1) {
+				body := fmt.Sprintf(`{"sku":%q,"quantity":1,"user_id":"go-%d"}`, g.SKU, i)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[int(i)%len(urls)]+"/orders", bytes.NewBufferString(body))
+				req.Header.Set("Content-Type", "application/json")
+				t := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					other.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mine = append(mine, time.Since(t))
+				switch resp.StatusCode {
+				case http.StatusCreated:
+					orders.Add(1)
+					at := int64(time.Since(began))
+					for {
+						old := lastSold.Load()
+						if at <= old || lastSold.CompareAndSwap(old, at) {
+							break
+						}
+					}
+				case http.StatusConflict:
+					soldOut.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+			lat.add(mine)
+		})
+	}
+	wg.Wait()
+	g.Orders, g.SoldOut, g.Other = orders.Load(), soldOut.Load(), other.Load()
+	g.SellWindow = time.Duration(lastSold.Load())
+	if g.SellWindow >= 10*time.Millisecond {
+		g.OrdersPerSec = float64(g.Orders) / g.SellWindow.Seconds()
+	}
+	g.P99 = lat.p99()
+	if answered := g.Orders + g.SoldOut + g.Other; answered < int64(g.Buyers) {
+		g.Error = fmt.Sprintf("only %d of %d buyers were answered within %s", answered, g.Buyers, maxDuration)
+	}
+}
+
+// startSale is PUT /admin/stock/{sku}.
+func startSale(ctx context.Context, client *http.Client, url, token, sku string, stock int64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url+"/admin/stock/"+sku,
+		bytes.NewBufferString(`{"available":`+strconv.FormatInt(stock, 10)+`}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("starting the sale: %w", err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("starting the sale: %s %s", resp.Status, body)
+	}
+	return nil
+}
