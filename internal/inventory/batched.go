@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -166,7 +167,6 @@ var _ orderTaker = (*Batched)(nil)
 // its orders), again after a conflict, and answers every order.
 func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResult {
 	began := time.Now()
-	follows := dedupeKeys(batch)
 	var (
 		results   []batchResult
 		createdID string
@@ -176,7 +176,7 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		results = make([]batchResult, len(batch))
 		err = b.store.InBatchTx(ctx, func(ctx context.Context, tx BatchTx) error {
 			var err error
-			createdID, err = decideBatch(ctx, tx, batch, follows, results)
+			createdID, err = decideBatch(ctx, tx, batch, results)
 			return err
 		})
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, errKeyTaken) {
@@ -209,14 +209,6 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 			results[i] = batchResult{err: err}
 		}
 	}
-	for i, j := range follows {
-		switch {
-		case j == conflictingKey:
-			results[i] = batchResult{err: fmt.Errorf("%w: key %q", ErrIdempotencyConflict, batch[i].key)}
-		case j >= 0:
-			results[i] = results[j]
-		}
-	}
 	b.obs.BatchDone(len(batch), time.Since(began), Outcome(err))
 	return results
 }
@@ -237,17 +229,18 @@ func (b *Batched) resolveUnknownCommit(ctx context.Context, createdID string, co
 	return commitErr
 }
 
-// decideBatch is the batch's transaction: it replays the keys the database
-// knows, deducts the total of the rest with one conditional UPDATE (or,
-// when that cannot cover them all, under the row lock in arrival order
-// while each fits), and inserts the accepted orders and their idempotency
-// records. It fills results (followers of a key excepted) and returns the
-// id of one created order, "" when none.
-func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, follows []int, results []batchResult) (string, error) {
+// decideBatch is the batch's transaction: it reads the records of the
+// batch's keys, decides every order in arrival order (planBatch), deducts
+// the total of the accepted ones with one conditional UPDATE (or, when that
+// cannot cover them all, decides again under the row lock with what is
+// left), and inserts the accepted orders and their idempotency records. It
+// fills results and returns the id of one created order, "" when it wrote
+// nothing.
+func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, results []batchResult) (string, error) {
 	sku := batch[0].sku
 	var keys []string
-	for i, o := range batch {
-		if follows[i] == leadsKey && o.key != "" {
+	for _, o := range batch {
+		if o.key != "" && !slices.Contains(keys, o.key) {
 			keys = append(keys, o.key)
 		}
 	}
@@ -258,65 +251,58 @@ func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, follows [
 			return "", err
 		}
 	}
-	var want []int
-	var quantities []int64
-	for i, o := range batch {
-		if follows[i] != leadsKey {
-			continue
-		}
-		if rec, ok := known[o.key]; ok && o.key != "" {
-			if !bytes.Equal(rec.RequestHash, o.fingerprint) {
-				results[i].err = fmt.Errorf("%w: key %q", ErrIdempotencyConflict, o.key)
-				continue
-			}
-			prior, err := tx.GetOrder(ctx, rec.OrderID)
-			if err != nil {
-				return "", err
-			}
-			results[i].order = prior
-			continue
-		}
-		want = append(want, i)
-		quantities = append(quantities, o.quantity)
-	}
-	if len(want) == 0 {
-		return "", nil
-	}
 
-	accepted, total := fitInArrivalOrder(quantities, 1<<62)
-	ok, err := tx.DeductIfAvailable(ctx, sku, total)
-	if err != nil {
-		return "", err
-	}
-	if !ok {
-		level, err := tx.LockLevel(ctx, sku)
+	plan, total := planBatch(batch, known, math.MaxInt64)
+	if total > 0 {
+		ok, err := tx.DeductIfAvailable(ctx, sku, total)
 		if err != nil {
 			return "", err
 		}
-		accepted, total = fitInArrivalOrder(quantities, level.Available)
-		if total > 0 {
-			ok, err := tx.DeductIfAvailable(ctx, sku, total)
+		if !ok {
+			level, err := tx.LockLevel(ctx, sku)
 			if err != nil {
 				return "", err
 			}
-			if !ok {
-				return "", fmt.Errorf("batched: %d units of %q under the row lock, yet the deduction of %d was refused", level.Available, sku, total)
+			plan, total = planBatch(batch, known, level.Available)
+			if total > 0 {
+				ok, err := tx.DeductIfAvailable(ctx, sku, total)
+				if err != nil {
+					return "", err
+				}
+				if !ok {
+					return "", fmt.Errorf("batched: %d units of %q under the row lock, yet the deduction of %d was refused", level.Available, sku, total)
+				}
 			}
 		}
 	}
 
 	var orders []Order
 	var records []IdempotencyRecord
-	for j, i := range want {
-		o := batch[i]
-		if !accepted[j] {
+	priors := map[string]Order{} // by key
+	for i, o := range batch {
+		switch d := plan[i]; d.verdict {
+		case accepted:
+			orders = append(orders, o.order)
+			results[i].order = o.order
+			if o.key != "" {
+				records = append(records, IdempotencyRecord{Key: o.key, SKU: sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
+			}
+		case soldOut:
 			results[i].err = ErrSoldOut
-			continue
-		}
-		orders = append(orders, o.order)
-		results[i].order = o.order
-		if o.key != "" {
-			records = append(records, IdempotencyRecord{Key: o.key, SKU: sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
+		case conflicting:
+			results[i].err = fmt.Errorf("%w: key %q", ErrIdempotencyConflict, o.key)
+		case follows:
+			results[i] = results[d.of] // d.of < i: decided already
+		case replays:
+			prior, ok := priors[o.key]
+			if !ok {
+				var err error
+				if prior, err = tx.GetOrder(ctx, known[o.key].OrderID); err != nil {
+					return "", err
+				}
+				priors[o.key] = prior
+			}
+			results[i].order = prior
 		}
 	}
 	if len(orders) == 0 {
@@ -340,50 +326,86 @@ func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, follows [
 	return orders[0].ID, nil
 }
 
-// Marks of dedupeKeys: an order that leads its key (or has none), and one
-// whose key an earlier order of the batch used for another request.
+// verdict is what a batch decides for one of its orders.
+type verdict int
+
 const (
-	leadsKey       = -1
-	conflictingKey = -2
+	// accepted: the order is created and its key, if any, recorded.
+	accepted verdict = iota
+	// soldOut: it does not fit in what the orders before it left.
+	soldOut
+	// replays: the database has its key, recorded for the same request.
+	replays
+	// conflicting: its key is recorded (in the database, or by an order
+	// accepted earlier in the batch) for another request.
+	conflicting
+	// follows: an order accepted earlier in the batch has its key and the
+	// same request; it gets that order's answer.
+	follows
 )
 
-// dedupeKeys finds the orders of a batch that share an idempotency key with
-// an earlier one: follows[i] is the index of that earlier order when the
-// requests are the same (i gets its answer), conflictingKey when they
-// differ (i is an idempotency conflict), and leadsKey otherwise.
-func dedupeKeys(batch []*batchOrder) []int {
-	follows := make([]int, len(batch))
-	first := map[string]int{}
-	for i, o := range batch {
-		follows[i] = leadsKey
-		if o.key == "" {
-			continue
-		}
-		j, seen := first[o.key]
-		switch {
-		case !seen:
-			first[o.key] = i
-		case bytes.Equal(batch[j].fingerprint, o.fingerprint):
-			follows[i] = j
-		default:
-			follows[i] = conflictingKey
-		}
-	}
-	return follows
+// decision is a verdict, with the order followed for follows.
+type decision struct {
+	verdict verdict
+	of      int
 }
 
-// fitInArrivalOrder accepts the quantities in order while each fits in what
-// is left of available (an order that does not fit is refused whole, and
-// later, smaller ones may still fit), and returns which it accepted and
-// their total. Taking them in arrival order is what makes the answers
-// linearizable: each order sees the stock the ones before it left.
-func fitInArrivalOrder(quantities []int64, available int64) (accepted []bool, total int64) {
-	accepted = make([]bool, len(quantities))
-	for i, q := range quantities {
-		if total+q <= available {
-			accepted[i] = true
-			total += q
+// planBatch decides the orders of a batch in arrival order, as if each
+// were served alone after the ones before it, given the keys' records in
+// the database (known) and the units available: a key the database has
+// replays the same request and refuses another; a key not there belongs to
+// the first order of the batch that is accepted with it, which a later
+// order with the same request follows and one with another request
+// conflicts with; an order whose key was taken by no accepted order (an
+// earlier one with it may have been sold out) is a fresh request, accepted
+// while it fits in what the accepted ones before it left. It returns the
+// decisions and the total of the accepted orders.
+func planBatch(batch []*batchOrder, known map[string]IdempotencyRecord, available int64) ([]decision, int64) {
+	plan := make([]decision, len(batch))
+	claimed := map[string]int{} // key -> the accepted order that holds it
+	fit := fitter{available: available}
+	for i, o := range batch {
+		if o.key != "" {
+			if rec, ok := known[o.key]; ok {
+				plan[i].verdict = conflicting
+				if bytes.Equal(rec.RequestHash, o.fingerprint) {
+					plan[i].verdict = replays
+				}
+				continue
+			}
+			if j, ok := claimed[o.key]; ok {
+				plan[i] = decision{verdict: conflicting}
+				if bytes.Equal(batch[j].fingerprint, o.fingerprint) {
+					plan[i] = decision{verdict: follows, of: j}
+				}
+				continue
+			}
+		}
+		if !fit.take(o.quantity) {
+			plan[i].verdict = soldOut
+			continue
+		}
+		plan[i].verdict = accepted
+		if o.key != "" {
+			claimed[o.key] = i
 		}
 	}
-	return accepted, total
+	return plan, fit.total
+}
+
+// fitter accepts quantities in arrival order while each fits in what is
+// left of available: an order that does not fit is refused whole, and
+// later, smaller ones may still fit. Taking them in arrival order is what
+// makes the answers linearizable: each order sees the stock the ones
+// before it left.
+type fitter struct {
+	available, total int64
+}
+
+func (f *fitter) take(q int64) bool {
+	if q > f.available-f.total {
+		return false
+	}
+	f.total += q
+	return true
 }
