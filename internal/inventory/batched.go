@@ -170,13 +170,16 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 	var (
 		results   []batchResult
 		createdID string
+		decided   bool // the transaction function returned nil
 		err       error
 	)
 	for attempt := 0; ; attempt++ {
 		results = make([]batchResult, len(batch))
+		decided = false
 		err = b.store.InBatchTx(ctx, func(ctx context.Context, tx BatchTx) error {
 			var err error
 			createdID, err = decideBatch(ctx, tx, batch, results)
+			decided = err == nil
 			return err
 		})
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, errKeyTaken) {
@@ -198,7 +201,14 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 			break
 		}
 	}
-	if errors.Is(err, ErrOutcomeUnknown) {
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown) && decided && createdID == "":
+		// The batch wrote nothing (it only replayed keys or refused sold
+		// out): what it read was committed by others, so its answers
+		// stand whether its own commit landed or not.
+		b.log.Debug("commit answer of a batch that wrote nothing lost", "sku", batch[0].sku, "err", err)
+		err = nil
+	case errors.Is(err, ErrOutcomeUnknown):
 		err = b.resolveUnknownCommit(ctx, createdID, err)
 	}
 	if err != nil {

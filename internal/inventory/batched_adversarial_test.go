@@ -198,3 +198,40 @@ func TestBatchedRefusedOrderDoesNotClaimKey(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchedLostCommitOfWriteFreeBatchKeepsAnswers: the commit answer of
+// a batch that wrote nothing (it only replayed a key, or only refused sold
+// out) is lost. Its answers are known whether the commit landed or not, so
+// they stand. (With no created order to look up, every order once answered
+// "outcome unknown", 503.)
+func TestBatchedLostCommitOfWriteFreeBatchKeepsAnswers(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			r := newBatchRig(t, engine)
+			ctx := context.Background()
+			const sku = "bx-lost"
+			if err := r.svc.StartSale(ctx, sku, 2); err != nil {
+				t.Fatal(err)
+			}
+			req := inventory.Request{SKU: sku, Quantity: 2, UserID: "u", IdempotencyKey: "K"}
+			first, err := r.svc.PlaceOrder(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.gs.mu.Lock()
+			r.gs.loseAt = r.gs.calls + 1
+			r.gs.mu.Unlock()
+			again, err := r.svc.PlaceOrder(ctx, req)
+			if err != nil || again.ID != first.ID {
+				t.Errorf("replay whose read-only commit answer was lost: %v / %s, want a replay of %s", err, again.ID, first.ID)
+			}
+			r.gs.mu.Lock()
+			r.gs.loseAt = r.gs.calls + 1
+			r.gs.mu.Unlock()
+			_, err = r.svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "v"})
+			if !errors.Is(err, inventory.ErrSoldOut) {
+				t.Errorf("sold out, the batch wrote nothing, commit answer lost: %v, want sold out", err)
+			}
+		})
+	}
+}
