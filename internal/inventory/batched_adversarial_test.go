@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
@@ -231,6 +232,64 @@ func TestBatchedLostCommitOfWriteFreeBatchKeepsAnswers(t *testing.T) {
 			_, err = r.svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "v"})
 			if !errors.Is(err, inventory.ErrSoldOut) {
 				t.Errorf("sold out, the batch wrote nothing, commit answer lost: %v, want sold out", err)
+			}
+		})
+	}
+}
+
+// TestBatchedPanicAnswersBatchAndFreesSKU: the batch [A, B] panics on its
+// leader A's goroutine (net/http recovers a handler's panic and the process
+// goes on). B, in the batch, is answered, and the lead is handed on, so a
+// later order of the SKU is served. (B once waited forever, and the SKU's
+// queue stayed led by no one: every later order answered busy.)
+func TestBatchedPanicAnswersBatchAndFreesSKU(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			r := newBatchRig(t, engine, inventory.WithOrderTimeout(300*time.Millisecond))
+			ctx := context.Background()
+			const sku = "bx-panic"
+			if err := r.svc.StartSale(ctx, sku, 100); err != nil {
+				t.Fatal(err)
+			}
+			r.gs.panicAt = 2
+			// A's goroutine recovers its panic, as net/http would.
+			r.gs.gate = true
+			holder := r.place("holder", inventory.Request{SKU: sku, Quantity: 1, UserID: "holder"})
+			<-r.gs.entered
+			recovered := make(chan any, 1)
+			go func() {
+				defer func() { recovered <- recover() }()
+				_, _ = r.svc.PlaceOrder(named("A"), inventory.Request{SKU: sku, Quantity: 1, UserID: "a"})
+			}()
+			for n := range r.obs.waiting {
+				if n == "A" {
+					break
+				}
+			}
+			b := r.place("B", inventory.Request{SKU: sku, Quantity: 1, UserID: "b"})
+			for n := range r.obs.waiting {
+				if n == "B" {
+					break
+				}
+			}
+			close(r.gs.release)
+			if a := <-holder; a.err != nil {
+				t.Fatalf("holder: %v", a.err)
+			}
+			if p := <-recovered; p == nil {
+				t.Fatal("A did not panic")
+			}
+			// A later order, on its own: stock is there.
+			_, err := r.svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "d"})
+			if err != nil {
+				t.Errorf("an order after the panic: %v, want 201 (100 units left)", err)
+			}
+			// B's deadline passed before D's began.
+			select {
+			case a := <-b:
+				t.Logf("B answered %+v", a)
+			default:
+				t.Errorf("B, in the panicked batch, is still waiting past its deadline (hang)")
 			}
 		})
 	}

@@ -20,6 +20,9 @@ type batchOrder struct {
 	order       Order
 	done        chan batchResult
 	lead        chan struct{}
+	// answered: done has its answer. Only the goroutine that answers o
+	// (its batch's leader) reads and writes it.
+	answered bool
 }
 
 // batchResult is one order's answer from its batch.
@@ -153,6 +156,12 @@ func (b *batcher) withdraw(q *skuQueue, o *batchOrder) bool {
 // orders and hands the lead on. self is the oldest queued order. A leader
 // whose own deadline has passed answers itself ErrBusy and hands the lead on
 // without running anything, so it waits for no batch past its deadline.
+//
+// A panic while the batch runs answers every order of it not yet answered
+// ErrUnavailable and hands the lead on before it goes on up self's stack
+// (net/http recovers a handler's panic and the process lives on): the
+// batch's other orders do not wait forever, and the SKU is not left led
+// by no one.
 func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 	if b.wait > 0 {
 		b.waitForMore(q, self)
@@ -173,8 +182,24 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 	q.pending = slices.Delete(q.pending, 0, n)
 	b.mu.Unlock()
 
+	handedOff := false
+	defer func() {
+		if handedOff {
+			return
+		}
+		// Panicking (or runtime.Goexit): no recover, so the panic goes
+		// on with its stack once the batch is answered and the lead
+		// handed on.
+		for _, o := range taken {
+			if !o.answered {
+				b.answer(o, batchResult{err: fmt.Errorf("%w: the batch's leader panicked", ErrUnavailable)})
+			}
+		}
+		b.handOff(q)
+	}()
+
 	// Orders whose deadline passed while queued leave the batch.
-	batch := taken[:0]
+	batch := make([]*batchOrder, 0, len(taken))
 	for _, o := range taken {
 		if o.ctx.Err() != nil {
 			b.answer(o, batchResult{err: busyQueued(o.ctx)})
@@ -190,10 +215,8 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 			b.answer(o, results[i])
 		}
 	}
-
-	b.mu.Lock()
-	b.handOffLocked(q)
-	b.mu.Unlock()
+	b.handOff(q)
+	handedOff = true
 }
 
 // waitForMore waits up to b.wait for the queue to fill, unless it is full
@@ -221,6 +244,13 @@ func (b *batcher) waitForMore(q *skuQueue, self *batchOrder) {
 	b.mu.Unlock()
 }
 
+// handOff hands the lead on (handOffLocked) under b.mu.
+func (b *batcher) handOff(q *skuQueue) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.handOffLocked(q)
+}
+
 // handOffLocked tells the oldest queued order to lead the next batch, or
 // forgets the SKU when nothing is queued. b.mu is held.
 func (b *batcher) handOffLocked(q *skuQueue) {
@@ -234,8 +264,10 @@ func (b *batcher) handOffLocked(q *skuQueue) {
 	q.next.lead <- struct{}{}
 }
 
-// answer hands o its answer (never blocks: done is buffered).
+// answer hands o its answer (never blocks: done is buffered and o is
+// answered once).
 func (b *batcher) answer(o *batchOrder, r batchResult) {
+	o.answered = true
 	b.observe.Woken(o.ctx)
 	o.done <- r
 }
