@@ -154,8 +154,12 @@ func (b *batcher) withdraw(q *skuQueue, o *batchOrder) bool {
 
 // lead takes the next batch of q on self's goroutine, runs it, answers its
 // orders and hands the lead on. self is the oldest queued order. A leader
-// whose own deadline has passed answers itself ErrBusy and hands the lead on
-// without running anything, so it waits for no batch past its deadline.
+// whose own deadline has passed, before it takes the batch or while it
+// drops the expired orders from it, answers itself ErrBusy and hands the
+// lead (and the rest of the batch, back at the head of the queue) to the
+// next order without running anything, so it waits for no batch past its
+// deadline: a batch runs on the goroutine of one of its own orders, under
+// the earliest deadline among them.
 //
 // A panic while the batch runs answers every order of it not yet answered
 // ErrUnavailable and hands the lead on before it goes on up self's stack
@@ -206,6 +210,14 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 			continue
 		}
 		batch = append(batch, o)
+	}
+	if self.answered {
+		// Its deadline passed after the check above: the batch goes back
+		// to the head of the queue, for the next order to lead.
+		b.mu.Lock()
+		q.pending = append(batch, q.pending...)
+		b.mu.Unlock()
+		batch = nil
 	}
 	if len(batch) > 0 {
 		ctx, cancel := batchContext(self.ctx, batch)
