@@ -95,8 +95,8 @@ func WithBatchMax(n int) BatchOption {
 }
 
 // WithBatchWait makes the leader of a batch wait up to d for more orders
-// (less if the batch fills or the leader's deadline passes) before it
-// takes the queue. Default 0: no wait; the batch is what queued while the
+// (less if the batch fills, and at most half the time the leader's
+// deadline leaves) before it takes the queue. Default 0: no wait; the batch is what queued while the
 // previous transaction of the SKU ran.
 func WithBatchWait(d time.Duration) BatchOption {
 	return func(c *batchedConfig) { c.wait = max(0, d) }

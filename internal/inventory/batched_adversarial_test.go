@@ -294,3 +294,25 @@ func TestBatchedPanicAnswersBatchAndFreesSKU(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchedWaitLeavesTimeToRun: a batch wait longer than the order
+// timeout (cmd/stock refuses it; a library caller may still pass it): the
+// leader waits at most half of what its deadline leaves, so a lone order,
+// with stock there, is served. (It once waited for a batch that never
+// filled and answered busy.)
+func TestBatchedWaitLeavesTimeToRun(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			db := testdb.New(t, engine, 4)
+			ctx := context.Background()
+			svc := inventory.NewService(db, inventory.NewBatched(db, inventory.WithBatchWait(time.Hour)),
+				inventory.WithOrderTimeout(200*time.Millisecond))
+			if err := svc.StartSale(ctx, "bx-wait", 10); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "bx-wait", Quantity: 1, UserID: "u"}); err != nil {
+				t.Errorf("a lone order, 10 units there: %v, want 201", err)
+			}
+		})
+	}
+}

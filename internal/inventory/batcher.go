@@ -232,8 +232,16 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 }
 
 // waitForMore waits up to b.wait for the queue to fill, unless it is full
-// already or self's deadline passes first.
+// already, and at most half the time self's deadline leaves, so the batch
+// still has time to run.
 func (b *batcher) waitForMore(q *skuQueue, self *batchOrder) {
+	wait := b.wait
+	if d, ok := self.ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)/2)
+	}
+	if wait <= 0 {
+		return
+	}
 	b.mu.Lock()
 	if len(q.pending) >= b.max {
 		b.mu.Unlock()
@@ -242,7 +250,7 @@ func (b *batcher) waitForMore(q *skuQueue, self *batchOrder) {
 	full := make(chan struct{})
 	q.full = full
 	b.mu.Unlock()
-	t := time.NewTimer(b.wait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
