@@ -103,8 +103,10 @@ func WithBatchWait(d time.Duration) BatchOption {
 }
 
 // WithBatchTxAttempts bounds how often a batch's transaction runs again
-// after a conflict (deadlock, serialisation failure) or a concurrent commit
-// of one of its idempotency keys. Default 5; then its orders are busy.
+// after a conflict (deadlock, serialisation failure). Default 5; then its
+// orders are busy. A retry after a concurrent commit of one of its
+// idempotency keys (which the next run replays) counts only once the batch
+// has had as many of those as it has keyed orders.
 func WithBatchTxAttempts(n int) BatchOption {
 	return func(c *batchedConfig) { c.attempts = max(1, n) }
 }
@@ -173,6 +175,18 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		decided   bool // the transaction function returned nil
 		err       error
 	)
+	// A key taken concurrently is found by the next attempt, which
+	// replays it: such a retry resolves a key, so it does not use up the
+	// attempts, and there are at most as many as the batch has keys. The
+	// attempts bound the other aborts (conflicts, and key-taken retries
+	// beyond that), so one contested key does not make a whole batch busy.
+	keyRetries := 0
+	for _, o := range batch {
+		if o.key != "" {
+			keyRetries++
+		}
+	}
+	aborted := 0
 	for attempt := 0; ; attempt++ {
 		results = make([]batchResult, len(batch))
 		decided = false
@@ -185,7 +199,9 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, errKeyTaken) {
 			break
 		}
-		if attempt+1 >= b.attempts {
+		if errors.Is(err, errKeyTaken) && keyRetries > 0 {
+			keyRetries--
+		} else if aborted++; aborted >= b.attempts {
 			err = fmt.Errorf("%w: batch transaction aborted %d times: %w", ErrBusy, b.attempts, err)
 			break
 		}

@@ -575,3 +575,43 @@ func TestBatchKeyBelongsToFirstAcceptedOrder(t *testing.T) {
 		t.Errorf("available %d, orders %v, keys %v", store.st.available, store.st.orders, store.st.keys)
 	}
 }
+
+// TestBatchKeysTakenOneAfterAnotherDoNotMakeBatchBusy: other instances
+// commit the batch's keys one at a time, each just before the batch's
+// commit, more times than the batch has attempts. Each retry replays the
+// key taken, so the batch ends with every order answered, none busy.
+func TestBatchKeysTakenOneAfterAnotherDoNotMakeBatchBusy(t *testing.T) {
+	store := newFakeBatchStore(100)
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6"}
+	taken := 0
+	store.beforeCommit = func(st *fakeState) error {
+		if taken == len(keys)-1 {
+			return nil
+		}
+		k := keys[taken]
+		taken++
+		id := "theirs-" + k
+		st.available--
+		st.orders[id] = Order{ID: id, SKU: "s", Quantity: 1, UserID: "u"}
+		st.keys[k] = IdempotencyRecord{Key: k, SKU: "s", RequestHash: order("", 1, k, "u").fingerprint, OrderID: id}
+		return fmt.Errorf("%w: the insert of key %s conflicted", errKeyTaken, k)
+	}
+	b := NewBatched(store, WithBatchTxAttempts(2))
+	var batch []*batchOrder
+	for _, k := range keys {
+		batch = append(batch, order("mine-"+k, 1, k, "u"))
+	}
+	results := b.runBatch(context.Background(), batch)
+	for i, r := range results {
+		want := "theirs-" + keys[i]
+		if i == len(keys)-1 {
+			want = "mine-" + keys[i]
+		}
+		if r.err != nil || r.order.ID != want {
+			t.Errorf("%s: %q, %v; want %q", keys[i], r.order.ID, r.err, want)
+		}
+	}
+	if store.st.available != 100-int64(len(keys)) || len(store.st.orders) != len(keys) {
+		t.Errorf("available %d, orders %v", store.st.available, store.st.orders)
+	}
+}
