@@ -217,7 +217,7 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 		b.mu.Lock()
 		q.pending = append(batch, q.pending...)
 		b.mu.Unlock()
-		batch = nil
+		batch, taken = nil, nil // queued again: no longer this leader's to answer
 	}
 	if len(batch) > 0 {
 		ctx, cancel := batchContext(self.ctx, batch)
