@@ -126,6 +126,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if (getenv("BATCH_MAX") != "" || getenv("BATCH_WAIT") != "") && c.Strategy != inventory.NameBatched {
 		bad("BATCH_MAX and BATCH_WAIT apply only to STRATEGY=batched")
 	}
+	if c.BatchWait > 0 && c.BatchWait >= c.OrderTimeout {
+		bad("BATCH_WAIT=%s must be shorter than ORDER_TIMEOUT=%s: a leader would wait out its order's deadline", c.BatchWait, c.OrderTimeout)
+	}
 	if c.NaiveRaceWindow > 0 && c.Strategy != inventory.NameNaive {
 		bad("NAIVE_RACE_WINDOW only applies to STRATEGY=naive")
 	}

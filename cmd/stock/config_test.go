@@ -132,3 +132,16 @@ func TestBatchConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchWaitAtLeastOrderTimeoutIsRefused: with BATCH_WAIT >=
+// ORDER_TIMEOUT a leader whose batch does not fill to BATCH_MAX would wait
+// its whole deadline out and answer busy, and so would each next leader:
+// every order of a quiet SKU refused busy with stock on the shelf. Such a
+// configuration is refused at startup (and internal/inventory caps the
+// wait too: see TestBatchedWaitLeavesTimeToRun).
+func TestBatchWaitAtLeastOrderTimeoutIsRefused(t *testing.T) {
+	_, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "STRATEGY": "batched", "BATCH_WAIT": "5s", "ORDER_TIMEOUT": "3s"}))
+	if err == nil || !strings.Contains(err.Error(), "BATCH_WAIT") {
+		t.Errorf("BATCH_WAIT=5s ORDER_TIMEOUT=3s: %v, want a refusal naming BATCH_WAIT", err)
+	}
+}

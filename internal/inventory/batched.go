@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -94,16 +95,18 @@ func WithBatchMax(n int) BatchOption {
 }
 
 // WithBatchWait makes the leader of a batch wait up to d for more orders
-// (less if the batch fills or the leader's deadline passes) before it
-// takes the queue. Default 0: no wait; the batch is what queued while the
+// (less if the batch fills, and at most half the time the leader's
+// deadline leaves) before it takes the queue. Default 0: no wait; the batch is what queued while the
 // previous transaction of the SKU ran.
 func WithBatchWait(d time.Duration) BatchOption {
 	return func(c *batchedConfig) { c.wait = max(0, d) }
 }
 
 // WithBatchTxAttempts bounds how often a batch's transaction runs again
-// after a conflict (deadlock, serialisation failure) or a concurrent commit
-// of one of its idempotency keys. Default 5; then its orders are busy.
+// after a conflict (deadlock, serialisation failure). Default 5; then its
+// orders are busy. A retry after a concurrent commit of one of its
+// idempotency keys (which the next run replays) counts only once the batch
+// has had as many of those as it has keyed orders.
 func WithBatchTxAttempts(n int) BatchOption {
 	return func(c *batchedConfig) { c.attempts = max(1, n) }
 }
@@ -166,23 +169,39 @@ var _ orderTaker = (*Batched)(nil)
 // its orders), again after a conflict, and answers every order.
 func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResult {
 	began := time.Now()
-	follows := dedupeKeys(batch)
 	var (
 		results   []batchResult
 		createdID string
+		decided   bool // the transaction function returned nil
 		err       error
 	)
+	// A key taken concurrently is found by the next attempt, which
+	// replays it: such a retry resolves a key, so it does not use up the
+	// attempts, and there are at most as many as the batch has keys. The
+	// attempts bound the other aborts (conflicts, and key-taken retries
+	// beyond that), so one contested key does not make a whole batch busy.
+	keyRetries := 0
+	for _, o := range batch {
+		if o.key != "" {
+			keyRetries++
+		}
+	}
+	aborted := 0
 	for attempt := 0; ; attempt++ {
 		results = make([]batchResult, len(batch))
+		decided = false
 		err = b.store.InBatchTx(ctx, func(ctx context.Context, tx BatchTx) error {
 			var err error
-			createdID, err = decideBatch(ctx, tx, batch, follows, results)
+			createdID, err = decideBatch(ctx, tx, batch, results)
+			decided = err == nil
 			return err
 		})
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, errKeyTaken) {
 			break
 		}
-		if attempt+1 >= b.attempts {
+		if errors.Is(err, errKeyTaken) && keyRetries > 0 {
+			keyRetries--
+		} else if aborted++; aborted >= b.attempts {
 			err = fmt.Errorf("%w: batch transaction aborted %d times: %w", ErrBusy, b.attempts, err)
 			break
 		}
@@ -198,7 +217,14 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 			break
 		}
 	}
-	if errors.Is(err, ErrOutcomeUnknown) {
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown) && decided && createdID == "":
+		// The batch wrote nothing (it only replayed keys or refused sold
+		// out): what it read was committed by others, so its answers
+		// stand whether its own commit landed or not.
+		b.log.Debug("commit answer of a batch that wrote nothing lost", "sku", batch[0].sku, "err", err)
+		err = nil
+	case errors.Is(err, ErrOutcomeUnknown):
 		err = b.resolveUnknownCommit(ctx, createdID, err)
 	}
 	if err != nil {
@@ -207,14 +233,6 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		}
 		for i := range results {
 			results[i] = batchResult{err: err}
-		}
-	}
-	for i, j := range follows {
-		switch {
-		case j == conflictingKey:
-			results[i] = batchResult{err: fmt.Errorf("%w: key %q", ErrIdempotencyConflict, batch[i].key)}
-		case j >= 0:
-			results[i] = results[j]
 		}
 	}
 	b.obs.BatchDone(len(batch), time.Since(began), Outcome(err))
@@ -237,17 +255,18 @@ func (b *Batched) resolveUnknownCommit(ctx context.Context, createdID string, co
 	return commitErr
 }
 
-// decideBatch is the batch's transaction: it replays the keys the database
-// knows, deducts the total of the rest with one conditional UPDATE (or,
-// when that cannot cover them all, under the row lock in arrival order
-// while each fits), and inserts the accepted orders and their idempotency
-// records. It fills results (followers of a key excepted) and returns the
-// id of one created order, "" when none.
-func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, follows []int, results []batchResult) (string, error) {
+// decideBatch is the batch's transaction: it reads the records of the
+// batch's keys, decides every order in arrival order (planBatch), deducts
+// the total of the accepted ones with one conditional UPDATE (or, when that
+// cannot cover them all, decides again under the row lock with what is
+// left), and inserts the accepted orders and their idempotency records. It
+// fills results and returns the id of one created order, "" when it wrote
+// nothing.
+func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, results []batchResult) (string, error) {
 	sku := batch[0].sku
 	var keys []string
-	for i, o := range batch {
-		if follows[i] == leadsKey && o.key != "" {
+	for _, o := range batch {
+		if o.key != "" && !slices.Contains(keys, o.key) {
 			keys = append(keys, o.key)
 		}
 	}
@@ -258,65 +277,58 @@ func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, follows [
 			return "", err
 		}
 	}
-	var want []int
-	var quantities []int64
-	for i, o := range batch {
-		if follows[i] != leadsKey {
-			continue
-		}
-		if rec, ok := known[o.key]; ok && o.key != "" {
-			if !bytes.Equal(rec.RequestHash, o.fingerprint) {
-				results[i].err = fmt.Errorf("%w: key %q", ErrIdempotencyConflict, o.key)
-				continue
-			}
-			prior, err := tx.GetOrder(ctx, rec.OrderID)
-			if err != nil {
-				return "", err
-			}
-			results[i].order = prior
-			continue
-		}
-		want = append(want, i)
-		quantities = append(quantities, o.quantity)
-	}
-	if len(want) == 0 {
-		return "", nil
-	}
 
-	accepted, total := fitInArrivalOrder(quantities, 1<<62)
-	ok, err := tx.DeductIfAvailable(ctx, sku, total)
-	if err != nil {
-		return "", err
-	}
-	if !ok {
-		level, err := tx.LockLevel(ctx, sku)
+	plan, total := planBatch(batch, known, math.MaxInt64)
+	if total > 0 {
+		ok, err := tx.DeductIfAvailable(ctx, sku, total)
 		if err != nil {
 			return "", err
 		}
-		accepted, total = fitInArrivalOrder(quantities, level.Available)
-		if total > 0 {
-			ok, err := tx.DeductIfAvailable(ctx, sku, total)
+		if !ok {
+			level, err := tx.LockLevel(ctx, sku)
 			if err != nil {
 				return "", err
 			}
-			if !ok {
-				return "", fmt.Errorf("batched: %d units of %q under the row lock, yet the deduction of %d was refused", level.Available, sku, total)
+			plan, total = planBatch(batch, known, level.Available)
+			if total > 0 {
+				ok, err := tx.DeductIfAvailable(ctx, sku, total)
+				if err != nil {
+					return "", err
+				}
+				if !ok {
+					return "", fmt.Errorf("batched: %d units of %q under the row lock, yet the deduction of %d was refused", level.Available, sku, total)
+				}
 			}
 		}
 	}
 
 	var orders []Order
 	var records []IdempotencyRecord
-	for j, i := range want {
-		o := batch[i]
-		if !accepted[j] {
+	priors := map[string]Order{} // by key
+	for i, o := range batch {
+		switch d := plan[i]; d.verdict {
+		case accepted:
+			orders = append(orders, o.order)
+			results[i].order = o.order
+			if o.key != "" {
+				records = append(records, IdempotencyRecord{Key: o.key, SKU: sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
+			}
+		case soldOut:
 			results[i].err = ErrSoldOut
-			continue
-		}
-		orders = append(orders, o.order)
-		results[i].order = o.order
-		if o.key != "" {
-			records = append(records, IdempotencyRecord{Key: o.key, SKU: sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
+		case conflicting:
+			results[i].err = fmt.Errorf("%w: key %q", ErrIdempotencyConflict, o.key)
+		case follows:
+			results[i] = results[d.of] // d.of < i: decided already
+		case replays:
+			prior, ok := priors[o.key]
+			if !ok {
+				var err error
+				if prior, err = tx.GetOrder(ctx, known[o.key].OrderID); err != nil {
+					return "", err
+				}
+				priors[o.key] = prior
+			}
+			results[i].order = prior
 		}
 	}
 	if len(orders) == 0 {
@@ -340,50 +352,86 @@ func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, follows [
 	return orders[0].ID, nil
 }
 
-// Marks of dedupeKeys: an order that leads its key (or has none), and one
-// whose key an earlier order of the batch used for another request.
+// verdict is what a batch decides for one of its orders.
+type verdict int
+
 const (
-	leadsKey       = -1
-	conflictingKey = -2
+	// accepted: the order is created and its key, if any, recorded.
+	accepted verdict = iota
+	// soldOut: it does not fit in what the orders before it left.
+	soldOut
+	// replays: the database has its key, recorded for the same request.
+	replays
+	// conflicting: its key is recorded (in the database, or by an order
+	// accepted earlier in the batch) for another request.
+	conflicting
+	// follows: an order accepted earlier in the batch has its key and the
+	// same request; it gets that order's answer.
+	follows
 )
 
-// dedupeKeys finds the orders of a batch that share an idempotency key with
-// an earlier one: follows[i] is the index of that earlier order when the
-// requests are the same (i gets its answer), conflictingKey when they
-// differ (i is an idempotency conflict), and leadsKey otherwise.
-func dedupeKeys(batch []*batchOrder) []int {
-	follows := make([]int, len(batch))
-	first := map[string]int{}
-	for i, o := range batch {
-		follows[i] = leadsKey
-		if o.key == "" {
-			continue
-		}
-		j, seen := first[o.key]
-		switch {
-		case !seen:
-			first[o.key] = i
-		case bytes.Equal(batch[j].fingerprint, o.fingerprint):
-			follows[i] = j
-		default:
-			follows[i] = conflictingKey
-		}
-	}
-	return follows
+// decision is a verdict, with the order followed for follows.
+type decision struct {
+	verdict verdict
+	of      int
 }
 
-// fitInArrivalOrder accepts the quantities in order while each fits in what
-// is left of available (an order that does not fit is refused whole, and
-// later, smaller ones may still fit), and returns which it accepted and
-// their total. Taking them in arrival order is what makes the answers
-// linearizable: each order sees the stock the ones before it left.
-func fitInArrivalOrder(quantities []int64, available int64) (accepted []bool, total int64) {
-	accepted = make([]bool, len(quantities))
-	for i, q := range quantities {
-		if total+q <= available {
-			accepted[i] = true
-			total += q
+// planBatch decides the orders of a batch in arrival order, as if each
+// were served alone after the ones before it, given the keys' records in
+// the database (known) and the units available: a key the database has
+// replays the same request and refuses another; a key not there belongs to
+// the first order of the batch that is accepted with it, which a later
+// order with the same request follows and one with another request
+// conflicts with; an order whose key was taken by no accepted order (an
+// earlier one with it may have been sold out) is a fresh request, accepted
+// while it fits in what the accepted ones before it left. It returns the
+// decisions and the total of the accepted orders.
+func planBatch(batch []*batchOrder, known map[string]IdempotencyRecord, available int64) ([]decision, int64) {
+	plan := make([]decision, len(batch))
+	claimed := map[string]int{} // key -> the accepted order that holds it
+	fit := fitter{available: available}
+	for i, o := range batch {
+		if o.key != "" {
+			if rec, ok := known[o.key]; ok {
+				plan[i].verdict = conflicting
+				if bytes.Equal(rec.RequestHash, o.fingerprint) {
+					plan[i].verdict = replays
+				}
+				continue
+			}
+			if j, ok := claimed[o.key]; ok {
+				plan[i] = decision{verdict: conflicting}
+				if bytes.Equal(batch[j].fingerprint, o.fingerprint) {
+					plan[i] = decision{verdict: follows, of: j}
+				}
+				continue
+			}
+		}
+		if !fit.take(o.quantity) {
+			plan[i].verdict = soldOut
+			continue
+		}
+		plan[i].verdict = accepted
+		if o.key != "" {
+			claimed[o.key] = i
 		}
 	}
-	return accepted, total
+	return plan, fit.total
+}
+
+// fitter accepts quantities in arrival order while each fits in what is
+// left of available: an order that does not fit is refused whole, and
+// later, smaller ones may still fit. Taking them in arrival order is what
+// makes the answers linearizable: each order sees the stock the ones
+// before it left.
+type fitter struct {
+	available, total int64
+}
+
+func (f *fitter) take(q int64) bool {
+	if q > f.available-f.total {
+		return false
+	}
+	f.total += q
+	return true
 }

@@ -20,6 +20,9 @@ type batchOrder struct {
 	order       Order
 	done        chan batchResult
 	lead        chan struct{}
+	// answered: done has its answer. Only the goroutine that answers o
+	// (its batch's leader) reads and writes it.
+	answered bool
 }
 
 // batchResult is one order's answer from its batch.
@@ -151,8 +154,18 @@ func (b *batcher) withdraw(q *skuQueue, o *batchOrder) bool {
 
 // lead takes the next batch of q on self's goroutine, runs it, answers its
 // orders and hands the lead on. self is the oldest queued order. A leader
-// whose own deadline has passed answers itself ErrBusy and hands the lead on
-// without running anything, so it waits for no batch past its deadline.
+// whose own deadline has passed, before it takes the batch or while it
+// drops the expired orders from it, answers itself ErrBusy and hands the
+// lead (and the rest of the batch, back at the head of the queue) to the
+// next order without running anything, so it waits for no batch past its
+// deadline: a batch runs on the goroutine of one of its own orders, under
+// the earliest deadline among them.
+//
+// A panic while the batch runs answers every order of it not yet answered
+// ErrUnavailable and hands the lead on before it goes on up self's stack
+// (net/http recovers a handler's panic and the process lives on): the
+// batch's other orders do not wait forever, and the SKU is not left led
+// by no one.
 func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 	if b.wait > 0 {
 		b.waitForMore(q, self)
@@ -173,14 +186,38 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 	q.pending = slices.Delete(q.pending, 0, n)
 	b.mu.Unlock()
 
+	handedOff := false
+	defer func() {
+		if handedOff {
+			return
+		}
+		// Panicking (or runtime.Goexit): no recover, so the panic goes
+		// on with its stack once the batch is answered and the lead
+		// handed on.
+		for _, o := range taken {
+			if !o.answered {
+				b.answer(o, batchResult{err: fmt.Errorf("%w: the batch's leader panicked", ErrUnavailable)})
+			}
+		}
+		b.handOff(q)
+	}()
+
 	// Orders whose deadline passed while queued leave the batch.
-	batch := taken[:0]
+	batch := make([]*batchOrder, 0, len(taken))
 	for _, o := range taken {
 		if o.ctx.Err() != nil {
 			b.answer(o, batchResult{err: busyQueued(o.ctx)})
 			continue
 		}
 		batch = append(batch, o)
+	}
+	if self.answered {
+		// Its deadline passed after the check above: the batch goes back
+		// to the head of the queue, for the next order to lead.
+		b.mu.Lock()
+		q.pending = append(batch, q.pending...)
+		b.mu.Unlock()
+		batch, taken = nil, nil // queued again: no longer this leader's to answer
 	}
 	if len(batch) > 0 {
 		ctx, cancel := batchContext(self.ctx, batch)
@@ -190,15 +227,21 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 			b.answer(o, results[i])
 		}
 	}
-
-	b.mu.Lock()
-	b.handOffLocked(q)
-	b.mu.Unlock()
+	b.handOff(q)
+	handedOff = true
 }
 
 // waitForMore waits up to b.wait for the queue to fill, unless it is full
-// already or self's deadline passes first.
+// already, and at most half the time self's deadline leaves, so the batch
+// still has time to run.
 func (b *batcher) waitForMore(q *skuQueue, self *batchOrder) {
+	wait := b.wait
+	if d, ok := self.ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)/2)
+	}
+	if wait <= 0 {
+		return
+	}
 	b.mu.Lock()
 	if len(q.pending) >= b.max {
 		b.mu.Unlock()
@@ -207,7 +250,7 @@ func (b *batcher) waitForMore(q *skuQueue, self *batchOrder) {
 	full := make(chan struct{})
 	q.full = full
 	b.mu.Unlock()
-	t := time.NewTimer(b.wait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -219,6 +262,13 @@ func (b *batcher) waitForMore(q *skuQueue, self *batchOrder) {
 		q.full = nil
 	}
 	b.mu.Unlock()
+}
+
+// handOff hands the lead on (handOffLocked) under b.mu.
+func (b *batcher) handOff(q *skuQueue) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.handOffLocked(q)
 }
 
 // handOffLocked tells the oldest queued order to lead the next batch, or
@@ -234,8 +284,10 @@ func (b *batcher) handOffLocked(q *skuQueue) {
 	q.next.lead <- struct{}{}
 }
 
-// answer hands o its answer (never blocks: done is buffered).
+// answer hands o its answer (never blocks: done is buffered and o is
+// answered once).
 func (b *batcher) answer(o *batchOrder, r batchResult) {
+	o.answered = true
 	b.observe.Woken(o.ctx)
 	o.done <- r
 }

@@ -232,6 +232,17 @@ func TestBatcherSKUsAreIndependent(t *testing.T) {
 	wantOwnOrder(t, first)
 }
 
+// fitInArrivalOrder runs a fitter over quantities and returns which it
+// accepted and their total.
+func fitInArrivalOrder(quantities []int64, available int64) (accepted []bool, total int64) {
+	f := fitter{available: available}
+	accepted = make([]bool, len(quantities))
+	for i, q := range quantities {
+		accepted[i] = f.take(q)
+	}
+	return accepted, f.total
+}
+
 func TestFitInArrivalOrder(t *testing.T) {
 	for _, c := range []struct {
 		quantities []int64
@@ -598,5 +609,81 @@ func TestBatcherExpiredNextLeaderHandsOn(t *testing.T) {
 	defer h.b.mu.Unlock()
 	if len(h.b.queues) != 0 {
 		t.Errorf("the SKU's queue is still there: %+v", h.b.queues["s"])
+	}
+}
+
+// TestBatchKeyBelongsToFirstAcceptedOrder: the batch decides its keys in
+// arrival order as if each order came alone. A key the database has is
+// compared with each order on its own; a key an earlier order was refused
+// with (sold out) is free for the next request; a key an accepted order
+// holds is followed by the same request and refused to another.
+func TestBatchKeyBelongsToFirstAcceptedOrder(t *testing.T) {
+	store := newFakeBatchStore(3)
+	store.st.orders["old"] = Order{ID: "old", SKU: "s", Quantity: 2, UserID: "u"}
+	store.st.keys["known"] = IdempotencyRecord{Key: "known", SKU: "s", RequestHash: order("", 2, "known", "u").fingerprint, OrderID: "old"}
+	b := NewBatched(store)
+	batch := batchOf(
+		order("a", 1, "known", "u"), // the known key, another body: 422
+		order("b", 2, "known", "u"), // the known key's own body: replay
+		order("c", 4, "k", "u"),     // does not fit: sold out, k stays free
+		order("d", 2, "k", "v"),     // k, another body, a fresh request: accepted
+		order("e", 2, "k", "v"),     // d's retry: d's order
+		order("f", 4, "k", "u"),     // c's body again, but k is d's now: 422
+		order("g", 1, "j", "u"),     // fits in what d left
+		order("h", 1, "", "u"),      // nothing left
+	)
+	results := b.runBatch(context.Background(), batch)
+	want := []struct {
+		id  string
+		err error
+	}{{"", ErrIdempotencyConflict}, {"old", nil}, {"", ErrSoldOut}, {"d", nil}, {"d", nil}, {"", ErrIdempotencyConflict}, {"g", nil}, {"", ErrSoldOut}}
+	for i, w := range want {
+		r := results[i]
+		if (w.err == nil && r.err != nil) || !errors.Is(r.err, w.err) || r.order.ID != w.id {
+			t.Errorf("order %s: %q, %v; want %q, %v", batch[i].order.ID, r.order.ID, r.err, w.id, w.err)
+		}
+	}
+	if store.st.available != 0 || len(store.st.orders) != 3 || store.st.keys["k"].OrderID != "d" || store.st.keys["j"].OrderID != "g" {
+		t.Errorf("available %d, orders %v, keys %v", store.st.available, store.st.orders, store.st.keys)
+	}
+}
+
+// TestBatchKeysTakenOneAfterAnotherDoNotMakeBatchBusy: other instances
+// commit the batch's keys one at a time, each just before the batch's
+// commit, more times than the batch has attempts. Each retry replays the
+// key taken, so the batch ends with every order answered, none busy.
+func TestBatchKeysTakenOneAfterAnotherDoNotMakeBatchBusy(t *testing.T) {
+	store := newFakeBatchStore(100)
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6"}
+	taken := 0
+	store.beforeCommit = func(st *fakeState) error {
+		if taken == len(keys)-1 {
+			return nil
+		}
+		k := keys[taken]
+		taken++
+		id := "theirs-" + k
+		st.available--
+		st.orders[id] = Order{ID: id, SKU: "s", Quantity: 1, UserID: "u"}
+		st.keys[k] = IdempotencyRecord{Key: k, SKU: "s", RequestHash: order("", 1, k, "u").fingerprint, OrderID: id}
+		return fmt.Errorf("%w: the insert of key %s conflicted", errKeyTaken, k)
+	}
+	b := NewBatched(store, WithBatchTxAttempts(2))
+	var batch []*batchOrder
+	for _, k := range keys {
+		batch = append(batch, order("mine-"+k, 1, k, "u"))
+	}
+	results := b.runBatch(context.Background(), batch)
+	for i, r := range results {
+		want := "theirs-" + keys[i]
+		if i == len(keys)-1 {
+			want = "mine-" + keys[i]
+		}
+		if r.err != nil || r.order.ID != want {
+			t.Errorf("%s: %q, %v; want %q", keys[i], r.order.ID, r.err, want)
+		}
+	}
+	if store.st.available != 100-int64(len(keys)) || len(store.st.orders) != len(keys) {
+		t.Errorf("available %d, orders %v", store.st.available, store.st.orders)
 	}
 }
