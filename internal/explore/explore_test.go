@@ -131,9 +131,9 @@ func TestEverySchedule(t *testing.T) {
 			for _, c := range candidates() {
 				// The controls need only be caught; the safe strategies
 				// get the larger budget.
-				max3, samples3 := 600, 150
+				max3, samples3 := 300, 100
 				if c.unsafe {
-					max3, samples3 = 200, 100
+					max3, samples3 = 100, 50
 				}
 				for _, shape := range []struct {
 					stock      int64
@@ -201,8 +201,8 @@ func TestEveryScheduleOfARetry(t *testing.T) {
 						Retry:        true,
 						Strategy:     c.strategy,
 						Faults:       c.faults,
-						MaxSchedules: scaled(t, 500),
-						Samples:      scaled(t, 100),
+						MaxSchedules: scaled(t, 250),
+						Samples:      scaled(t, 50),
 						Seed:         s,
 					}
 					r, err := x.Explore(ctx, sc)
