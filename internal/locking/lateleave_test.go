@@ -3,7 +3,6 @@ package locking_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,43 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lateLeaveClient holds back the next release script (singleLeave: 3 keys,
-// 7 arguments) once armed: the caller sees a timeout at once, as when the
-// node timeout ran out, and the script reaches the server only when the
-// test delivers it, as a call the client gave up on that lands late.
-type lateLeaveClient struct {
-	*redis.Client
-	mu      sync.Mutex
-	armed   bool
-	stashed func() error
-}
-
-func (c *lateLeaveClient) isLeave(keys []string, args []any) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.armed && len(keys) == 3 && len(args) == 7
-}
-
-func (c *lateLeaveClient) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	if c.isLeave(keys, args) {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(redis.ErrNoScript) // Script.Run falls back to Eval, which has the body
-		return cmd
-	}
-	return c.Client.EvalSha(ctx, sha, keys, args...)
-}
-
-func (c *lateLeaveClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	if c.isLeave(keys, args) {
-		c.mu.Lock()
-		c.armed = false
-		c.stashed = func() error { return c.Client.Eval(context.Background(), script, keys, args...).Err() }
-		c.mu.Unlock()
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(context.DeadlineExceeded)
-		return cmd
-	}
-	return c.Client.Eval(ctx, script, keys, args...)
+// newLateLeaveClient holds back the next release script of the
+// single-server lock (singleLeave: 3 keys, 7 arguments) once armed: the
+// caller sees a timeout at once, as when the node timeout ran out, and the
+// script reaches the server only when the test delivers it, as a call the
+// client gave up on that lands late.
+func newLateLeaveClient(c *redis.Client) *holdBackClient {
+	return &holdBackClient{Client: c, nkeys: 3, nargs: 7}
 }
 
 // TestLateLeaveQueuesSuccessorTwice: Locker. A's release (with B, the next
@@ -62,7 +31,7 @@ func (c *lateLeaveClient) Eval(ctx context.Context, script string, keys []string
 func TestLateLeaveQueuesSuccessorTwice(t *testing.T) {
 	ctx := context.Background()
 	base := shared.Client(t)
-	lc := &lateLeaveClient{Client: base}
+	lc := newLateLeaveClient(base)
 	const ttl = 30 * time.Second
 	l := locking.New(lc, locking.WithTTL(ttl), locking.WithPollInterval(time.Hour), locking.WithWait(time.Minute))
 	t.Cleanup(func() { _ = l.Close() })
@@ -137,7 +106,7 @@ func TestLateLeaveQueuesSuccessorTwice(t *testing.T) {
 func TestLateLeaveHandsLockToRetiredSuccessor(t *testing.T) {
 	ctx := context.Background()
 	base := shared.Client(t)
-	lc := &lateLeaveClient{Client: base}
+	lc := newLateLeaveClient(base)
 	const ttl = 30 * time.Second
 	l := locking.New(lc, locking.WithTTL(ttl), locking.WithPollInterval(time.Hour), locking.WithWait(time.Minute))
 	t.Cleanup(func() { _ = l.Close() })
