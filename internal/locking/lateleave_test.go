@@ -42,14 +42,7 @@ func TestLateLeaveQueuesSuccessorTwice(t *testing.T) {
 	l.SetWaitHook(hook)
 	a := acquire(t, l, ctx, key)
 	got := acquireAsync(l, ctx, key)
-	for l.LocalWaiters(key) != 1 {
-		select {
-		case r := <-got:
-			t.Fatalf("B did not queue locally: %v", r.err)
-		default:
-		}
-		time.Sleep(time.Millisecond) // polls a condition; not a synchronising sleep
-	}
+	awaitLocalWaiter(t, l, key, got)
 	lc.mu.Lock()
 	lc.armed = true
 	lc.mu.Unlock()
@@ -119,14 +112,7 @@ func TestLateLeaveHandsLockToRetiredSuccessor(t *testing.T) {
 	bctx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	got := acquireAsync(l, bctx, key)
-	for l.LocalWaiters(key) != 1 {
-		select {
-		case r := <-got:
-			t.Fatalf("B did not queue locally: %v", r.err)
-		default:
-		}
-		time.Sleep(time.Millisecond) // polls a condition; not a synchronising sleep
-	}
+	awaitLocalWaiter(t, l, key, got)
 	lc.mu.Lock()
 	lc.armed = true
 	lc.mu.Unlock()

@@ -3,6 +3,7 @@ package locking_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -469,6 +470,25 @@ func acquireAsync(l acquirer, ctx context.Context, key string) <-chan acquisitio
 		ch <- acquisition{lease, err}
 	}()
 	return ch
+}
+
+// localQueuer is a lock whose goroutines queue in the process.
+type localQueuer interface {
+	LocalWaiters(key string) int
+}
+
+// awaitLocalWaiter waits, yielding, until the acquisition behind got queues
+// in the process behind the holder, and fails if it returns instead.
+func awaitLocalWaiter(t *testing.T, l localQueuer, key string, got <-chan acquisition) {
+	t.Helper()
+	for l.LocalWaiters(key) != 1 {
+		select {
+		case r := <-got:
+			t.Fatalf("the next acquisition did not queue in the process: %v", r.err)
+		default:
+			runtime.Gosched()
+		}
+	}
 }
 
 // TestRedlockResetKeepsTokensGrowing: Reset frees the lock on every node but

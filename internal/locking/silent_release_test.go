@@ -24,14 +24,7 @@ func TestRedlockLostReleaseStrandsLocalSuccessor(t *testing.T) {
 	key := uniqueKey(t)
 	a := acquire(t, r, ctx, key)
 	got := acquireAsync(r, ctx, key)
-	for r.LocalWaiters(key) != 1 {
-		select {
-		case res := <-got:
-			t.Fatalf("the successor did not queue locally: %v", res.err)
-		default:
-		}
-		time.Sleep(time.Millisecond) // polls a condition; not a synchronising sleep
-	}
+	awaitLocalWaiter(t, r, key, got)
 	// The lock goes away under A (an admin's Reset; an expiry does the same).
 	if err := r.Reset(ctx, key); err != nil {
 		t.Fatal(err)
