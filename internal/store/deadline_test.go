@@ -114,23 +114,7 @@ func TestDeadlineEndsTheServersWait(t *testing.T) {
 					"postgres": postgresLockWaiter, "mysql": mysqlLockWaiter,
 				}[engine](t, url)
 
-				locked, release := make(chan struct{}), make(chan struct{})
-				holder := make(chan error, 1)
-				go func() {
-					holder <- db.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
-						if _, err := tx.LockLevel(ctx, "s-1"); err != nil {
-							return err
-						}
-						close(locked)
-						<-release
-						return errors.New("holder done")
-					})
-				}()
-				defer func() {
-					close(release)
-					<-holder
-				}()
-				<-locked
+				testdb.HoldRow(t, db, "s-1")
 
 				rec := sessionRecorder{Strategy: strategy, sessions: make(chan int64, 1)}
 				svc := inventory.NewService(db, rec, inventory.WithOrderTimeout(200*time.Millisecond))
@@ -184,19 +168,7 @@ func TestDeadlineBoundsTheServerAlone(t *testing.T) {
 			if err := db.StartSale(ctx, "s-1", 5); err != nil {
 				t.Fatal(err)
 			}
-			locked, release := make(chan struct{}), make(chan struct{})
-			holder := make(chan error, 1)
-			go func() {
-				holder <- db.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
-					if _, err := tx.LockLevel(ctx, "s-1"); err != nil {
-						return err
-					}
-					close(locked)
-					<-release
-					return errors.New("holder done")
-				})
-			}()
-			<-locked
+			release := testdb.HoldRow(t, db, "s-1")
 
 			orderCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer cancel()
@@ -212,12 +184,12 @@ func TestDeadlineBoundsTheServerAlone(t *testing.T) {
 			select {
 			case err = <-waited:
 			case <-time.After(5 * time.Second):
-				close(release)
-				<-holder
+				_ = release()
 				t.Fatalf("the server still waits %v after the deadline: %v", time.Since(began), <-waited)
 			}
-			close(release)
-			<-holder
+			if err := release(); err != nil {
+				t.Error(err)
+			}
 			took := time.Since(began)
 			t.Logf("the server ended the wait after %v: %v", took.Round(time.Millisecond), err)
 			if !errors.Is(err, inventory.ErrBusy) {

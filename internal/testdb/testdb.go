@@ -14,14 +14,18 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/mysql"
 	"github.com/flashsale/stock/internal/store"
 )
@@ -162,4 +166,45 @@ func New(tb testing.TB, engine string, maxConns int) store.Store {
 		tb.Fatalf("migrate %s: %v", engine, err)
 	}
 	return s
+}
+
+// errReleased ends a HoldRow transaction: it rolls back.
+var errReleased = errors.New("testdb: row released")
+
+// HoldRow locks sku's stock row (SELECT … FOR UPDATE) in a transaction of
+// its own, as a client that holds the row and does nothing would, and
+// returns once the lock is held. release rolls the transaction back and
+// reports anything but that rollback; it runs at the test's end too.
+func HoldRow(tb testing.TB, db inventory.Store, sku string) (release func() error) {
+	tb.Helper()
+	locked, done := make(chan struct{}), make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		ended <- db.InTx(context.Background(), func(ctx context.Context, tx inventory.Tx) error {
+			if _, err := tx.LockLevel(ctx, sku); err != nil {
+				return err
+			}
+			close(locked)
+			<-done
+			return errReleased
+		})
+	}()
+	select {
+	case <-locked:
+	case err := <-ended:
+		tb.Fatalf("hold the row of %q: %v", sku, err)
+	}
+	var once sync.Once
+	var result error
+	release = func() error {
+		once.Do(func() {
+			close(done)
+			if err := <-ended; !errors.Is(err, errReleased) {
+				result = fmt.Errorf("the transaction holding %q ended with %v, not its rollback", sku, err)
+			}
+		})
+		return result
+	}
+	tb.Cleanup(func() { _ = release() })
+	return release
 }
