@@ -14,7 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/inventorylock"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // buildLockStrategy connects to the Redis servers of REDIS_ADDRS and returns
@@ -58,17 +59,17 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 		closeClients()
 		return nil, nil, err
 	}
-	opts := []locking.Option{locking.WithTTL(cfg.LockTTL), locking.WithWait(cfg.LockWait),
-		locking.WithRenewalObserver(func(_ string, err error) { renewed(err == nil) })}
+	opts := []redislock.Option{redislock.WithTTL(cfg.LockTTL), redislock.WithWait(cfg.LockWait),
+		redislock.WithRenewalObserver(func(_ string, err error) { renewed(err == nil) })}
 	if cfg.LockRenewEvery > 0 {
 		if cfg.LockRenewEvery >= cfg.LockTTL {
 			log.Warn("LOCK_RENEW_EVERY is not shorter than LOCK_TTL: locks will expire between renewals. Use it only to demonstrate fencing.")
 		}
-		opts = append(opts, locking.WithRenewEvery(cfg.LockRenewEvery))
+		opts = append(opts, redislock.WithRenewEvery(cfg.LockRenewEvery))
 	}
 	var (
 		locker interface {
-			Acquire(ctx context.Context, key string) (*locking.Lease, error)
+			Acquire(ctx context.Context, key string) (*redislock.Lease, error)
 			Reset(ctx context.Context, key string) error
 			AdvanceFence(ctx context.Context, key string, atLeast int64) error
 			Close() error
@@ -76,9 +77,9 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 		err error
 	)
 	if cfg.Strategy == inventory.NameRedisLock {
-		locker = locking.New(clients[0], opts...)
+		locker = redislock.New(clients[0], opts...)
 	} else {
-		locker, err = locking.NewRedlock(clients, opts...)
+		locker, err = redislock.NewRedlock(clients, opts...)
 		if err != nil {
 			closeClients()
 			return nil, nil, err
@@ -101,7 +102,7 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 			"resume it with kill -CONT", "pid", os.Getpid())
 		lockOpts = append(lockOpts, inventory.WithFreezeAfterRead(func() { freezeSelf(log) }))
 	}
-	strategy := inventory.NewLocked(cfg.Strategy, inventory.AdaptLocker(locker), append(lockOpts,
+	strategy := inventory.NewLocked(cfg.Strategy, inventorylock.Adapt(locker), append(lockOpts,
 		inventory.WithPing(func(ctx context.Context) error {
 			return pingRedis(ctx, clients, cfg.Strategy == inventory.NameRedlock)
 		}),

@@ -13,7 +13,8 @@ import (
 
 	"github.com/flashsale/stock/internal/history"
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/inventorylock"
+	"github.com/flashsale/stock/internal/locking/redislock"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 	"github.com/flashsale/stock/internal/testredis"
@@ -34,21 +35,21 @@ func strategies() map[string]func(t *testing.T, db store.Store) inventory.Strate
 			return inventory.NewBatched(db)
 		},
 		inventory.NameRedisLock: func(t *testing.T, _ store.Store) inventory.Strategy {
-			locker := locking.New(testredis.Start(t).Client(t))
+			locker := redislock.New(testredis.Start(t).Client(t))
 			t.Cleanup(func() { _ = locker.Close() })
-			return inventory.NewLocked(inventory.NameRedisLock, inventory.AdaptLocker(locker))
+			return inventory.NewLocked(inventory.NameRedisLock, inventorylock.Adapt(locker))
 		},
 		inventory.NameRedlock: func(t *testing.T, _ store.Store) inventory.Strategy {
 			var clients []*redis.Client
 			for range 5 {
 				clients = append(clients, testredis.Start(t).Client(t))
 			}
-			locker, err := locking.NewRedlock(clients)
+			locker, err := redislock.NewRedlock(clients)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = locker.Close() })
-			return inventory.NewLocked(inventory.NameRedlock, inventory.AdaptLocker(locker))
+			return inventory.NewLocked(inventory.NameRedlock, inventorylock.Adapt(locker))
 		},
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-
-	"github.com/flashsale/stock/internal/locking"
 )
 
 // Names of the lock strategies.
@@ -16,7 +14,10 @@ const (
 	NameRedlock   = "redlock"
 )
 
-// Lease is one holding of a lock, as the lock strategies use it.
+// Lease is one holding of a lock, as the lock strategies need it. Every
+// lock backend (internal/locking/...) implements it, through
+// internal/locking/inventorylock, which also translates the backends'
+// errors into this package's.
 type Lease interface {
 	// Token is the fencing token: it grows with every new holder of the
 	// lock, so the row can refuse a write from an older one.
@@ -24,54 +25,28 @@ type Lease interface {
 	// Context ends when the lock is known to be lost (or released): the
 	// work under the lock runs in it.
 	Context() context.Context
-	// Release gives the lock up, if it is still this lease's.
+	// Release gives the lock up, if it is still this lease's. It returns
+	// an error wrapping ErrLockLost when the lock had been lost before.
 	Release(ctx context.Context) error
 }
 
+// ErrLockLost: a lease stopped being its holder's while it was held (it
+// expired, a renewal failed, the session ended). The work under it was not
+// protected to the end; fencing and the version check keep it from
+// overselling.
+var ErrLockLost = errors.New("lock lost")
+
 // Locker is what the lock strategies need from a lock backend.
 type Locker interface {
+	// Acquire waits for key's lock. Its error wraps ErrUnavailable when the
+	// lock service failed; any other error means the lock stayed busy (or
+	// the wait ended) and is answered ErrBusy.
 	Acquire(ctx context.Context, key string) (Lease, error)
 	// Reset clears a key's lock state for a new sale. Fencing tokens keep
 	// growing across it.
 	Reset(ctx context.Context, key string) error
 	// AdvanceFence makes every later token of key greater than atLeast.
 	AdvanceFence(ctx context.Context, key string, atLeast int64) error
-}
-
-// AdaptLocker turns a backend whose Acquire returns its own lease type (such
-// as *locking.Locker and *locking.Redlock, which return *locking.Lease) into
-// a Locker.
-func AdaptLocker[L Lease](backend interface {
-	Acquire(ctx context.Context, key string) (L, error)
-	Reset(ctx context.Context, key string) error
-	AdvanceFence(ctx context.Context, key string, atLeast int64) error
-}) Locker {
-	return adaptedLocker[L]{backend}
-}
-
-type adaptedLocker[L Lease] struct {
-	backend interface {
-		Acquire(ctx context.Context, key string) (L, error)
-		Reset(ctx context.Context, key string) error
-		AdvanceFence(ctx context.Context, key string, atLeast int64) error
-	}
-}
-
-func (a adaptedLocker[L]) Acquire(ctx context.Context, key string) (Lease, error) {
-	lease, err := a.backend.Acquire(ctx, key)
-	if err != nil {
-		// A typed nil in an interface is not nil: never hand one out.
-		return nil, err
-	}
-	return lease, nil
-}
-
-func (a adaptedLocker[L]) Reset(ctx context.Context, key string) error {
-	return a.backend.Reset(ctx, key)
-}
-
-func (a adaptedLocker[L]) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
-	return a.backend.AdvanceFence(ctx, key, atLeast)
 }
 
 // Locked deducts under a distributed lock on the SKU: read, check in Go,
@@ -180,7 +155,7 @@ func (l *Locked) Deduct(ctx context.Context, sku string, quantity int64, inTx Tx
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		relErr := lease.Release(rctx)
-		lost := errors.Is(relErr, locking.ErrLockLost) || errors.Is(context.Cause(lease.Context()), locking.ErrLockLost)
+		lost := errors.Is(relErr, ErrLockLost)
 		l.obs.LockReleased(l.name, time.Since(acquired), lost)
 	}()
 
@@ -256,33 +231,14 @@ func (l *Locked) Deduct(ctx context.Context, sku string, quantity int64, inTx Tx
 	return err
 }
 
-// lockError files a failed acquisition: Redis servers that failed are a
-// backend outage, a lock held by others past the wait is contention (also
-// when the wait's deadline cut a call to a server short). Either way the
-// order fails closed.
+// lockError files a failed acquisition: a lock service that failed is
+// ErrUnavailable, anything else (a lock held by others past the wait) is
+// contention. Either way the order fails closed.
 func lockError(err error) error {
-	if serverFailed(err) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBusy) {
+		return err
 	}
 	return fmt.Errorf("%w: %w", ErrBusy, err)
-}
-
-// serverFailed reports whether err holds a NodeError for another reason
-// than the caller's deadline or cancellation.
-func serverFailed(err error) bool {
-	switch e := err.(type) {
-	case *locking.NodeError:
-		return !errors.Is(e.Err, context.DeadlineExceeded) && !errors.Is(e.Err, context.Canceled)
-	case interface{ Unwrap() []error }:
-		for _, inner := range e.Unwrap() {
-			if serverFailed(inner) {
-				return true
-			}
-		}
-	case interface{ Unwrap() error }:
-		return serverFailed(e.Unwrap())
-	}
-	return false
 }
 
 // ResetSKU frees the SKU's lock for a new sale. The fence counter is kept

@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/inventorylock"
+	"github.com/flashsale/stock/internal/locking/redislock"
 	"github.com/flashsale/stock/internal/testdb"
 	"github.com/flashsale/stock/internal/testredis"
 )
@@ -225,9 +226,9 @@ func TestCASExhaustionIsBusy(t *testing.T) {
 func TestLockedUnknownSKULeavesNoKeys(t *testing.T) {
 	db := testdb.New(t, "postgres", 4)
 	rdb := testredis.Start(t).Client(t)
-	locker := locking.New(rdb)
+	locker := redislock.New(rdb)
 	t.Cleanup(func() { _ = locker.Close() })
-	svc := inventory.NewService(db, inventory.NewLocked(inventory.NameRedisLock, inventory.AdaptLocker(locker),
+	svc := inventory.NewService(db, inventory.NewLocked(inventory.NameRedisLock, inventorylock.Adapt(locker),
 		inventory.WithSKULookup(func(ctx context.Context, sku string) error {
 			_, err := db.Level(ctx, sku)
 			return err
@@ -251,9 +252,9 @@ func TestLockedUnknownSKULeavesNoKeys(t *testing.T) {
 func TestFenceRecoversAfterRedisWipe(t *testing.T) {
 	db := testdb.New(t, "mysql", 4)
 	srv := testredis.Start(t)
-	locker := locking.New(srv.Client(t))
+	locker := redislock.New(srv.Client(t))
 	t.Cleanup(func() { _ = locker.Close() })
-	svc := inventory.NewService(db, inventory.NewLocked(inventory.NameRedisLock, inventory.AdaptLocker(locker)))
+	svc := inventory.NewService(db, inventory.NewLocked(inventory.NameRedisLock, inventorylock.Adapt(locker)))
 	ctx := context.Background()
 	if err := svc.StartSale(ctx, "s-1", 10); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // holdBackClient holds back the next script call whose shape matches
@@ -62,10 +63,10 @@ func TestRedlockGiveUpRetiresTokenOnStandInGateOnly(t *testing.T) {
 	ctx := context.Background()
 	_, clients := cluster(t, 3)
 	const ttl = 30 * time.Second
-	holder := newRedlock(t, clients, locking.WithTTL(ttl))
+	holder := newRedlock(t, clients, redislock.WithTTL(ttl))
 	key := uniqueKey(t)
 	g0 := holder.GateNode(key)
-	wrapped := make([]locking.Client, len(clients))
+	wrapped := make([]redislock.Client, len(clients))
 	var held *holdBackClient
 	for i, c := range clients {
 		hc := &holdBackClient{Client: c, nkeys: 3, nargs: 4} // redlockGate
@@ -74,8 +75,8 @@ func TestRedlockGiveUpRetiresTokenOnStandInGateOnly(t *testing.T) {
 		}
 		wrapped[i] = hc
 	}
-	w, err := locking.NewRedlockClients(wrapped, locking.WithTTL(ttl), locking.WithNodeTimeout(500*time.Millisecond),
-		locking.WithWait(300*time.Millisecond), locking.WithPollInterval(time.Hour))
+	w, err := redislock.NewRedlockClients(wrapped, redislock.WithTTL(ttl), redislock.WithNodeTimeout(500*time.Millisecond),
+		redislock.WithWait(300*time.Millisecond), redislock.WithPollInterval(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestRedlockGiveUpRetiresTokenOnStandInGateOnly(t *testing.T) {
 	}
 	// A contender that trusts the gate waits for an announcement that never
 	// comes, until the phantom expires (poll interval 1h here).
-	x := newRedlock(t, clients, locking.WithTTL(ttl), locking.WithPollInterval(time.Hour))
+	x := newRedlock(t, clients, redislock.WithTTL(ttl), redislock.WithPollInterval(time.Hour))
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	l, err := x.Acquire(wctx, key)

@@ -1,11 +1,11 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // TestRedlockResetLosesTheHold: Reset is "free a stuck lock: a holder of
@@ -19,8 +19,8 @@ func TestRedlockResetLosesTheHold(t *testing.T) {
 	ctx := context.Background()
 	_, clients := cluster(t, 3)
 	renewed := make(chan error, 16)
-	r := newRedlock(t, clients, locking.WithTTL(900*time.Millisecond),
-		locking.WithRenewalObserver(func(_ string, err error) { renewed <- err }))
+	r := newRedlock(t, clients, redislock.WithTTL(900*time.Millisecond),
+		redislock.WithRenewalObserver(func(_ string, err error) { renewed <- err }))
 	key := uniqueKey(t)
 	lease := acquire(t, r, ctx, key)
 	defer lease.Release(ctx)
@@ -56,21 +56,21 @@ func TestResetRetiresTheValue(t *testing.T) {
 	ctx := context.Background()
 	c := shared.Client(t)
 	const ttl = 900 * time.Millisecond
-	l := newLocker(t, c, locking.WithTTL(ttl))
+	l := newLocker(t, c, redislock.WithTTL(ttl))
 	key := uniqueKey(t)
 	lease := acquire(t, l, ctx, key)
 	defer lease.Release(ctx)
 	if err := l.Reset(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if err := locking.DeliverLate(ctx, c, locking.LatePoll, key, lease.Value(), ttl); err != nil {
+	if err := redislock.DeliverLate(ctx, c, redislock.LatePoll, key, lease.Value(), ttl); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := c.Get(ctx, "lock:"+key).Result(); err == nil {
 		t.Errorf("a late poll after Reset set the key again to %q (the holder's: %v)", v, v == lease.Value())
 	}
 	lostWithin(t, lease.Context(), 5*time.Second)
-	other := newLocker(t, c, locking.WithTTL(ttl))
+	other := newLocker(t, c, redislock.WithTTL(ttl))
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	next, err := other.Acquire(wctx, key)

@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 type acquirer interface {
-	Acquire(ctx context.Context, key string) (*locking.Lease, error)
+	Acquire(ctx context.Context, key string) (*redislock.Lease, error)
 }
 
 type contention struct {
@@ -38,7 +40,7 @@ func contend(lockers []acquirer, key string, n int, d time.Duration) *contention
 		wg.Go(func() {
 			<-start
 			for time.Now().Before(end) {
-				var lease *locking.Lease
+				var lease *redislock.Lease
 				if lockers != nil {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					var err error
@@ -80,8 +82,8 @@ func contend(lockers []acquirer, key string, n int, d time.Duration) *contention
 
 func TestMutualExclusion(t *testing.T) {
 	srv := startRedis(t)
-	a := locking.New(srv.Client(t))
-	b := locking.New(srv.Client(t))
+	a := redislock.New(srv.Client(t))
+	b := redislock.New(srv.Client(t))
 	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
 
 	res := contend([]acquirer{a, b}, uniqueKey(t), 64, time.Second)
@@ -104,9 +106,9 @@ func TestMutualExclusionControl(t *testing.T) {
 	}
 }
 
-func newLocker(t *testing.T, c *redis.Client, opts ...locking.Option) *locking.Locker {
+func newLocker(t *testing.T, c *redis.Client, opts ...redislock.Option) *redislock.Locker {
 	t.Helper()
-	l := locking.New(c, opts...)
+	l := redislock.New(c, opts...)
 	t.Cleanup(func() {
 		if err := l.Close(); err != nil {
 			t.Error(err)
@@ -115,7 +117,7 @@ func newLocker(t *testing.T, c *redis.Client, opts ...locking.Option) *locking.L
 	return l
 }
 
-func acquire(t *testing.T, l acquirer, ctx context.Context, key string) *locking.Lease {
+func acquire(t *testing.T, l acquirer, ctx context.Context, key string) *redislock.Lease {
 	t.Helper()
 	lease, err := l.Acquire(ctx, key)
 	if err != nil {
@@ -156,8 +158,8 @@ func TestWatchdogHoldsBeyondTTL(t *testing.T) {
 	const ttl = 200 * time.Millisecond
 	ctx := context.Background()
 	key := uniqueKey(t)
-	holder := newLocker(t, shared.Client(t), locking.WithTTL(ttl))
-	other := newLocker(t, shared.Client(t), locking.WithTTL(ttl))
+	holder := newLocker(t, shared.Client(t), redislock.WithTTL(ttl))
+	other := newLocker(t, shared.Client(t), redislock.WithTTL(ttl))
 
 	lease := acquire(t, holder, ctx, key)
 	// The contender waits 5 TTLs and must not get in: the watchdog keeps
@@ -186,7 +188,7 @@ func TestWatchdogHoldsBeyondTTL(t *testing.T) {
 
 func TestKilledRenewalCancelsWork(t *testing.T) {
 	ctx := context.Background()
-	l := newLocker(t, shared.Client(t), locking.WithTTL(time.Second), locking.WithRenewEvery(50*time.Millisecond))
+	l := newLocker(t, shared.Client(t), redislock.WithTTL(time.Second), redislock.WithRenewEvery(50*time.Millisecond))
 	boom := errors.New("watchdog killed")
 	l.SetRenewHook(func(context.Context, string) error { return boom })
 	lease := acquire(t, l, ctx, uniqueKey(t))
@@ -201,7 +203,7 @@ func TestKilledRenewalCancelsWork(t *testing.T) {
 
 func TestPausedRenewalCancelsWork(t *testing.T) {
 	ctx := context.Background()
-	l := newLocker(t, shared.Client(t), locking.WithTTL(200*time.Millisecond))
+	l := newLocker(t, shared.Client(t), redislock.WithTTL(200*time.Millisecond))
 	l.SetRenewHook(pause(t))
 	lease := acquire(t, l, ctx, uniqueKey(t))
 	// Nothing renews: the validity timer, not the stalled watchdog, must
@@ -214,8 +216,8 @@ func TestReleaseAfterExpiry(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	rdb := shared.Client(t)
-	a := newLocker(t, rdb, locking.WithTTL(ttl))
-	b := newLocker(t, shared.Client(t), locking.WithTTL(ttl))
+	a := newLocker(t, rdb, redislock.WithTTL(ttl))
+	b := newLocker(t, shared.Client(t), redislock.WithTTL(ttl))
 	a.SetRenewHook(pause(t))
 
 	first := acquire(t, a, ctx, key)
@@ -291,7 +293,7 @@ func TestReentrancy(t *testing.T) {
 func TestWakeOnRelease(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
-	opts := []locking.Option{locking.WithTTL(time.Minute), locking.WithPollInterval(time.Hour)}
+	opts := []redislock.Option{redislock.WithTTL(time.Minute), redislock.WithPollInterval(time.Hour)}
 	holder := newLocker(t, shared.Client(t), opts...)
 	waiter := newLocker(t, shared.Client(t), opts...)
 	waiting := make(chan struct{}, 1)
@@ -304,7 +306,7 @@ func TestWakeOnRelease(t *testing.T) {
 
 	first := acquire(t, holder, ctx, key)
 	got := make(chan error, 1)
-	var second *locking.Lease
+	var second *redislock.Lease
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
@@ -376,7 +378,7 @@ func TestLocalFIFO(t *testing.T) {
 func TestReset(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
-	l := newLocker(t, shared.Client(t), locking.WithTTL(300*time.Millisecond))
+	l := newLocker(t, shared.Client(t), redislock.WithTTL(300*time.Millisecond))
 	for range 3 {
 		lease := acquire(t, l, ctx, key)
 		_ = lease.Release(ctx)
@@ -400,7 +402,7 @@ func TestReset(t *testing.T) {
 func TestServerDown(t *testing.T) {
 	ctx := context.Background()
 	srv := startRedis(t)
-	l := newLocker(t, srv.Client(t), locking.WithTTL(200*time.Millisecond), locking.WithNodeTimeout(100*time.Millisecond))
+	l := newLocker(t, srv.Client(t), redislock.WithTTL(200*time.Millisecond), redislock.WithNodeTimeout(100*time.Millisecond))
 	key := uniqueKey(t)
 	lease := acquire(t, l, ctx, key)
 	srv.Stop()
@@ -423,7 +425,7 @@ func TestServerDown(t *testing.T) {
 func TestClose(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
-	l := locking.New(shared.Client(t))
+	l := redislock.New(shared.Client(t))
 	other := newLocker(t, shared.Client(t))
 	held := acquire(t, other, ctx, key)
 	defer held.Release(ctx)

@@ -1,4 +1,4 @@
-package locking
+package redislock
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
 )
 
 // Client is what this package needs from one Redis server: scripts and
@@ -30,12 +32,12 @@ type backend interface {
 	// process already did for it. It returns when ctx ends at the latest.
 	acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error
 	// extend renews a's lock and returns its new validity. The error of a
-	// lock found gone wraps ErrLockLost.
+	// lock found gone wraps locking.ErrLockLost.
 	extend(ctx context.Context, a *attempt) (time.Time, error)
 	// leave gives up a's claim, a held lock or a place in the server's
 	// queue, and, with next non-nil, may pass the lock or a place in the
 	// queue to next (the returned slotGrant). The error says whether a's
-	// lock was still held (nil) or lost (ErrLockLost). ctx is not cancelled.
+	// lock was still held (nil) or lost (locking.ErrLockLost). ctx is not cancelled.
 	leave(ctx context.Context, a *attempt, next *attempt) (slotGrant, error)
 	reset(ctx context.Context, key string) error
 	// drain joins calls still running in the background.
@@ -143,7 +145,7 @@ type holdKey struct {
 func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 	key := c.cfg.prefix + name
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(ErrNotObtained, err)
+		return nil, errors.Join(locking.ErrNotObtained, err)
 	}
 	if h, ok := ctx.Value(holdKey{c, key}).(*hold); ok {
 		if l := c.reenter(ctx, h); l != nil {
@@ -158,7 +160,7 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, ErrClosed
+		return nil, locking.ErrClosed
 	}
 	ks := c.keys[key]
 	if ks == nil {
@@ -240,7 +242,7 @@ var errExpired = errors.New("locking: validity ended before the hold began")
 // it, keeping a's local slot, and makes a a fresh attempt: a new value (the
 // old one's late calls, if any, stay harmless), no fence, no batch.
 func (c *core) abandon(ctx context.Context, a *attempt) {
-	_, _ = c.be.leave(context.WithoutCancel(ctx), a, nil) // ErrLockLost, most likely: it expired
+	_, _ = c.be.leave(context.WithoutCancel(ctx), a, nil) // locking.ErrLockLost, most likely: it expired
 	a.token, a.queueID, a.element, a.gates = newToken(), "", "", nil
 	a.fence, a.fenceTop, a.validUntil = 0, 0, time.Time{}
 	a.pending, a.batch, a.generation, a.lost = new(sync.WaitGroup), 0, 0, false
@@ -264,12 +266,12 @@ func (c *core) waitContext(ctx context.Context) (context.Context, context.Cancel
 	return wctx, func() { stop(); cancel() }
 }
 
-// notObtained is the error of a wait that ended: ErrNotObtained, the
-// context's error, ErrClosed if Close ended it, and the last node errors.
+// notObtained is the error of a wait that ended: locking.ErrNotObtained, the
+// context's error, locking.ErrClosed if Close ended it, and the last node errors.
 func (c *core) notObtained(wctx context.Context, errs ...error) error {
-	all := []error{ErrNotObtained, wctx.Err()}
+	all := []error{locking.ErrNotObtained, wctx.Err()}
 	if c.closeCtx.Err() != nil {
-		all = append(all, ErrClosed)
+		all = append(all, locking.ErrClosed)
 	}
 	return errors.Join(append(all, errs...)...)
 }
@@ -532,7 +534,7 @@ func (c *core) newHold(ctx context.Context, ks *keyState, a *attempt) (*Lease, e
 	// h.expiry is set: a validity that ends within microseconds would
 	// otherwise run lose, which stops h.expiry, before the assignment.
 	h.expiry = time.AfterFunc(time.Hour, func() {
-		h.lose(fmt.Errorf("%w: %s: validity ended before a renewal succeeded", ErrLockLost, ks.key))
+		h.lose(fmt.Errorf("%w: %s: validity ended before a renewal succeeded", locking.ErrLockLost, ks.key))
 	})
 	h.expiry.Reset(time.Until(a.validUntil))
 
@@ -540,9 +542,9 @@ func (c *core) newHold(ctx context.Context, ks *keyState, a *attempt) (*Lease, e
 	if c.closed {
 		c.mu.Unlock()
 		h.expiry.Stop()
-		h.cancel(ErrClosed)
+		h.cancel(locking.ErrClosed)
 		_ = c.releaseSlot(ctx, ks, a)
-		return nil, errors.Join(ErrNotObtained, ErrClosed)
+		return nil, errors.Join(locking.ErrNotObtained, locking.ErrClosed)
 	}
 	ks.hold = h
 	c.holds[h] = struct{}{}
@@ -566,7 +568,7 @@ func (c *core) reenter(ctx context.Context, h *hold) *Lease {
 	return &Lease{h: h, ctx: lctx, cancel: cancel}
 }
 
-// lose cancels the protected work with cause, which wraps ErrLockLost.
+// lose cancels the protected work with cause, which wraps locking.ErrLockLost.
 func (h *hold) lose(cause error) {
 	h.c.mu.Lock()
 	if h.lost == nil {
@@ -664,10 +666,10 @@ func (h *hold) stopRenewal() {
 }
 
 func lostCause(key string, err error) error {
-	if errors.Is(err, ErrLockLost) {
+	if errors.Is(err, locking.ErrLockLost) {
 		return err
 	}
-	return fmt.Errorf("%w: %s: renewal failed: %w", ErrLockLost, key, err)
+	return fmt.Errorf("%w: %s: renewal failed: %w", locking.ErrLockLost, key, err)
 }
 
 // Token returns the fencing token: it grows strictly with every new holder
@@ -676,7 +678,7 @@ func lostCause(key string, err error) error {
 func (l *Lease) Token() int64 { return l.h.a.fence }
 
 // Context returns a context derived from the one given to Acquire. It is
-// cancelled when the lock is lost, with a cause wrapping ErrLockLost
+// cancelled when the lock is lost, with a cause wrapping locking.ErrLockLost
 // (context.Cause), and when the lease is released. Do the protected work
 // under it, and pass it to Acquire to take the same key again (reentrancy).
 func (l *Lease) Context() context.Context { return l.ctx }
@@ -684,13 +686,13 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Release gives the lease up. The last lease of a hold stops the watchdog,
 // waits for it, and releases the lock in Redis under
 // context.WithoutCancel(ctx) with the node timeout, so a cancelled request
-// never strands a lock; a waiter is woken at once. It returns ErrNotHeld for
-// a second Release, and an error wrapping ErrLockLost when the lock had been
+// never strands a lock; a waiter is woken at once. It returns locking.ErrNotHeld for
+// a second Release, and an error wrapping locking.ErrLockLost when the lock had been
 // lost (expired, taken, or no longer confirmed by a majority): the work done
 // under it was not protected to the end.
 func (l *Lease) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
-		return ErrNotHeld
+		return locking.ErrNotHeld
 	}
 	l.cancel(context.Canceled)
 	h := l.h
@@ -766,7 +768,7 @@ func (c *core) close() error {
 	for _, h := range holds {
 		h.stopRenewal()
 		// Renewal has stopped, so the lock will expire: stop the work now.
-		h.lose(fmt.Errorf("%w: %s: %w", ErrLockLost, h.ks.key, ErrClosed))
+		h.lose(fmt.Errorf("%w: %s: %w", locking.ErrLockLost, h.ks.key, locking.ErrClosed))
 	}
 	c.be.drain()
 	var errs []error

@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"crypto/rand"

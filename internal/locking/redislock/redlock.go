@@ -1,4 +1,4 @@
-package locking
+package redislock
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
 )
 
 // Redlock is a lock over N independent Redis servers (N odd, at least 3):
@@ -64,7 +66,7 @@ func newRedlock(clients []Client, opts ...Option) (*Redlock, error) {
 // while it is held (see WithWait). The fencing token is fixed on a majority
 // before Acquire returns. Reentrancy works as for Locker.Acquire.
 //
-// A wait that ends fails with errors.Join(ErrNotObtained, ctx.Err(), the
+// A wait that ends fails with errors.Join(locking.ErrNotObtained, ctx.Err(), the
 // NodeErrors of the last round...): with a majority of servers down it fails
 // closed, never open.
 func (r *Redlock) Acquire(ctx context.Context, key string) (*Lease, error) {
@@ -97,7 +99,7 @@ func (r *Redlock) AdvanceFence(ctx context.Context, key string, atLeast int64) e
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			if err := advanceFence.Run(ctx, n.client, []string{fence}, atLeast).Err(); err != nil {
-				errs[i] = &NodeError{Node: n.name, Err: err}
+				errs[i] = &locking.NodeError{Node: n.name, Err: err}
 			}
 		})
 	}
@@ -361,7 +363,7 @@ func (q *quorum) run(ctx context.Context, wg *sync.WaitGroup,
 			defer cancel()
 			v, err := f(ctx, i, n)
 			if err != nil {
-				err = &NodeError{Node: n.name, Err: err}
+				err = &locking.NodeError{Node: n.name, Err: err}
 			}
 			ch <- result{node: i, v: v, err: err}
 		}()
@@ -499,7 +501,7 @@ func (q *quorum) tryAll(ctx context.Context, a *attempt, p proposal) round {
 		ok, num, holder, err := triple(ans.v.([]any))
 		switch {
 		case err != nil:
-			r.errs = append(r.errs, &NodeError{Node: q.nodes[ans.node].name, Err: err})
+			r.errs = append(r.errs, &locking.NodeError{Node: q.nodes[ans.node].name, Err: err})
 		case ok == 1:
 			r.ours = append(r.ours, ans.node)
 			r.counter = max(r.counter, num)
@@ -816,7 +818,7 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 		return g, nil
 	}
 	return g, errors.Join(append([]error{
-		fmt.Errorf("%w: %s: released on %d of %d nodes, %d needed", ErrLockLost, a.key, n, len(q.nodes), q.need),
+		fmt.Errorf("%w: %s: released on %d of %d nodes, %d needed", locking.ErrLockLost, a.key, n, len(q.nodes), q.need),
 	}, errs...)...)
 }
 
@@ -838,7 +840,7 @@ func (q *quorum) extend(ctx context.Context, a *attempt) (time.Time, error) {
 	until := start.Add(q.cfg.ttl - q.cfg.drift())
 	if n < q.need || !time.Now().Before(until) {
 		return time.Time{}, errors.Join(append([]error{
-			fmt.Errorf("%w: %s: renewed on %d of %d nodes, %d needed", ErrLockLost, a.key, n, len(q.nodes), q.need),
+			fmt.Errorf("%w: %s: renewed on %d of %d nodes, %d needed", locking.ErrLockLost, a.key, n, len(q.nodes), q.need),
 		}, nodeErrors(answers)...)...)
 	}
 	return until, nil
@@ -856,7 +858,7 @@ func (q *quorum) reset(ctx context.Context, key string) error {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			if err := resetScript.Run(ctx, n.client, lockKeys(key), ms(q.cfg.ttl)).Err(); err != nil {
-				errs[i] = &NodeError{Node: n.name, Err: err}
+				errs[i] = &locking.NodeError{Node: n.name, Err: err}
 			}
 		})
 	}

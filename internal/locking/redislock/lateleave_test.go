@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // newLateLeaveClient holds back the next release script of the
@@ -33,9 +34,9 @@ func TestLateLeaveQueuesSuccessorTwice(t *testing.T) {
 	base := shared.Client(t)
 	lc := newLateLeaveClient(base)
 	const ttl = 30 * time.Second
-	l := locking.New(lc, locking.WithTTL(ttl), locking.WithPollInterval(time.Hour), locking.WithWait(time.Minute))
+	l := redislock.New(lc, redislock.WithTTL(ttl), redislock.WithPollInterval(time.Hour), redislock.WithWait(time.Minute))
 	t.Cleanup(func() { _ = l.Close() })
-	other := newLocker(t, base, locking.WithTTL(ttl))
+	other := newLocker(t, base, redislock.WithTTL(ttl))
 	key := uniqueKey(t)
 
 	waiting, hook := blockedSignal()
@@ -101,9 +102,9 @@ func TestLateLeaveHandsLockToRetiredSuccessor(t *testing.T) {
 	base := shared.Client(t)
 	lc := newLateLeaveClient(base)
 	const ttl = 30 * time.Second
-	l := locking.New(lc, locking.WithTTL(ttl), locking.WithPollInterval(time.Hour), locking.WithWait(time.Minute))
+	l := redislock.New(lc, redislock.WithTTL(ttl), redislock.WithPollInterval(time.Hour), redislock.WithWait(time.Minute))
 	t.Cleanup(func() { _ = l.Close() })
-	other := newLocker(t, base, locking.WithTTL(ttl))
+	other := newLocker(t, base, redislock.WithTTL(ttl))
 	key := uniqueKey(t)
 
 	waiting, hook := blockedSignal()

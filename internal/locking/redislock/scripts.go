@@ -1,4 +1,4 @@
-package locking
+package redislock
 
 import "github.com/redis/go-redis/v9"
 

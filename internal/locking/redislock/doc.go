@@ -160,4 +160,4 @@
 // majority) contenders back off for a random, growing while. In both, polling is only a fallback (lost messages, a
 // holder that died), and the wait is bounded by WithWait, the context's
 // deadline, or twice the TTL.
-package locking
+package redislock

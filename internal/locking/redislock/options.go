@@ -1,4 +1,4 @@
-package locking
+package redislock
 
 import "time"
 

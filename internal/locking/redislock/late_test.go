@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // TestLateCallsAfterRelease: a call the client gave up on (a poll, a failed
@@ -19,17 +20,17 @@ func TestLateCallsAfterRelease(t *testing.T) {
 	const ttl = 5 * time.Second
 	t.Run("locker", func(t *testing.T) {
 		client := shared.Client(t)
-		l := newLocker(t, client, locking.WithTTL(ttl))
-		lateCallsAfterRelease(t, l, []*redis.Client{client}, locking.LatePoll)
+		l := newLocker(t, client, redislock.WithTTL(ttl))
+		lateCallsAfterRelease(t, l, []*redis.Client{client}, redislock.LatePoll)
 	})
 	t.Run("redlock", func(t *testing.T) {
 		_, clients := cluster(t, 3)
-		r := newRedlock(t, clients, locking.WithTTL(ttl))
-		lateCallsAfterRelease(t, r, clients, locking.LateRound, locking.LateExtend, locking.LateGate)
+		r := newRedlock(t, clients, redislock.WithTTL(ttl))
+		lateCallsAfterRelease(t, r, clients, redislock.LateRound, redislock.LateExtend, redislock.LateGate)
 	})
 }
 
-func lateCallsAfterRelease(t *testing.T, l acquirer, clients []*redis.Client, calls ...locking.LateCall) {
+func lateCallsAfterRelease(t *testing.T, l acquirer, clients []*redis.Client, calls ...redislock.LateCall) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	lease := acquire(t, l, ctx, key)
@@ -39,7 +40,7 @@ func lateCallsAfterRelease(t *testing.T, l acquirer, clients []*redis.Client, ca
 	}
 	for _, call := range calls {
 		for i, c := range clients {
-			if err := locking.DeliverLate(ctx, c, call, key, value, 5*time.Second); err != nil {
+			if err := redislock.DeliverLate(ctx, c, call, key, value, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			if v, err := c.Get(ctx, "lock:"+key).Result(); !errors.Is(err, redis.Nil) {

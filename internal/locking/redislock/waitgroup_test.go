@@ -1,11 +1,11 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // TestRedlockFailedRoundReusesPendingWaitGroup: a failed round with a hung
@@ -33,10 +33,10 @@ func failedRoundThenRenewals(t *testing.T) {
 	// Renewals every 150ms, calls to the hung node pending for 300ms: each
 	// renewal's Wait blocks together with the background release's, and the
 	// renewal's Add follows the call that brings the counter to zero.
-	r := newRedlock(t, clients, locking.WithTTL(900*time.Millisecond), locking.WithNodeTimeout(300*time.Millisecond),
-		locking.WithRenewEvery(150*time.Millisecond),
-		locking.WithPollInterval(50*time.Millisecond), locking.WithWait(5*time.Second),
-		locking.WithRenewalObserver(func(_ string, err error) {
+	r := newRedlock(t, clients, redislock.WithTTL(900*time.Millisecond), redislock.WithNodeTimeout(300*time.Millisecond),
+		redislock.WithRenewEvery(150*time.Millisecond),
+		redislock.WithPollInterval(50*time.Millisecond), redislock.WithWait(5*time.Second),
+		redislock.WithRenewalObserver(func(_ string, err error) {
 			select {
 			case renewed <- err:
 			default:

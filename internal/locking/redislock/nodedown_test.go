@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // fault takes a server out the way a test case names it: "refusing" kills
@@ -68,8 +68,8 @@ func TestRedlockWakeWithANodeDown(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
 			srvs, clients := cluster(t, 5)
-			opts := []locking.Option{locking.WithTTL(time.Minute), locking.WithPollInterval(time.Hour),
-				locking.WithWait(10 * time.Second), locking.WithNodeTimeout(200 * time.Millisecond)}
+			opts := []redislock.Option{redislock.WithTTL(time.Minute), redislock.WithPollInterval(time.Hour),
+				redislock.WithWait(10 * time.Second), redislock.WithNodeTimeout(200 * time.Millisecond)}
 			holder := newRedlock(t, clients, opts...)
 			waiter := newRedlock(t, clients, opts...)
 			key := uniqueKey(t)
@@ -136,11 +136,11 @@ func TestRedlockContendedWithNodesDown(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			srvs, clients := serviceCluster(t, 5)
-			opts := []locking.Option{locking.WithWait(2 * time.Second), locking.WithNodeTimeout(50 * time.Millisecond)}
+			opts := []redislock.Option{redislock.WithWait(2 * time.Second), redislock.WithNodeTimeout(50 * time.Millisecond)}
 			ls := []acquirer{newRedlock(t, clients, opts...), newRedlock(t, clients, opts...), newRedlock(t, clients, opts...)}
 			key := uniqueKey(t)
 			if c.down > 0 {
-				gate := ls[0].(*locking.Redlock).GateNode(key)
+				gate := ls[0].(*redislock.Redlock).GateNode(key)
 				victims := otherNodes(gate, c.down)
 				if c.gated {
 					victims = append([]int{gate}, victims[:c.down-1]...)

@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -6,8 +6,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/flashsale/stock/internal/locking"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // fenceAdvancer is what both lock types offer for a counter that went back.
@@ -66,8 +67,8 @@ func TestAdvanceFence(t *testing.T) {
 			_ = lease.Release(ctx)
 		})
 	}
-	var _ fenceAdvancer = (*locking.Locker)(nil)
-	var _ fenceAdvancer = (*locking.Redlock)(nil)
+	var _ fenceAdvancer = (*redislock.Locker)(nil)
+	var _ fenceAdvancer = (*redislock.Redlock)(nil)
 }
 
 // TestRedlockTokenFixedWithTheRound: an uncontended Redlock acquisition
@@ -127,7 +128,7 @@ func TestRedlockTokenFixedWithTheRound(t *testing.T) {
 		t.Errorf("%d script calls for one acquire and release over 3 nodes, want 7", scripts)
 	}
 
-	probe, err := locking.NewRedlock(clients)
+	probe, err := redislock.NewRedlock(clients)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package locking
+package redislock
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
 )
 
 // Locker is a lock over one Redis server, with a watchdog, fair waiting
@@ -38,8 +40,8 @@ func New(client Client, opts ...Option) *Locker {
 // re-enters it: it returns at once with another Lease of the same hold, and
 // the lock is freed when every such Lease is released.
 //
-// A wait that ends fails with errors.Join(ErrNotObtained, ctx.Err()), plus
-// the last NodeError if the server was failing.
+// A wait that ends fails with errors.Join(locking.ErrNotObtained, ctx.Err()), plus
+// the last locking.NodeError if the server was failing.
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	return l.c.acquire(ctx, key)
 }
@@ -68,7 +70,7 @@ func (l *Locker) AdvanceFence(ctx context.Context, key string, atLeast int64) er
 	return nil
 }
 
-// Close ends waiting Acquires with ErrClosed, cancels the context of leases
+// Close ends waiting Acquires with locking.ErrClosed, cancels the context of leases
 // still held (their locks are no longer renewed), stops the pub/sub listener
 // and joins every goroutine of the Locker. It does not close the client.
 func (l *Locker) Close() error { return l.c.close() }
@@ -102,7 +104,7 @@ func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 // without us seeing the answer: leave then finds our entry by token.
 const unknownElement = "?"
 
-func (s *single) nodeErr(err error) error { return &NodeError{Node: s.node, Err: err} }
+func (s *single) nodeErr(err error) error { return &locking.NodeError{Node: s.node, Err: err} }
 
 type acquireReply struct {
 	fence   int64
@@ -147,7 +149,7 @@ func (s *single) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 	}
 	subs := s.c.watch(ks)
 	if len(subs) == 0 {
-		return s.c.notObtained(ctx, ErrClosed)
+		return s.c.notObtained(ctx, locking.ErrClosed)
 	}
 	sub := subs[0]
 	sub.arm(a.inbox)
@@ -269,7 +271,7 @@ func (s *single) extend(ctx context.Context, a *attempt) (time.Time, error) {
 		return time.Time{}, s.nodeErr(err)
 	}
 	if n != 1 {
-		return time.Time{}, fmt.Errorf("%w: %s expired or was taken", ErrLockLost, a.key)
+		return time.Time{}, fmt.Errorf("%w: %s expired or was taken", locking.ErrLockLost, a.key)
 	}
 	return sent.Add(s.cfg.ttl - s.cfg.drift()), nil
 }
@@ -315,9 +317,9 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	case 1:
 		return g, nil
 	case 0:
-		return g, fmt.Errorf("%w: %s had expired", ErrLockLost, a.key)
+		return g, fmt.Errorf("%w: %s had expired", locking.ErrLockLost, a.key)
 	default:
-		return g, fmt.Errorf("%w: %s is held by someone else", ErrLockLost, a.key)
+		return g, fmt.Errorf("%w: %s is held by someone else", locking.ErrLockLost, a.key)
 	}
 }
 

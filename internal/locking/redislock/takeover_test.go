@@ -1,11 +1,11 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // TestTakeOverFromStalledHolder: a holder whose process stalls (its
@@ -22,8 +22,8 @@ func TestTakeOverFromStalledHolder(t *testing.T) {
 	build := map[string]func(t *testing.T) pair{
 		"single": func(t *testing.T) pair {
 			srv := startRedis(t)
-			h := newLocker(t, srv.Client(t), locking.WithTTL(ttl))
-			w := newLocker(t, srv.Client(t), locking.WithTTL(ttl))
+			h := newLocker(t, srv.Client(t), redislock.WithTTL(ttl))
+			w := newLocker(t, srv.Client(t), redislock.WithTTL(ttl))
 			return pair{"single", h, w, func() { h.SetRenewHook(pause(t)) }}
 		},
 		"redlock": func(t *testing.T) pair {
@@ -32,8 +32,8 @@ func TestTakeOverFromStalledHolder(t *testing.T) {
 			for _, c := range hc {
 				wc = append(wc, c)
 			}
-			h := newRedlock(t, hc, locking.WithTTL(ttl))
-			w := newRedlock(t, wc, locking.WithTTL(ttl))
+			h := newRedlock(t, hc, redislock.WithTTL(ttl))
+			w := newRedlock(t, wc, redislock.WithTTL(ttl))
 			return pair{"redlock", h, w, func() { h.SetRenewHook(pause(t)) }}
 		},
 	}

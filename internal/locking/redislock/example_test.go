@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // The Examples run against servers TestMain starts (shared and
@@ -21,7 +23,7 @@ func ExampleLocker() {
 	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
-	locker := locking.New(rdb) // defaults: 5s TTL renewed every 5s/3
+	locker := redislock.New(rdb) // defaults: 5s TTL renewed every 5s/3
 	defer locker.Close()
 	_ = locker.Reset(ctx, "sku-42")
 
@@ -50,7 +52,7 @@ func ExampleLocker_Acquire_reentrant() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := locking.New(rdb)
+	locker := redislock.New(rdb)
 	defer locker.Close()
 	_ = locker.Reset(ctx, "sku-7")
 
@@ -70,7 +72,7 @@ func ExampleLease_Context() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: shared.Addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	locker := locking.New(rdb, locking.WithRenewEvery(100*time.Millisecond))
+	locker := redislock.New(rdb, redislock.WithRenewEvery(100*time.Millisecond))
 	defer locker.Close()
 	_ = locker.Reset(ctx, "sku-9")
 
@@ -94,7 +96,7 @@ func ExampleRedlock() {
 		defer c.Close()
 		clients = append(clients, c)
 	}
-	rl, err := locking.NewRedlock(clients) // 3 independent servers
+	rl, err := redislock.NewRedlock(clients) // 3 independent servers
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -110,7 +112,7 @@ func ExampleRedlock() {
 	fmt.Println("token > 0:", lease.Token() > 0)
 	fmt.Println(lease.Release(ctx))
 
-	_, err = locking.NewRedlock(clients[:2])
+	_, err = redislock.NewRedlock(clients[:2])
 	fmt.Println(err)
 	// Output:
 	// token > 0: true

@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // TestHandOverReservesTokens: a process that takes the lock while two of
@@ -30,7 +32,7 @@ func TestHandOverReservesTokens(t *testing.T) {
 	l.SetWaitHook(hook)
 
 	holder := acquire(t, other, ctx, key)
-	leases := make(chan *locking.Lease, 3)
+	leases := make(chan *redislock.Lease, 3)
 	var sink errorSink
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -101,7 +103,7 @@ func TestRedlockTurnsInWaitingOrder(t *testing.T) {
 	_, clients := cluster(t, 5)
 	key := uniqueKey(t)
 	// Only announcements wake a waiter: no poll can hide the order.
-	opts := []locking.Option{locking.WithPollInterval(time.Hour), locking.WithWait(20 * time.Second)}
+	opts := []redislock.Option{redislock.WithPollInterval(time.Hour), redislock.WithWait(20 * time.Second)}
 	holder := newRedlock(t, clients, opts...)
 	first := acquire(t, holder, ctx, key)
 
@@ -161,14 +163,14 @@ type batchAcquirer interface {
 // startBatch makes p take key while n more of its goroutines wait for it
 // locally, so that p hands the lock over n times. other holds key first and
 // is released by the caller; the leases arrive on the channel in turn.
-func startBatch(t *testing.T, p, other batchAcquirer, key string, n int) (<-chan *locking.Lease, *locking.Lease) {
+func startBatch(t *testing.T, p, other batchAcquirer, key string, n int) (<-chan *redislock.Lease, *redislock.Lease) {
 	t.Helper()
 	ctx := context.Background()
 	holder := acquire(t, other, ctx, key)
 	blocked, hook := blockedSignal()
 	p.SetWaitHook(hook)
 	t.Cleanup(func() { p.SetWaitHook(nil) })
-	leases := make(chan *locking.Lease, n+1)
+	leases := make(chan *redislock.Lease, n+1)
 	for i := range n + 1 {
 		go func() {
 			lease, err := p.Acquire(ctx, key)
@@ -190,7 +192,7 @@ func startBatch(t *testing.T, p, other batchAcquirer, key string, n int) (<-chan
 	return leases, holder
 }
 
-func nextLease(t *testing.T, leases <-chan *locking.Lease) *locking.Lease {
+func nextLease(t *testing.T, leases <-chan *redislock.Lease) *redislock.Lease {
 	t.Helper()
 	lease, ok := <-leases
 	if !ok {
@@ -210,8 +212,8 @@ func TestHandOverNeverRevivesAnExpiredLock(t *testing.T) {
 	key := uniqueKey(t)
 	const ttl = 300 * time.Millisecond
 	// The successor's wait outlasts the pause (the default is 2 TTLs).
-	p := newRedlock(t, clients, locking.WithTTL(ttl), locking.WithWait(10*time.Second))
-	other := newRedlock(t, clients, locking.WithTTL(ttl))
+	p := newRedlock(t, clients, redislock.WithTTL(ttl), redislock.WithWait(10*time.Second))
+	other := newRedlock(t, clients, redislock.WithTTL(ttl))
 	leases, holder := startBatch(t, p, other, key, 1)
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -237,7 +239,7 @@ func TestHandOverNeverRevivesAnExpiredLock(t *testing.T) {
 // the second goroutine holds the lock by hand-over (the first hand-over
 // reserved the block), with the Locker, another process's Locker, the key
 // and the channel the third lease will arrive on.
-func secondOfLockerBatch(t *testing.T) (p, other *locking.Locker, key string, leases <-chan *locking.Lease, second *locking.Lease) {
+func secondOfLockerBatch(t *testing.T) (p, other *redislock.Locker, key string, leases <-chan *redislock.Lease, second *redislock.Lease) {
 	t.Helper()
 	ctx := context.Background()
 	key = uniqueKey(t)
@@ -303,7 +305,7 @@ func TestRedlockGateSkipsACrashedWaiter(t *testing.T) {
 	ctx := context.Background()
 	_, clients := cluster(t, 3)
 	key := uniqueKey(t)
-	r := newRedlock(t, clients, locking.WithPollInterval(time.Hour), locking.WithWait(2*time.Second))
+	r := newRedlock(t, clients, redislock.WithPollInterval(time.Hour), redislock.WithWait(2*time.Second))
 	gate := clients[r.GateNode(key)]
 	now, err := gate.Time(ctx).Result()
 	if err != nil {
@@ -331,7 +333,7 @@ func TestRedlockGateSkipsACrashedWaiter(t *testing.T) {
 // kept out.
 func TestHandOverRefusesAnExpiredGrant(t *testing.T) {
 	const ttl = 300 * time.Millisecond
-	opts := []locking.Option{locking.WithTTL(ttl), locking.WithWait(10 * time.Second)}
+	opts := []redislock.Option{redislock.WithTTL(ttl), redislock.WithWait(10 * time.Second)}
 	t.Run("locker", func(t *testing.T) {
 		client := shared.Client(t)
 		refuseExpiredGrant(t, newLocker(t, client, opts...), newLocker(t, client, opts...), []*redis.Client{client})

@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // TestRedlockLostReleaseStrandsLocalSuccessor: quorum.leave tells the next
@@ -19,8 +20,8 @@ import (
 func TestRedlockLostReleaseStrandsLocalSuccessor(t *testing.T) {
 	ctx := context.Background()
 	_, clients := cluster(t, 3)
-	r := newRedlock(t, clients, locking.WithTTL(time.Minute), locking.WithPollInterval(time.Hour),
-		locking.WithWait(2*time.Second))
+	r := newRedlock(t, clients, redislock.WithTTL(time.Minute), redislock.WithPollInterval(time.Hour),
+		redislock.WithWait(2*time.Second))
 	key := uniqueKey(t)
 	a := acquire(t, r, ctx, key)
 	got := acquireAsync(r, ctx, key)

@@ -1,4 +1,4 @@
-package locking_test
+package redislock_test
 
 import (
 	"context"
@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/locking"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
 // cluster starts n independent servers.
@@ -25,12 +27,12 @@ func cluster(t *testing.T, n int) ([]*redisServer, []*redis.Client) {
 	return srvs, clients
 }
 
-func newRedlock(t *testing.T, clients []*redis.Client, opts ...locking.Option) *locking.Redlock {
+func newRedlock(t *testing.T, clients []*redis.Client, opts ...redislock.Option) *redislock.Redlock {
 	t.Helper()
 	// Generous per-node timeout: the race detector on 2 cores is slow, and a
 	// timeout here would only make the test flaky, not prove anything.
-	opts = append([]locking.Option{locking.WithNodeTimeout(500 * time.Millisecond)}, opts...)
-	r, err := locking.NewRedlock(clients, opts...)
+	opts = append([]redislock.Option{redislock.WithNodeTimeout(500 * time.Millisecond)}, opts...)
+	r, err := redislock.NewRedlock(clients, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func TestNewRedlockRejectsEvenOrFew(t *testing.T) {
 		for i := range clients {
 			clients[i] = c
 		}
-		r, err := locking.NewRedlock(clients)
+		r, err := redislock.NewRedlock(clients)
 		if ok := n >= 3 && n%2 == 1; ok != (err == nil) {
 			t.Fatalf("NewRedlock with %d clients: err %v", n, err)
 		}
@@ -84,7 +86,7 @@ func TestRedlockMinorityDown(t *testing.T) {
 	// 2-core machine a renewal can be a few hundred milliseconds late, and
 	// a lock that really expired proves nothing about the majority.
 	const ttl = time.Second
-	r := newRedlock(t, clients, locking.WithTTL(ttl))
+	r := newRedlock(t, clients, redislock.WithTTL(ttl))
 	key := uniqueKey(t)
 
 	lease := acquire(t, r, ctx, key)
@@ -94,7 +96,7 @@ func TestRedlockMinorityDown(t *testing.T) {
 	// waiting 2.5 TTLs is kept out, and the work is not cancelled.
 	wctx, cancel := context.WithTimeout(ctx, 5*ttl/2)
 	defer cancel()
-	other := newRedlock(t, clients, locking.WithTTL(ttl))
+	other := newRedlock(t, clients, redislock.WithTTL(ttl))
 	if l, err := other.Acquire(wctx, key); !errors.Is(err, locking.ErrNotObtained) {
 		if l != nil {
 			_ = l.Release(ctx)
@@ -121,7 +123,7 @@ func TestRedlockMinorityDown(t *testing.T) {
 func TestRedlockMajorityDownFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	srvs, clients := cluster(t, 5)
-	r := newRedlock(t, clients, locking.WithTTL(300*time.Millisecond))
+	r := newRedlock(t, clients, redislock.WithTTL(300*time.Millisecond))
 	key := uniqueKey(t)
 
 	lease := acquire(t, r, ctx, key)
@@ -156,8 +158,8 @@ func TestRedlockRestartedEmptyNodes(t *testing.T) {
 	srvs, clients := cluster(t, 5)
 	// A TTL of a second: see TestRedlockMinorityDown.
 	const ttl = time.Second
-	r := newRedlock(t, clients, locking.WithTTL(ttl))
-	other := newRedlock(t, clients, locking.WithTTL(ttl))
+	r := newRedlock(t, clients, redislock.WithTTL(ttl))
+	other := newRedlock(t, clients, redislock.WithTTL(ttl))
 	key := uniqueKey(t)
 
 	lease := acquire(t, r, ctx, key)
@@ -212,7 +214,7 @@ func TestRedlockFencingAcrossFailures(t *testing.T) {
 	var last int64
 	cycle := func(stage string) {
 		t.Helper()
-		for i, l := range []*locking.Redlock{a, b, a, b} {
+		for i, l := range []*redislock.Redlock{a, b, a, b} {
 			lease := acquire(t, l, ctx, key)
 			if lease.Token() <= last {
 				t.Fatalf("%s, cycle %d: token %d after %d", stage, i, lease.Token(), last)
@@ -244,7 +246,7 @@ func TestRedlockFencingAcrossFailures(t *testing.T) {
 func TestRedlockWakeOnRelease(t *testing.T) {
 	ctx := context.Background()
 	_, clients := cluster(t, 3)
-	opts := []locking.Option{locking.WithTTL(time.Minute), locking.WithPollInterval(time.Hour)}
+	opts := []redislock.Option{redislock.WithTTL(time.Minute), redislock.WithPollInterval(time.Hour)}
 	holder := newRedlock(t, clients, opts...)
 	waiter := newRedlock(t, clients, opts...)
 	waiting := make(chan struct{}, 1)
@@ -257,7 +259,7 @@ func TestRedlockWakeOnRelease(t *testing.T) {
 	key := uniqueKey(t)
 	first := acquire(t, holder, ctx, key)
 	got := make(chan error, 1)
-	var second *locking.Lease
+	var second *redislock.Lease
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
@@ -280,7 +282,7 @@ func TestRedlockWakeOnRelease(t *testing.T) {
 
 func TestRedlockPausedRenewalCancelsWork(t *testing.T) {
 	_, clients := cluster(t, 3)
-	r := newRedlock(t, clients, locking.WithTTL(200*time.Millisecond))
+	r := newRedlock(t, clients, redislock.WithTTL(200*time.Millisecond))
 	r.SetRenewHook(pause(t))
 	lease := acquire(t, r, context.Background(), uniqueKey(t))
 	lostWithin(t, lease.Context(), 5*time.Second)
@@ -333,7 +335,7 @@ func TestRedlockLateReleaseOfAFailedRound(t *testing.T) {
 	for i, s := range srvs {
 		clients[i] = s.Client(t)
 	}
-	opts := []locking.Option{locking.WithNodeTimeout(10 * time.Second), locking.WithPollInterval(10 * time.Millisecond)}
+	opts := []redislock.Option{redislock.WithNodeTimeout(10 * time.Second), redislock.WithPollInterval(10 * time.Millisecond)}
 	a := newRedlock(t, clients, opts...)
 	x := a.GateNode(key)
 	y, z := (x+1)%3, (x+2)%3
@@ -386,7 +388,7 @@ func TestRedlockLateReleaseOfAFailedRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newRedlock(t, []*redis.Client{srvs[0].Client(t), srvs[1].Client(t), srvs[2].Client(t)},
-		append(opts, locking.WithWait(300*time.Millisecond))...)
+		append(opts, redislock.WithWait(300*time.Millisecond))...)
 	leaseB, err := b.Acquire(ctx, key)
 	if err == nil {
 		defer leaseB.Release(ctx)
@@ -413,7 +415,7 @@ func TestRedlockCloseJoinsReleases(t *testing.T) {
 	for i, s := range srvs {
 		clients[i] = s.Client(t)
 	}
-	l, err := locking.NewRedlock(clients, locking.WithNodeTimeout(10*time.Second))
+	l, err := redislock.NewRedlock(clients, redislock.WithNodeTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +459,7 @@ func TestRedlockCloseJoinsReleases(t *testing.T) {
 
 // acquisition is the outcome of an Acquire run by acquireAsync.
 type acquisition struct {
-	lease *locking.Lease
+	lease *redislock.Lease
 	err   error
 }
 
