@@ -1,0 +1,724 @@
+// Package etcdlock is a lock on etcd v3 with a fencing token, for
+// STRATEGY=etcd-lock.
+//
+// # The recipe
+//
+// One session per process: an etcd lease that the Locker keeps alive. To
+// take a name, a process creates a key of its own under the name's queue
+// prefix, attached to the session's lease; etcd gives every key a create
+// revision from one global counter, so the keys queue in creation order.
+// The key with the lowest create revision holds the lock; every other
+// waits for the deletion of the key just before its own (its predecessor
+// only: a release wakes one waiter, not the herd). A release deletes the
+// key; a crashed process's keys go when its lease expires, one TTL after
+// its last renewal.
+//
+// Inside one process, goroutines queue locally first (internal/locking/
+// handoff): only one of them at a time has a key in etcd, and a release
+// passes the lock to the next local waiter without a trip through etcd's
+// queue, as long as the hold's budget lasts: the number of local waiters
+// there were when the lock was taken from etcd. Then the lock goes back to
+// the end of etcd's queue, behind the other processes.
+//
+// # The fencing token
+//
+// A holder's token is base + R, where R is the etcd revision at which it
+// was established that the holder holds, and base is the value of the
+// name's fence key read at that same revision (AdvanceFence raises it;
+// it only grows). Tokens grow strictly in hold order: the next holder
+// either reads its queue position after its predecessor's key was deleted
+// (a revision above every revision of the predecessor's hold) or, on a
+// local hand-over, writes its own key again and takes that write's
+// revision. Taking the create revision instead would break fencing with
+// local hand-overs: process P holds with create revision 10, process Q
+// queues at 11, P hands over locally; if P's second holder kept 10 it
+// could not be told from P's first, and if it took a later write's
+// revision (say 12) Q would hold next with 11, below it. The write that
+// closes the hand-over and the read that ends a wait each come after the
+// previous holder's last act, so their revisions order the holders.
+//
+// # Known problems of etcd's own recipe (concurrency.Mutex) this avoids
+//
+//   - Its cleanup Unlock runs without a deadline: killing a three-member
+//     cluster's leader stalled waiters 5–8 s past their contexts. Every
+//     cleanup here runs under WithOpTimeout; a key whose deletion failed is
+//     deleted later by a goroutine the Locker owns.
+//   - A waiter does not notice that its own session expired and waits
+//     forever behind a key that is gone. Here a wait ends when the session
+//     is lost, and the waiter queues again on a new session.
+//   - A retried stale Unlock can delete a newer lock of the same session
+//     (its key is the session's lease id). Here every acquisition has a key
+//     of its own, and a deletion applies only if the key still has the
+//     create revision its holder saw.
+//   - Its waiters watch from a revision already past, which etcd serves
+//     from its catching-up loop every 100 ms: a contended hand-over costs
+//     about 100 ms. Here a waiter watches from the revision after its read,
+//     which etcd serves as the deletion happens.
+//
+// # Loss
+//
+// A lease's context ends, with a cause wrapping locking.ErrLockLost, when
+// the session's lease can no longer be trusted: a renewal failed, or its
+// validity (the time before the renewal was sent plus the TTL etcd
+// granted, less 1% for clock drift) ran out before a renewal came back.
+// The protected write must still carry the token: a holder can pause past
+// its lease's end without running any code.
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/handoff"
+)
+
+// Locker hands out locks on etcd. It is safe for concurrent use; one per
+// process is the intended use (it holds the process's session).
+type Locker struct {
+	client *clientv3.Client
+	cfg    config
+	queue  *handoff.Queue[*hold]
+	seq    atomic.Int64
+
+	grant  sync.Mutex // one lease grant at a time
+	mu     sync.Mutex
+	sess   *session // nil until needed, and after it was lost
+	closed bool
+	done   chan struct{} // closed by Close: ends every wait
+	wg     sync.WaitGroup
+}
+
+// New returns a Locker over client. Close it to end its session; the
+// client stays the caller's.
+func New(client *clientv3.Client, opts ...Option) *Locker {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Locker{client: client, cfg: cfg, queue: handoff.New[*hold](), done: make(chan struct{})}
+}
+
+func (l *Locker) queueDir(name string) string { return l.cfg.prefix + "q/" + name + "/" }
+func (l *Locker) fenceKey(name string) string { return l.cfg.prefix + "fence/" + name }
+
+// nodeError files a failed call to etcd as a locking.NodeError.
+func (l *Locker) nodeError(err error) error {
+	return &locking.NodeError{Node: fmt.Sprint(l.client.Endpoints()), Err: err}
+}
+
+// session is one etcd lease kept alive by its own loop: ctx ends (cause
+// wrapping locking.ErrLockLost) when the lease can no longer be trusted.
+type session struct {
+	id     clientv3.LeaseID
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   chan struct{} // closed to end the renewals (Close)
+	ended  chan struct{} // closed when the renewal loop has returned
+}
+
+// session returns the current session, granting a new lease when there is
+// none.
+func (l *Locker) session(ctx context.Context) (*session, error) {
+	current := func() (*session, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.closed {
+			return nil, locking.ErrClosed
+		}
+		if l.sess != nil && l.sess.ctx.Err() == nil {
+			return l.sess, nil
+		}
+		return nil, nil
+	}
+	if s, err := current(); s != nil || err != nil {
+		return s, err
+	}
+	l.grant.Lock()
+	defer l.grant.Unlock()
+	if s, err := current(); s != nil || err != nil {
+		return s, err
+	}
+	sent := time.Now()
+	resp, err := l.client.Grant(ctx, l.cfg.ttlSeconds())
+	if err != nil {
+		return nil, l.nodeError(fmt.Errorf("grant a lease: %w", err))
+	}
+	s := &session{id: resp.ID, stop: make(chan struct{}), ended: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		s.cancel(locking.ErrClosed)
+		rctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
+		_, _ = l.client.Revoke(rctx, s.id)
+		cancel()
+		return nil, locking.ErrClosed
+	}
+	l.sess = s
+	l.wg.Add(1)
+	go l.keepAlive(s, sent.Add(validity(resp.TTL)))
+	return s, nil
+}
+
+// validity is how long a lease granted or renewed with ttl seconds can be
+// trusted from the moment the request was sent: etcd counts the TTL from
+// when it received it, later; 1% is left for the clocks' drift.
+func validity(ttl int64) time.Duration {
+	d := time.Duration(ttl) * time.Second
+	return d - d/100
+}
+
+// keepAlive renews s's lease every third of the TTL until Close, and ends
+// s when a renewal fails or the validity runs out first.
+func (l *Locker) keepAlive(s *session, validUntil time.Time) {
+	defer l.wg.Done()
+	defer close(s.ended)
+	lose := func(cause error) {
+		s.cancel(fmt.Errorf("%w: etcd lease %x: %w", locking.ErrLockLost, s.id, cause))
+		l.mu.Lock()
+		if l.sess == s {
+			l.sess = nil
+		}
+		l.mu.Unlock()
+	}
+	expiry := time.NewTimer(time.Until(validUntil))
+	defer expiry.Stop()
+	every := l.cfg.ttl / 3
+	tick := time.NewTimer(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-expiry.C:
+			lose(errors.New("validity ended before a renewal came back"))
+			return
+		case <-tick.C:
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithDeadline(s.ctx, validUntil)
+		resp, err := l.client.KeepAliveOnce(ctx, s.id)
+		cancel()
+		if err == nil && resp.TTL <= 0 {
+			err = errors.New("the lease has expired")
+		}
+		if l.cfg.onRenew != nil {
+			l.cfg.onRenew(err)
+		}
+		if err != nil {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			lose(fmt.Errorf("renewal failed: %w", err))
+			return
+		}
+		validUntil = sent.Add(validity(resp.TTL))
+		if !expiry.Stop() {
+			<-expiry.C
+		}
+		expiry.Reset(time.Until(validUntil))
+		tick.Reset(every)
+	}
+}
+
+// hold is one possession of a lock by this process, shared by the
+// reentrant leases of one holder and passed from holder to holder inside
+// the process.
+type hold struct {
+	name      string
+	key       string // this process's key in the name's queue
+	createRev int64
+	sess      *session
+	token     int64
+	budget    int // local hand-overs left before the lock goes back to etcd
+
+	mu    sync.Mutex
+	count int // leases not yet released
+}
+
+// handOn returns the hold to pass to the next holder in the process: the
+// same key, a hold of its own, so that a context left over from this
+// holder's leases can never re-enter the next holder's.
+func (h *hold) handOn() *hold {
+	return &hold{name: h.name, key: h.key, createRev: h.createRev, sess: h.sess, budget: h.budget}
+}
+
+// holdKey marks a lease's context with its hold, for reentrancy.
+type holdKey struct {
+	l    *Locker
+	name string
+}
+
+// Lease is one holder's claim on a lock. Release it when done.
+type Lease struct {
+	l        *Locker
+	h        *hold
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stopLoss func() bool
+	released atomic.Bool
+}
+
+// Token is the fencing token: it grows strictly with every new holder of
+// the name, across processes (see the package documentation).
+func (le *Lease) Token() int64 { return le.h.token }
+
+// Context derives from the one given to Acquire; it ends with a cause
+// wrapping locking.ErrLockLost when the lock is lost, and when the lease is
+// released. Pass it to Acquire to take the same name again (reentrancy).
+func (le *Lease) Context() context.Context { return le.ctx }
+
+func (l *Locker) newLease(ctx context.Context, h *hold) *Lease {
+	lctx, cancel := context.WithCancelCause(context.WithValue(ctx, holdKey{l, h.name}, h))
+	stop := context.AfterFunc(h.sess.ctx, func() { cancel(context.Cause(h.sess.ctx)) })
+	return &Lease{l: l, h: h, ctx: lctx, cancel: cancel, stopLoss: stop}
+}
+
+// Acquire waits for the lock on name and returns its lease. A wait that
+// ends (the context, WithWait, Close) returns an error wrapping
+// locking.ErrNotObtained and the reason; a failure of etcd is a
+// locking.NodeError in it.
+func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(locking.ErrNotObtained, err)
+	}
+	if h, ok := ctx.Value(holdKey{l, name}).(*hold); ok {
+		if le := l.reenter(ctx, h); le != nil {
+			return le, nil
+		}
+	}
+	wctx, cancel := l.waitContext(ctx)
+	defer cancel()
+	turn, err := l.queue.Wait(wctx, name, func(t handoff.Turn[*hold]) { l.endTurn(t.Hold, name) })
+	if err != nil {
+		return nil, l.notObtained(wctx, nil)
+	}
+	h := turn.Hold
+	if turn.Handed {
+		if err := l.takeOver(wctx, h); err != nil {
+			// The hold went with its session: take the lock anew.
+			l.forget(h)
+			h = nil
+		}
+	}
+	if h == nil {
+		if h, err = l.acquireRemote(wctx, name); err != nil {
+			l.queue.Done(name)
+			return nil, l.notObtained(wctx, err)
+		}
+		h.budget = l.queue.Waiting(name)
+	}
+	h.mu.Lock()
+	h.count = 1
+	h.mu.Unlock()
+	return l.newLease(ctx, h), nil
+}
+
+func (l *Locker) reenter(ctx context.Context, h *hold) *Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.count == 0 || h.sess.ctx.Err() != nil {
+		return nil
+	}
+	h.count++
+	return l.newLease(ctx, h)
+}
+
+// waitContext bounds a wait: WithWait, else the caller's deadline, else
+// twice the TTL. Close ends it too.
+func (l *Locker) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	var wctx context.Context
+	var cancel context.CancelFunc
+	_, hasDeadline := ctx.Deadline()
+	switch {
+	case l.cfg.wait > 0:
+		wctx, cancel = context.WithTimeout(ctx, l.cfg.wait)
+	case hasDeadline:
+		wctx, cancel = context.WithCancel(ctx)
+	default:
+		wctx, cancel = context.WithTimeout(ctx, 2*l.cfg.ttl)
+	}
+	cctx, ccancel := context.WithCancelCause(wctx)
+	stop := context.AfterFunc(closedContext{l.done}, func() { ccancel(locking.ErrClosed) })
+	return cctx, func() { stop(); ccancel(nil); cancel() }
+}
+
+// closedContext is a context that ends when done is closed.
+type closedContext struct{ done chan struct{} }
+
+func (c closedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c closedContext) Done() <-chan struct{}       { return c.done }
+func (c closedContext) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+func (c closedContext) Value(any) any { return nil }
+
+// notObtained is the error of a wait that ended without the lock.
+func (l *Locker) notObtained(wctx context.Context, err error) error {
+	all := []error{locking.ErrNotObtained}
+	if cause := context.Cause(wctx); cause != nil {
+		all = append(all, wctx.Err())
+		if cause != wctx.Err() {
+			all = append(all, cause)
+		}
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// acquireRemote queues a new key for name in etcd and waits until it is
+// the oldest. A session lost during the wait is replaced and the wait goes
+// on; a failed call to etcd or the end of wctx ends it.
+func (l *Locker) acquireRemote(wctx context.Context, name string) (*hold, error) {
+	for {
+		s, err := l.session(wctx)
+		if err != nil {
+			return nil, err
+		}
+		h, err := l.queueAndWait(wctx, s, name)
+		if err == nil {
+			return h, nil
+		}
+		if wctx.Err() != nil || s.ctx.Err() == nil {
+			return nil, err
+		}
+		// The session ended while we waited: queue again on a new one.
+	}
+}
+
+func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*hold, error) {
+	dir := l.queueDir(name)
+	key := dir + strconv.FormatInt(int64(s.id), 16) + "-" + strconv.FormatInt(l.seq.Add(1), 10)
+	h := &hold{name: name, key: key, sess: s}
+	// The key is unique to this attempt, so the create can be sent again
+	// or cleaned up without touching anybody else's.
+	resp, err := l.client.Txn(wctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, "", clientv3.WithLease(s.id))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		l.deleteKey(h) // the create may have landed
+		return nil, l.nodeError(fmt.Errorf("queue %s: %w", key, err))
+	}
+	h.createRev = resp.Header.Revision
+	if !resp.Succeeded {
+		h.createRev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	for {
+		// One transaction, so everything is read at one revision: the
+		// predecessor, the fence base, and whether our key still exists.
+		resp, err := l.client.Txn(wctx).Then(
+			clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(h.createRev-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
+			clientv3.OpGet(l.fenceKey(name)),
+			clientv3.OpGet(key, clientv3.WithKeysOnly()),
+		).Commit()
+		if err != nil {
+			l.deleteKey(h)
+			return nil, l.nodeError(fmt.Errorf("read the queue of %s: %w", name, err))
+		}
+		rev := resp.Header.Revision
+		pred := resp.Responses[0].GetResponseRange().Kvs
+		if len(resp.Responses[2].GetResponseRange().Kvs) == 0 {
+			// Our key is gone: the session expired, or Reset cleared
+			// the queue. Queue again.
+			if s.ctx.Err() != nil {
+				return nil, context.Cause(s.ctx)
+			}
+			return l.queueAndWait(wctx, s, name)
+		}
+		if len(pred) == 0 {
+			base, err := fenceBase(resp.Responses[1].GetResponseRange().Kvs)
+			if err != nil {
+				l.deleteKey(h)
+				return nil, err
+			}
+			h.token = base + rev
+			return h, nil
+		}
+		if err := l.waitDeleted(wctx, s, string(pred[0].Key), rev); err != nil {
+			l.deleteKey(h)
+			return nil, err
+		}
+	}
+}
+
+// waitDeleted waits until key is deleted after revision rev. It watches
+// from rev+1, a revision not yet written, so etcd sends the deletion as it
+// happens (a watch from a past revision waits for its catching-up loop).
+func (l *Locker) waitDeleted(wctx context.Context, s *session, key string, rev int64) error {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(wctx))
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	for resp := range l.client.Watch(ctx, key, clientv3.WithRev(rev+1)) {
+		if err := resp.Err(); err != nil {
+			return l.nodeError(fmt.Errorf("watch %s: %w", key, err))
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+	}
+	switch {
+	case s.ctx.Err() != nil:
+		return context.Cause(s.ctx)
+	case wctx.Err() != nil:
+		return context.Cause(wctx)
+	}
+	return l.nodeError(fmt.Errorf("watch %s: closed", key))
+}
+
+func fenceBase(kvs []*mvccpb.KeyValue) (int64, error) {
+	if len(kvs) == 0 {
+		return 0, nil
+	}
+	base, err := strconv.ParseInt(string(kvs[0].Value), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("fence base %q: %w", kvs[0].Key, err)
+	}
+	return base, nil
+}
+
+// takeOver makes a hold handed over inside the process its new holder's:
+// it writes the key again (only if it is still the hold's) and takes that
+// write's revision for the token, which orders the new holder after every
+// earlier one.
+func (l *Locker) takeOver(ctx context.Context, h *hold) error {
+	if err := h.sess.ctx.Err(); err != nil {
+		return context.Cause(h.sess.ctx)
+	}
+	resp, err := l.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.createRev)).
+		Then(clientv3.OpPut(h.key, "", clientv3.WithLease(h.sess.id)), clientv3.OpGet(l.fenceKey(h.name))).
+		Commit()
+	if err != nil {
+		return l.nodeError(fmt.Errorf("take over %s: %w", h.key, err))
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: %s is gone", locking.ErrLockLost, h.key)
+	}
+	base, err := fenceBase(resp.Responses[1].GetResponseRange().Kvs)
+	if err != nil {
+		return err
+	}
+	h.token = base + resp.Header.Revision
+	h.budget--
+	return nil
+}
+
+// Release gives the lease up. The last lease of a hold passes the lock to
+// the next goroutine of this process that waits for it, while the hold's
+// budget lasts; otherwise it deletes the key (only if it is still the
+// hold's) under context.WithoutCancel(ctx) and WithOpTimeout. It returns
+// locking.ErrNotHeld for a second Release, and an error wrapping
+// locking.ErrLockLost when the lock had been lost.
+func (le *Lease) Release(ctx context.Context) error {
+	if !le.released.CompareAndSwap(false, true) {
+		return locking.ErrNotHeld
+	}
+	le.stopLoss()
+	le.cancel(context.Canceled)
+	h, l := le.h, le.l
+	h.mu.Lock()
+	h.count--
+	last := h.count == 0
+	h.mu.Unlock()
+	lost := h.sess.ctx.Err() != nil
+	if !last {
+		if lost {
+			return context.Cause(h.sess.ctx)
+		}
+		return nil
+	}
+	if !lost && h.budget > 0 && l.queue.Pass(h.name, h.handOn()) {
+		return nil
+	}
+	err := l.deleteNow(ctx, h)
+	l.queue.Done(h.name)
+	if lost {
+		return context.Cause(h.sess.ctx)
+	}
+	return err
+}
+
+// endTurn ends the turn of a waiter that gave up as the lock was handed to
+// it: pass it on, or give the lock back.
+func (l *Locker) endTurn(h *hold, name string) {
+	if h != nil && h.sess.ctx.Err() == nil && l.queue.Pass(name, h.handOn()) {
+		return
+	}
+	if h != nil {
+		_ = l.deleteNow(context.Background(), h)
+	}
+	l.queue.Done(name)
+}
+
+// forget deletes a hold's key that can no longer be used (its session
+// ended): the expiry of its lease removes it too, but maybe later.
+func (l *Locker) forget(h *hold) { l.deleteKey(h) }
+
+// deleteNow deletes h's key if it is still h's, within WithOpTimeout; a
+// deletion that fails is retried in the background. It reports
+// locking.ErrLockLost when the key was no longer h's.
+func (l *Locker) deleteNow(ctx context.Context, h *hold) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
+	defer cancel()
+	ok, err := l.deleteOwn(dctx, h)
+	if err != nil {
+		l.deleteKey(h)
+		return l.nodeError(fmt.Errorf("release %s: %w", h.key, err))
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s was no longer this holder's", locking.ErrLockLost, h.key)
+	}
+	return nil
+}
+
+func (l *Locker) deleteOwn(ctx context.Context, h *hold) (bool, error) {
+	resp, err := l.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.createRev)).
+		Then(clientv3.OpDelete(h.key)).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// deleteKey deletes h's key in the background, retrying until it is gone,
+// its session has ended (its lease takes the key with it) or the Locker
+// closes. A key left in the queue would hold up every later waiter.
+func (l *Locker) deleteKey(h *hold) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return // Close revokes the session, which deletes its keys
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		retry := time.NewTimer(0)
+		defer retry.Stop()
+		for {
+			select {
+			case <-retry.C:
+			case <-h.sess.ctx.Done():
+				return
+			case <-l.done:
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
+			// A key created without our create revision known (its answer
+			// was lost) is ours by name: delete it outright.
+			var err error
+			if h.createRev == 0 {
+				_, err = l.client.Delete(ctx, h.key)
+			} else {
+				_, err = l.deleteOwn(ctx, h)
+			}
+			cancel()
+			if err == nil {
+				return
+			}
+			retry.Reset(100 * time.Millisecond)
+		}
+	}()
+}
+
+// Reset clears name's queue for a new sale: every key in it is deleted, so
+// a holder of the old sale loses the lock (its release reports
+// locking.ErrLockLost; the version bump of the new sale and its token keep
+// its late write out) and waiters queue again. Tokens keep growing: they
+// come from etcd's revision.
+func (l *Locker) Reset(ctx context.Context, name string) error {
+	if _, err := l.client.Delete(ctx, l.queueDir(name), clientv3.WithPrefix()); err != nil {
+		return l.nodeError(fmt.Errorf("reset %s: %w", name, err))
+	}
+	return nil
+}
+
+// AdvanceFence makes every later token of name greater than atLeast, for a
+// resource that has seen a token from an etcd whose data was lost (its
+// revisions began again). Tokens are base + revision; it raises base.
+func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) error {
+	key := l.fenceKey(name)
+	for {
+		resp, err := l.client.Get(ctx, key)
+		if err != nil {
+			return l.nodeError(fmt.Errorf("read the fence of %s: %w", name, err))
+		}
+		base, err := fenceBase(resp.Kvs)
+		if err != nil {
+			return err
+		}
+		// Every later token is base' + R' with base' >= base and R' above
+		// this read's revision.
+		if base+resp.Header.Revision >= atLeast {
+			return nil
+		}
+		var modRev int64
+		if len(resp.Kvs) > 0 {
+			modRev = resp.Kvs[0].ModRevision
+		}
+		put, err := l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			Then(clientv3.OpPut(key, strconv.FormatInt(atLeast, 10))).
+			Commit()
+		if err != nil {
+			return l.nodeError(fmt.Errorf("advance the fence of %s: %w", name, err))
+		}
+		if put.Succeeded {
+			return nil
+		}
+	}
+}
+
+// Close ends every wait (locking.ErrClosed), stops the session's renewals,
+// revokes its lease (which deletes this process's keys: locks still held
+// are lost) and waits for every goroutine the Locker started.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return locking.ErrClosed
+	}
+	l.closed = true
+	close(l.done)
+	s := l.sess
+	l.sess = nil
+	l.mu.Unlock()
+	var err error
+	if s != nil {
+		close(s.stop)
+		<-s.ended
+		s.cancel(fmt.Errorf("%w: %w", locking.ErrLockLost, locking.ErrClosed))
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
+		if _, rerr := l.client.Revoke(ctx, s.id); rerr != nil {
+			err = l.nodeError(fmt.Errorf("revoke the session: %w", rerr))
+		}
+		cancel()
+	}
+	l.wg.Wait()
+	return err
+}
