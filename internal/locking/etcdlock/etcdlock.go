@@ -270,6 +270,10 @@ type Lease struct {
 	released atomic.Bool
 }
 
+// LocalWaiting reports how many goroutines of this process wait behind
+// name's local holder.
+func (l *Locker) LocalWaiting(name string) int { return l.queue.Waiting(name) }
+
 // Token is the fencing token: it grows strictly with every new holder of
 // the name, across processes (see the package documentation).
 func (le *Lease) Token() int64 { return le.h.token }

@@ -1,0 +1,12 @@
+package etcdlock
+
+import "context"
+
+// ReplayRelease sends le's release to etcd again, as a client retrying a
+// release whose first answer it never saw would, long after it landed.
+func ReplayRelease(ctx context.Context, le *Lease) (deleted bool, err error) {
+	return le.l.deleteOwn(ctx, le.h)
+}
+
+// QueueDir is the etcd prefix under which name's waiters queue.
+func (l *Locker) QueueDir(name string) string { return l.queueDir(name) }
