@@ -137,7 +137,13 @@ ensure_postgres
 ensure_mariadb
 ensure_redis
 
+# The coordination services of etcd-lock and zk-lock, from Debian's
+# packages. The tests start private servers from these binaries on free
+# ports (internal/testetcd, internal/testzk); nothing is started here.
+command -v etcd >/dev/null 2>&1 || { log "installing etcd"; apt_install etcd-server etcd-client; }
+[ -e /usr/share/java/zookeeper.jar ] || { log "installing ZooKeeper"; apt_install zookeeperd; }
+
 psql "$PG_URL" -Atc "select 1 from pg_database where datname = 'stock'" | grep -q 1 \
   || psql "$PG_URL" -qc 'CREATE DATABASE stock'
 my -e 'CREATE DATABASE IF NOT EXISTS stock'
-log "PostgreSQL, MariaDB and Redis answer; database stock exists on both"
+log "PostgreSQL, MariaDB and Redis answer; database stock exists on both; etcd and ZooKeeper are installed"

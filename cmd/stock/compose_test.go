@@ -99,10 +99,13 @@ func TestComposeFileMatchesTheCode(t *testing.T) {
 	for _, env := range [][]string{
 		{composeToken},
 		{composeToken, "STRATEGY=redlock"},
+		{composeToken, "STRATEGY=etcd-lock"},
+		{composeToken, "STRATEGY=zk-lock"},
 		{composeToken, "STRATEGY=for-update", "DATABASE_URL=mysql://root@mysql:3306/stock"},
 	} {
 		p := loadCompose(t, env...)
-		for _, name := range []string{"postgres", "mysql", "redis1", "redis2", "redis3", "redis4", "redis5", "stock"} {
+		for _, name := range []string{"postgres", "mysql", "redis1", "redis2", "redis3", "redis4", "redis5",
+			"etcd1", "etcd2", "etcd3", "zookeeper", "stock"} {
 			if _, err := p.GetService(name); err != nil {
 				t.Fatalf("service %s: %v", name, err)
 			}
@@ -132,7 +135,7 @@ func TestComposeFileMatchesTheCode(t *testing.T) {
 			t.Fatal(err)
 		}
 		hosts := []string{u.Hostname()}
-		for _, addr := range cfg.RedisAddrs {
+		for _, addr := range slices.Concat(cfg.RedisAddrs, cfg.EtcdEndpoints, cfg.ZKServers) {
 			hosts = append(hosts, strings.Split(addr, ":")[0])
 		}
 		for _, h := range hosts {
@@ -145,6 +148,11 @@ func TestComposeFileMatchesTheCode(t *testing.T) {
 		}
 		if len(cfg.RedisAddrs) != 5 {
 			t.Errorf("REDIS_ADDRS has %d servers, want the five of the file", len(cfg.RedisAddrs))
+		}
+		// etcd-lock's cluster is the file's three members: one lost member
+		// must not stop sales.
+		if len(cfg.EtcdEndpoints) != 3 {
+			t.Errorf("ETCD_ENDPOINTS has %d members, want the three of the file", len(cfg.EtcdEndpoints))
 		}
 		// The fencing counters must survive a restart and memory pressure:
 		// persistence on a volume, and no eviction (the service refuses

@@ -33,8 +33,10 @@ type config struct {
 	ReadTimeout     time.Duration
 	LogLevel        slog.Level
 
-	// Lock strategies (redis-lock, redlock).
+	// Lock strategies (redis-lock, redlock, etcd-lock, zk-lock).
 	RedisAddrs     []string
+	EtcdEndpoints  []string
+	ZKServers      []string
 	LockTTL        time.Duration
 	LockWait       time.Duration
 	LockRenewEvery time.Duration
@@ -52,11 +54,24 @@ const minAdminTokenLength = 16
 
 // strategyNames lists every value STRATEGY accepts.
 func strategyNames() []string {
-	return append(slices.Clone(inventory.SQLStrategyNames), inventory.NameBatched, inventory.NameRedisLock, inventory.NameRedlock)
+	return slices.Concat(inventory.SQLStrategyNames, []string{inventory.NameBatched}, inventory.LockStrategyNames)
 }
 
-func isLockStrategy(name string) bool {
+func isLockStrategy(name string) bool { return slices.Contains(inventory.LockStrategyNames, name) }
+
+func isRedisLockStrategy(name string) bool {
 	return name == inventory.NameRedisLock || name == inventory.NameRedlock
+}
+
+// addrList splits a comma-separated list of addresses.
+func addrList(s string) []string {
+	var out []string
+	for _, addr := range strings.Split(s, ",") {
+		if addr = strings.TrimSpace(addr); addr != "" {
+			out = append(out, addr)
+		}
+	}
+	return out
 }
 
 // loadConfig reads the configuration through getenv and reports every
@@ -94,19 +109,20 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		bad("FENCING=%q is not on or off", f)
 	}
-	for _, addr := range strings.Split(str("REDIS_ADDRS", "127.0.0.1:6379"), ",") {
-		if addr = strings.TrimSpace(addr); addr != "" {
-			c.RedisAddrs = append(c.RedisAddrs, addr)
-		}
+	c.RedisAddrs = addrList(str("REDIS_ADDRS", "127.0.0.1:6379"))
+	c.EtcdEndpoints = addrList(str("ETCD_ENDPOINTS", "127.0.0.1:2379"))
+	c.ZKServers = addrList(str("ZK_SERVERS", "127.0.0.1:2181"))
+	if c.Strategy == inventory.NameEtcdLock && c.LockTTL < time.Second {
+		bad("LOCK_TTL=%s is below etcd's smallest lease TTL, 1s", c.LockTTL)
 	}
 	if c.Strategy == inventory.NameRedlock && (len(c.RedisAddrs) < 3 || len(c.RedisAddrs)%2 == 0) {
 		bad("STRATEGY=redlock needs an odd number of at least 3 independent servers in REDIS_ADDRS, got %d", len(c.RedisAddrs))
 	}
-	if c.SkipPolicyCheck && !isLockStrategy(c.Strategy) {
+	if c.SkipPolicyCheck && !isRedisLockStrategy(c.Strategy) {
 		bad("REDIS_SKIP_POLICY_CHECK applies only to STRATEGY=redis-lock or redlock")
 	}
 	if (c.FreezeHolder || !c.Fencing) && !isLockStrategy(c.Strategy) {
-		bad("FREEZE_HOLDER and FENCING apply only to STRATEGY=redis-lock or redlock")
+		bad("FREEZE_HOLDER and FENCING apply only to the lock strategies (%s)", strings.Join(inventory.LockStrategyNames, ", "))
 	}
 	if !slices.Contains(strategyNames(), c.Strategy) {
 		bad("STRATEGY=%q is unknown; valid: %s", c.Strategy, strings.Join(strategyNames(), ", "))
@@ -158,6 +174,8 @@ func (c config) logAttrs() []any {
 		"migrate", c.Migrate,
 		"log_level", c.LogLevel.String(),
 		"redis_addrs", strings.Join(c.RedisAddrs, ","),
+		"etcd_endpoints", strings.Join(c.EtcdEndpoints, ","),
+		"zk_servers", strings.Join(c.ZKServers, ","),
 		"lock_ttl", c.LockTTL.String(),
 		"lock_wait", c.LockWait.String(),
 		"lock_renew_every", c.LockRenewEvery.String(),

@@ -20,6 +20,7 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/testetcd"
 	"github.com/flashsale/stock/internal/testredis"
 )
 
@@ -162,12 +163,13 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 	}
 	const units, buyers = 500, 2000
 	redisAddrs := startRedisServers(t, 5)
+	coordination := coordinationEnv(t)
 	for _, engine := range store.Engines {
 		for _, strategy := range strategyNames() {
 			t.Run(engine+"/"+strategy, func(t *testing.T) {
 				url := testdb.URL(t, engine)
-				env := []string{"DATABASE_URL=" + url, "STRATEGY=" + strategy, "DB_MAX_CONNS=10", "ORDER_TIMEOUT=10s",
-					"REDIS_ADDRS=" + redisAddrs, "LOCK_WAIT=10s"}
+				env := append([]string{"DATABASE_URL=" + url, "STRATEGY=" + strategy, "DB_MAX_CONNS=10", "ORDER_TIMEOUT=10s",
+					"REDIS_ADDRS=" + redisAddrs, "LOCK_WAIT=10s"}, coordination...)
 				if strategy == inventory.NameNaive {
 					env = append(env, "NAIVE_RACE_WINDOW=5ms")
 				}
@@ -240,6 +242,14 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 	}
 }
 
+// coordinationEnv starts the coordination services the lock strategies
+// need (a private etcd, a private ZooKeeper) and returns the variables that
+// point the service at them.
+func coordinationEnv(t *testing.T) []string {
+	t.Helper()
+	return []string{"ETCD_ENDPOINTS=" + strings.Join(testetcd.Start(t).Endpoints(), ",")}
+}
+
 // startRedisServers starts n redis-servers for the test and returns their
 // addresses as REDIS_ADDRS wants them.
 func startRedisServers(t *testing.T, n int) string {
@@ -261,7 +271,8 @@ func TestFencingDemonstration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real service processes")
 	}
-	for _, strategy := range []string{inventory.NameRedisLock, inventory.NameRedlock} {
+	coordination := coordinationEnv(t)
+	for _, strategy := range inventory.LockStrategyNames {
 		for _, fencing := range []string{"on", "off"} {
 			t.Run(strategy+"/fencing-"+fencing, func(t *testing.T) {
 				servers := 1
@@ -269,8 +280,15 @@ func TestFencingDemonstration(t *testing.T) {
 					servers = 3
 				}
 				redisAddrs := startRedisServers(t, servers)
-				common := []string{"DATABASE_URL=" + testdb.URL(t, "postgres"), "STRATEGY=" + strategy,
-					"REDIS_ADDRS=" + redisAddrs, "FENCING=" + fencing, "LOCK_TTL=300ms", "LOCK_WAIT=5s", "ORDER_TIMEOUT=10s"}
+				// The lock must expire while its holder is stopped: the
+				// coordination services' shortest leases and sessions are
+				// a second.
+				ttl := "300ms"
+				if strategy == inventory.NameEtcdLock || strategy == inventory.NameZKLock {
+					ttl = "1s"
+				}
+				common := append([]string{"DATABASE_URL=" + testdb.URL(t, "postgres"), "STRATEGY=" + strategy,
+					"REDIS_ADDRS=" + redisAddrs, "FENCING=" + fencing, "LOCK_TTL=" + ttl, "LOCK_WAIT=5s", "ORDER_TIMEOUT=10s"}, coordination...)
 				paused := startInstance(t, append(common, "FREEZE_HOLDER=true")...)
 				other := startInstance(t, common...)
 				adminJSON(t, http.MethodPut, paused.url+"/admin/stock/last-one", `{"available":1}`, nil)

@@ -18,11 +18,58 @@ import (
 	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
-// buildLockStrategy connects to the Redis servers of REDIS_ADDRS and returns
-// redis-lock (over the first) or redlock (over all of them). db answers
-// whether a SKU exists before its lock is taken; obs hears about lock waits
-// and holds, renewed about the watchdog's renewals.
+// lockBackend is one lock service as the service uses it: the domain's
+// Locker, a readiness check, and what to close at shutdown.
+type lockBackend struct {
+	locker inventory.Locker
+	ping   func(context.Context) error
+	close  func()
+}
+
+// buildLockStrategy connects to the lock service of cfg.Strategy and
+// returns the lock strategy over it. db answers whether a SKU exists before
+// its lock is taken; obs hears about lock waits and holds, renewed about
+// the renewals of the lock (the watchdog's, or the etcd session's).
 func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, renewed func(ok bool), log *slog.Logger) (inventory.Strategy, func(), error) {
+	var (
+		backend lockBackend
+		err     error
+	)
+	switch cfg.Strategy {
+	case inventory.NameEtcdLock:
+		backend, err = buildEtcdLocker(cfg, renewed)
+	case inventory.NameZKLock:
+		backend, err = buildZKLocker(cfg)
+	default:
+		backend, err = buildRedisLocker(cfg, renewed, log)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if !cfg.Fencing {
+		log.Warn("FENCING=off: a lock holder that was paused past its lock's TTL can still write and oversell. " +
+			"This setting exists only to demonstrate what fencing prevents.")
+	}
+	lockOpts := []inventory.LockedOption{
+		inventory.WithFencing(cfg.Fencing),
+		inventory.WithLockObserver(obs),
+		inventory.WithSKULookup(func(ctx context.Context, sku string) error {
+			_, err := db.Level(ctx, sku)
+			return err
+		}),
+		inventory.WithPing(backend.ping),
+	}
+	if cfg.FreezeHolder {
+		log.Warn("FREEZE_HOLDER=true: the first order will stop this whole process (SIGSTOP) between its read and its write; "+
+			"resume it with kill -CONT", "pid", os.Getpid())
+		lockOpts = append(lockOpts, inventory.WithFreezeAfterRead(func() { freezeSelf(log) }))
+	}
+	return inventory.NewLocked(cfg.Strategy, backend.locker, lockOpts...), backend.close, nil
+}
+
+// buildRedisLocker connects to the Redis servers of REDIS_ADDRS: redis-lock
+// uses the first, redlock all of them.
+func buildRedisLocker(cfg config, renewed func(ok bool), log *slog.Logger) (lockBackend, error) {
 	addrs := cfg.RedisAddrs
 	if cfg.Strategy == inventory.NameRedisLock {
 		addrs = addrs[:1]
@@ -51,13 +98,14 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 			_ = c.Close()
 		}
 	}
-	if err := pingRedis(context.Background(), clients, cfg.Strategy == inventory.NameRedlock); err != nil {
+	majority := cfg.Strategy == inventory.NameRedlock
+	if err := pingRedis(context.Background(), clients, majority); err != nil {
 		closeClients()
-		return nil, nil, err
+		return lockBackend{}, err
 	}
 	if err := checkEvictionPolicy(context.Background(), clients, cfg.SkipPolicyCheck, log); err != nil {
 		closeClients()
-		return nil, nil, err
+		return lockBackend{}, err
 	}
 	opts := []redislock.Option{redislock.WithTTL(cfg.LockTTL), redislock.WithWait(cfg.LockWait),
 		redislock.WithRenewalObserver(func(_ string, err error) { renewed(err == nil) })}
@@ -67,49 +115,26 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 		}
 		opts = append(opts, redislock.WithRenewEvery(cfg.LockRenewEvery))
 	}
-	var (
-		locker interface {
-			Acquire(ctx context.Context, key string) (*redislock.Lease, error)
-			Reset(ctx context.Context, key string) error
-			AdvanceFence(ctx context.Context, key string, atLeast int64) error
-			Close() error
-		}
-		err error
-	)
+	var locker inventory.Locker
+	var closeLocker func() error
 	if cfg.Strategy == inventory.NameRedisLock {
-		locker = redislock.New(clients[0], opts...)
+		l := redislock.New(clients[0], opts...)
+		locker, closeLocker = inventorylock.Adapt(l), l.Close
 	} else {
-		locker, err = redislock.NewRedlock(clients, opts...)
+		l, err := redislock.NewRedlock(clients, opts...)
 		if err != nil {
 			closeClients()
-			return nil, nil, err
+			return lockBackend{}, err
 		}
+		locker, closeLocker = inventorylock.Adapt(l), l.Close
 	}
-	if !cfg.Fencing {
-		log.Warn("FENCING=off: a lock holder that was paused past its lock's TTL can still write and oversell. " +
-			"This setting exists only to demonstrate what fencing prevents.")
-	}
-	lockOpts := []inventory.LockedOption{
-		inventory.WithFencing(cfg.Fencing),
-		inventory.WithLockObserver(obs),
-		inventory.WithSKULookup(func(ctx context.Context, sku string) error {
-			_, err := db.Level(ctx, sku)
-			return err
-		}),
-	}
-	if cfg.FreezeHolder {
-		log.Warn("FREEZE_HOLDER=true: the first order will stop this whole process (SIGSTOP) between its read and its write; "+
-			"resume it with kill -CONT", "pid", os.Getpid())
-		lockOpts = append(lockOpts, inventory.WithFreezeAfterRead(func() { freezeSelf(log) }))
-	}
-	strategy := inventory.NewLocked(cfg.Strategy, inventorylock.Adapt(locker), append(lockOpts,
-		inventory.WithPing(func(ctx context.Context) error {
-			return pingRedis(ctx, clients, cfg.Strategy == inventory.NameRedlock)
-		}),
-	)...)
-	return strategy, func() {
-		_ = locker.Close()
-		closeClients()
+	return lockBackend{
+		locker: locker,
+		ping:   func(ctx context.Context) error { return pingRedis(ctx, clients, majority) },
+		close: func() {
+			_ = closeLocker()
+			closeClients()
+		},
 	}, nil
 }
 

@@ -293,7 +293,7 @@ func (t *tx) InsertIdempotency(ctx context.Context, r inventory.IdempotencyRecor
 // locker is the lock as the scheduler models it: one holder at a time, a
 // token that grows with every holder, and an expiry the scheduler may fire
 // at any step of the holder — which the holder does not hear of, as when it
-// is paused. The real backends (internal/locking) are held to that contract
+// is paused. The real backends (internal/locking/..., through the conformance suite internal/locking/locktest) are held to that contract
 // by their own tests; here it is the write under the lock that is on trial.
 type locker struct{ s *scheduler }
 

@@ -13,10 +13,12 @@ import (
 
 	"github.com/flashsale/stock/internal/history"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locking/etcdlock"
 	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/redislock"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/testetcd"
 	"github.com/flashsale/stock/internal/testredis"
 )
 
@@ -50,6 +52,11 @@ func strategies() map[string]func(t *testing.T, db store.Store) inventory.Strate
 			}
 			t.Cleanup(func() { _ = locker.Close() })
 			return inventory.NewLocked(inventory.NameRedlock, inventorylock.Adapt(locker))
+		},
+		inventory.NameEtcdLock: func(t *testing.T, _ store.Store) inventory.Strategy {
+			locker := etcdlock.New(testetcd.Start(t).Client(t), etcdlock.WithPrefix(fmt.Sprintf("/%s/", t.Name())))
+			t.Cleanup(func() { _ = locker.Close() })
+			return inventory.NewLocked(inventory.NameEtcdLock, inventorylock.Adapt(locker))
 		},
 	}
 }

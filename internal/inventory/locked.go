@@ -12,6 +12,8 @@ import (
 const (
 	NameRedisLock = "redis-lock"
 	NameRedlock   = "redlock"
+	NameEtcdLock  = "etcd-lock"
+	NameZKLock    = "zk-lock"
 )
 
 // Lease is one holding of a lock, as the lock strategies need it. Every
@@ -113,8 +115,12 @@ func WithSKULookup(lookup func(ctx context.Context, sku string) error) LockedOpt
 	return func(l *Locked) { l.lookup = lookup }
 }
 
-// NewLocked returns a lock strategy named name (NameRedisLock or
-// NameRedlock) over locker.
+// LockStrategyNames lists the strategies that deduct under a distributed
+// lock (Locked), one per lock backend.
+var LockStrategyNames = []string{NameRedisLock, NameRedlock, NameEtcdLock, NameZKLock}
+
+// NewLocked returns a lock strategy named name (one of LockStrategyNames)
+// over locker.
 func NewLocked(name string, locker Locker, opts ...LockedOption) *Locked {
 	l := &Locked{name: name, locker: locker, fencing: true, obs: NopObserver{}}
 	for _, o := range opts {

@@ -1,4 +1,4 @@
-// Package locking offers distributed locks on Redis: Locker over one server
+// Package redislock offers distributed locks on Redis: Locker over one server
 // and Redlock over N independent servers (N odd, at least 3). Both hand out
 // a Lease with a fencing token, renew it with a watchdog while it is held,
 // cancel the holder's context when the lock is lost, let waiters be woken by

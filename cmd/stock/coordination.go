@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/flashsale/stock/internal/locking/etcdlock"
+	"github.com/flashsale/stock/internal/locking/inventorylock"
+)
+
+// buildEtcdLocker connects to the etcd cluster of ETCD_ENDPOINTS. The
+// session's lease has LOCK_TTL (whole seconds); LOCK_WAIT bounds a wait.
+func buildEtcdLocker(cfg config, renewed func(ok bool)) (lockBackend, error) {
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.EtcdEndpoints,
+		DialTimeout: 2 * time.Second,
+		// The client's own log goes nowhere: the lock reports what matters
+		// through its errors and the renewal observer.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return lockBackend{}, fmt.Errorf("etcd %v: %w", cfg.EtcdEndpoints, err)
+	}
+	ping := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		// A linearizable read needs a leader: a cluster that lost its
+		// quorum is not ready to sell.
+		if _, err := client.Get(ctx, "health"); err != nil {
+			return fmt.Errorf("etcd %v: %w", cfg.EtcdEndpoints, err)
+		}
+		return nil
+	}
+	if err := ping(context.Background()); err != nil {
+		_ = client.Close()
+		return lockBackend{}, fmt.Errorf("cannot reach etcd (ETCD_ENDPOINTS): %w", err)
+	}
+	l := etcdlock.New(client, etcdlock.WithTTL(cfg.LockTTL), etcdlock.WithWait(cfg.LockWait),
+		etcdlock.WithRenewalObserver(func(err error) { renewed(err == nil) }))
+	return lockBackend{
+		locker: inventorylock.Adapt(l),
+		ping:   ping,
+		close: func() {
+			_ = l.Close()
+			_ = client.Close()
+		},
+	}, nil
+}
+
+// TEMPORARY until zklock lands in this tree.
+func buildZKLocker(cfg config) (lockBackend, error) {
+	return lockBackend{}, fmt.Errorf("zk-lock: not wired yet")
+}
