@@ -52,8 +52,9 @@
 //     create revision its holder saw.
 //   - Its waiters watch from a revision already past, which etcd serves
 //     from its catching-up loop every 100 ms: a contended hand-over costs
-//     about 100 ms. Here a waiter watches from the revision after its read,
-//     which etcd serves as the deletion happens.
+//     about 100 ms. Here a waiter's watch starts at the revision current
+//     when it is registered, which etcd serves as the deletion happens, and
+//     a read once it is in place catches a deletion that came before.
 //
 // # Loss
 //
@@ -459,24 +460,42 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 			h.token = base + rev
 			return h, nil
 		}
-		if err := l.waitDeleted(wctx, s, string(pred[0].Key), rev); err != nil {
+		if err := l.waitDeleted(wctx, s, string(pred[0].Key), pred[0].CreateRevision, rev); err != nil {
 			l.deleteKey(h)
 			return nil, err
 		}
 	}
 }
 
-// waitDeleted waits until key is deleted after revision rev. It watches
-// from rev+1, a revision not yet written, so etcd sends the deletion as it
-// happens (a watch from a past revision waits for its catching-up loop).
-func (l *Locker) waitDeleted(wctx context.Context, s *session, key string, rev int64) error {
+// waitDeleted waits until the predecessor's key (created at createRev) is
+// deleted; rev is the revision at which it was last seen. The watch starts
+// at the revision current when etcd registers it, which etcd serves as
+// writes happen: a watch from a given past revision (etcd's recipe watches
+// from its read's) is served by etcd's catching-up loop, every 100 ms, as
+// soon as any other write lands in between, and under contention one
+// always does. A deletion before the registration is caught by reading the
+// key again once the watch is in place.
+func (l *Locker) waitDeleted(wctx context.Context, s *session, key string, createRev, rev int64) error {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(wctx))
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
-	for resp := range l.client.Watch(ctx, key, clientv3.WithRev(rev+1)) {
+	for resp := range l.client.Watch(ctx, key, clientv3.WithCreatedNotify()) {
 		if err := resp.Err(); err != nil {
 			return l.nodeError(fmt.Errorf("watch %s: %w", key, err))
+		}
+		if resp.Created {
+			if resp.Header.Revision == rev {
+				continue // nothing was written since the key was seen
+			}
+			got, err := l.client.Get(ctx, key, clientv3.WithKeysOnly())
+			if err != nil {
+				break
+			}
+			if len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != createRev {
+				return nil
+			}
+			continue
 		}
 		for _, ev := range resp.Events {
 			if ev.Type == clientv3.EventTypeDelete {
