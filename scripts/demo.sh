@@ -12,7 +12,11 @@
 # installs and starts them from Debian's packages. The Redis servers of the
 # lock strategies are started by the runner itself (five redis-servers on
 # free ports, stopped at the end), or by docker compose when redis-server is
-# not installed. Every setting is an environment variable: see
+# not installed. Likewise etcd-lock gets a private single-member etcd and
+# zk-lock a private standalone ZooKeeper, on free loopback ports, unless
+# ETCD_ENDPOINTS or ZK_SERVERS name servers of your own; a strategy whose
+# server cannot start is skipped with a note in the report. Every setting
+# is an environment variable: see
 # cmd/demo/config.go. TEST_POSTGRES_URL and TEST_MYSQL_URL, as for the tests,
 # name servers that need credentials; the demo then uses their stock
 # database.
@@ -61,6 +65,10 @@ elif [ ${#missing[@]} -gt 0 ] && docker_ok; then
   docker compose up -d --wait "${missing[@]}"
 elif [ ${#missing[@]} -gt 0 ] || ! command -v redis-server >/dev/null 2>&1; then
   # Installs (as root) and starts what is missing, creates the databases.
+  bash scripts/ensure-services.sh
+elif { [ -z "${ETCD_ENDPOINTS:-}" ] && ! command -v etcd >/dev/null 2>&1; } \
+  || { [ -z "${ZK_SERVERS:-}" ] && [ ! -e /usr/share/java/zookeeper.jar ]; }; then
+  # The etcd and ZooKeeper the runner starts for etcd-lock and zk-lock.
   bash scripts/ensure-services.sh
 fi
 if ! command -v redis-server >/dev/null 2>&1 && [ -z "${REDIS_ADDRS:-}" ] && docker_ok; then

@@ -67,6 +67,17 @@ type plan struct {
 	// RedisAddrs, when set, are used as they are; otherwise the demo starts
 	// five redis-servers of its own if a strategy needs Redis.
 	RedisAddrs []string
+	// EtcdEndpoints (ETCD_ENDPOINTS) and ZKServers (ZK_SERVERS), when set,
+	// are used as they are; otherwise the demo starts a single-member etcd
+	// when etcd-lock runs and a standalone ZooKeeper when zk-lock runs, on
+	// free loopback ports, and stops them at the end.
+	EtcdEndpoints []string
+	ZKServers     []string
+	// LockTTL (LOCK_TTL) is given to the lock strategies when set;
+	// otherwise they keep the service's default (5s). For etcd-lock it is
+	// the session lease's TTL (at least 1s), for zk-lock the session
+	// timeout.
+	LockTTL string
 	// KeepData leaves the sales' orders in the databases afterwards.
 	KeepData bool
 }
@@ -117,8 +128,26 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	if v := str("REDIS_ADDRS", ""); v != "" {
 		p.RedisAddrs = splitList(v)
 	}
+	if v := str("ETCD_ENDPOINTS", ""); v != "" {
+		p.EtcdEndpoints = splitList(v)
+	}
+	if v := str("ZK_SERVERS", ""); v != "" {
+		p.ZKServers = splitList(v)
+	}
 	if v := str("DEMO_STRATEGIES", ""); v != "" {
 		p.Strategies = splitList(v)
+	}
+	if v := str("LOCK_TTL", ""); v != "" {
+		ttl, err := time.ParseDuration(v)
+		switch {
+		case err != nil || ttl <= 0:
+			bad("LOCK_TTL=%q is not a positive duration such as 5s", v)
+		case ttl < time.Second && (len(p.Strategies) == 0 || slices.ContainsFunc(p.Strategies, needsEtcd)):
+			// bin/stock refuses it: etcd's smallest lease TTL is 1s.
+			bad("LOCK_TTL=%s is below etcd's smallest lease TTL, 1s (etcd-lock); DEMO_STRATEGIES without etcd-lock allows it", v)
+		default:
+			p.LockTTL = v
+		}
 	}
 
 	// The servers of the tests (TEST_POSTGRES_URL, TEST_MYSQL_URL, as
@@ -159,6 +188,24 @@ func splitList(s string) []string {
 // needs REDIS_ADDRS (redis-lock uses the first address, redlock all).
 func needsRedis(strategy string) bool {
 	return strings.Contains(strategy, "redis") || strings.Contains(strategy, "redlock")
+}
+
+// needsEtcd reports whether a strategy takes its lock in etcd, and so needs
+// ETCD_ENDPOINTS.
+func needsEtcd(strategy string) bool {
+	return strings.Contains(strategy, "etcd")
+}
+
+// needsZooKeeper reports whether a strategy takes its lock in ZooKeeper, and
+// so needs ZK_SERVERS.
+func needsZooKeeper(strategy string) bool {
+	return strategy == "zk-lock" || strings.Contains(strategy, "zookeeper")
+}
+
+// isLockStrategy reports whether a strategy takes a lock outside the
+// database, and so reads LOCK_TTL.
+func isLockStrategy(strategy string) bool {
+	return needsRedis(strategy) || needsEtcd(strategy) || needsZooKeeper(strategy)
 }
 
 // buyersPerUnit is the one ratio of buyers to units of every burst.

@@ -32,6 +32,12 @@ type demo struct {
 	runID string
 	rep   *report.Report
 	redis []string
+	// etcd and zk are ETCD_ENDPOINTS and ZK_SERVERS for etcd-lock and
+	// zk-lock: the environment's, or the servers the demo started.
+	etcd []string
+	zk   []string
+	// lockServices are the servers of the lock strategies, for the report.
+	lockServices []lockService
 	// skus are the sales started, per backend, for the clean-up.
 	skus map[string][]string
 	// steadyRates is the rate offered per backend.
@@ -231,6 +237,15 @@ func (d *demo) serviceEnv(b backend, strategy string) []string {
 	}
 	if needsRedis(strategy) && len(d.redis) > 0 {
 		env = append(env, "REDIS_ADDRS="+strings.Join(d.redis, ","))
+	}
+	if needsEtcd(strategy) && len(d.etcd) > 0 {
+		env = append(env, "ETCD_ENDPOINTS="+strings.Join(d.etcd, ","))
+	}
+	if needsZooKeeper(strategy) && len(d.zk) > 0 {
+		env = append(env, "ZK_SERVERS="+strings.Join(d.zk, ","))
+	}
+	if isLockStrategy(strategy) && d.p.LockTTL != "" {
+		env = append(env, "LOCK_TTL="+d.p.LockTTL)
 	}
 	if d.p.OrderTimeout != "" {
 		env = append(env, "ORDER_TIMEOUT="+d.p.OrderTimeout)

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -59,6 +62,55 @@ func environment(ctx context.Context, p plan, k6Bin string) report.Environment {
 		}
 	}
 	return e
+}
+
+// etcdVersion asks the first endpoint's GET /version ({"etcdserver":
+// "3.4.23", …}); "" when it does not answer.
+func etcdVersion(ctx context.Context, endpoints []string) string {
+	if len(endpoints) == 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+endpoints[0]+"/version", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Server  string `json:"etcdserver"`
+		Cluster string `json:"etcdcluster"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&v) != nil || v.Server == "" {
+		return ""
+	}
+	return fmt.Sprintf("etcd %s (cluster version %s) at %s", v.Server, v.Cluster, strings.Join(endpoints, ","))
+}
+
+// zkVersion asks the first server's srvr ("Zookeeper version: 3.8.0-…,
+// built on …"); "" when it does not answer or does not allow srvr.
+func zkVersion(servers []string) string {
+	if len(servers) == 0 {
+		return ""
+	}
+	out, err := fourLetter(servers[0], "srvr")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "Zookeeper version: "); ok {
+			// "3.8.0-<commit>, built on …"; Debian's build leaves
+			// the commit as ${mvngit.commit.id}.
+			v, _, _ = strings.Cut(v, ",")
+			v, _, _ = strings.Cut(v, "-")
+			return fmt.Sprintf("ZooKeeper %s at %s", strings.TrimSpace(v), strings.Join(servers, ","))
+		}
+	}
+	return ""
 }
 
 // loadAverage is /proc/loadavg's 1, 5 and 15 minute figures.

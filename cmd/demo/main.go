@@ -144,21 +144,25 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 	}
 	fmt.Fprintf(out, "strategies: %s; backends: %s; report: %s\n", strings.Join(p.Strategies, ", "), strings.Join(d.rep.Backends, ", "), dir)
 
-	if slices.ContainsFunc(p.Strategies, needsRedis) {
-		if len(p.RedisAddrs) > 0 {
-			d.redis = p.RedisAddrs
-		} else {
-			nodes, err := startRedis(ctx, 5, dir)
-			if err != nil {
-				d.rep.Notes = append(d.rep.Notes, "the Redis strategies could not run: "+err.Error())
-			} else {
-				defer nodes.stop()
-				d.redis = nodes.addrs
-				fmt.Fprintf(out, "started 5 redis-servers for the lock strategies: %s\n", strings.Join(d.redis, ","))
+	// The servers of the lock strategies: the environment's, or the demo's
+	// own. A strategy whose etcd or ZooKeeper could not start is skipped,
+	// with a note in the report, and the rest of the demo runs.
+	stopLockServices, skipped := d.startLockServices(ctx, out)
+	defer stopLockServices()
+	if len(skipped) > 0 {
+		var kept []string
+		for _, s := range p.Strategies {
+			if !slices.Contains(skipped, s) {
+				kept = append(kept, s)
 			}
 		}
+		p.Strategies = kept
+		d.p.Strategies, d.rep.Strategies = kept, kept
+		prog.setSteps(totalSteps(p))
 	}
 	d.rep.Env = environment(ctx, p, k6Bin)
+	d.rep.Env.Etcd = etcdVersion(ctx, d.etcd)
+	d.rep.Env.ZooKeeper = zkVersion(d.zk)
 
 	d.measureLoadGen(ctx)
 	for _, b := range p.Backends {
@@ -190,7 +194,7 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 
 	d.rep.Finished = time.Now()
 	d.rep.Env.LoadAtEnd = loadAverage()
-	d.rep.Settings = p.settings(d.steadyRates)
+	d.rep.Settings = append(p.settings(d.steadyRates), p.lockSettings(d.lockServices)...)
 	d.rep.Commands = rerunCommands(p, d.rep.Env.GitCommit)
 	if !p.KeepData {
 		d.rep.Notes = append(d.rep.Notes, "The sales' orders were deleted from the databases after the run (their audits are above); DEMO_KEEP_DATA=1 keeps them.")
@@ -260,6 +264,19 @@ func rerunCommands(p plan, commit string) []string {
 	}
 	if p.OrderTimeout != "" {
 		full = append(full, "ORDER_TIMEOUT="+p.OrderTimeout)
+	}
+	if p.LockTTL != "" {
+		full = append(full, "LOCK_TTL="+p.LockTTL)
+	}
+	// Servers the demo's environment named; without them the demo starts
+	// its own again.
+	for _, v := range []struct {
+		name  string
+		addrs []string
+	}{{"REDIS_ADDRS", p.RedisAddrs}, {"ETCD_ENDPOINTS", p.EtcdEndpoints}, {"ZK_SERVERS", p.ZKServers}} {
+		if len(v.addrs) > 0 {
+			full = append(full, v.name+"="+strings.Join(v.addrs, ","))
+		}
 	}
 	cmds = append(cmds, strings.Join(full, " \\\n  ")+" \\\n  go run ./cmd/demo")
 	cmds = append(cmds, "# one scenario by hand: start the instances and run the k6 command listed under its run below")

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -135,7 +136,7 @@ type fleet struct {
 // demo's own environment has for them is overridden or removed, so that
 // e.g. NAIVE_RACE_WINDOW never reaches a strategy that refuses it.
 var serviceEnv = []string{"STRATEGY", "DATABASE_URL", "HTTP_ADDR", "ADMIN_TOKEN", "DB_MAX_CONNS",
-	"NAIVE_RACE_WINDOW", "REDIS_ADDRS", "ORDER_TIMEOUT", "LOG_LEVEL", "MIGRATE"}
+	"NAIVE_RACE_WINDOW", "REDIS_ADDRS", "ETCD_ENDPOINTS", "ZK_SERVERS", "LOCK_TTL", "ORDER_TIMEOUT", "LOG_LEVEL", "MIGRATE"}
 
 // childEnv is the demo's environment without the variables in drop, plus
 // add.
@@ -333,5 +334,236 @@ func (r *redisNodes) stop() {
 	}
 	for _, p := range r.procs {
 		_ = p.stop(5 * time.Second)
+	}
+}
+
+// coordServer is a coordination server the demo started for a lock
+// strategy: a single-member etcd or a standalone ZooKeeper.
+type coordServer struct {
+	proc *process
+	addr string // host:port for the service (ETCD_ENDPOINTS, ZK_SERVERS)
+	// data is the server's data folder, removed once it has stopped: both
+	// preallocate 64 MB logs, which the report's folder need not keep.
+	data string
+}
+
+// stop stops the server by its PID (SIGTERM, SIGKILL after 10 s) and
+// removes its data.
+func (c *coordServer) stop() {
+	if c == nil {
+		return
+	}
+	_ = c.proc.stop(10 * time.Second)
+	if c.data != "" {
+		_ = os.RemoveAll(c.data)
+	}
+}
+
+// etcdBin is Debian's etcd (etcd-server), or whichever etcd is on PATH.
+func etcdBin() (string, error) {
+	if bin, err := exec.LookPath("etcd"); err == nil {
+		return bin, nil
+	}
+	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
+		return "/usr/bin/etcd", nil
+	}
+	return "", errors.New("etcd is not installed (make services installs etcd-server)")
+}
+
+// startEtcd starts a single-member etcd on two free loopback ports, its
+// data in dir/etcd, and waits until /health says so.
+func startEtcd(ctx context.Context, dir string) (*coordServer, error) {
+	bin, err := etcdBin()
+	if err != nil {
+		return nil, err
+	}
+	client, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peer, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", client)
+	clientURL, peerURL := "http://"+addr, fmt.Sprintf("http://127.0.0.1:%d", peer)
+	data := filepath.Join(dir, "etcd")
+	p, err := startProcess("etcd "+addr, bin, []string{
+		"--name", "demo", "--data-dir", data,
+		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "demo=" + peerURL, "--initial-cluster-state", "new",
+		"--logger", "zap", "--log-level", "warn", "--log-outputs", "stderr",
+	}, os.Environ(), filepath.Join(dir, "etcd.log"))
+	if err != nil {
+		return nil, err
+	}
+	s := &coordServer{proc: p, addr: addr, data: data}
+	if err := waitUntil(ctx, p, 30*time.Second, func() error { return etcdHealthy(ctx, addr) }); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("etcd at %s: %w", addr, err)
+	}
+	return s, nil
+}
+
+// etcdHealthy asks GET /health, which answers {"health":"true"} once the
+// member has a leader and serves requests.
+func etcdHealthy(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Health string `json:"health"`
+		Reason string `json:"reason"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&h); err != nil {
+		return fmt.Errorf("/health: %s: %w", resp.Status, err)
+	}
+	if h.Health != "true" {
+		return fmt.Errorf("/health: %s %q %s", resp.Status, h.Health, h.Reason)
+	}
+	return nil
+}
+
+// zkJars are where Debian's zookeeper package puts the server and its
+// logging; zookeeper.jar's manifest names the rest of its class path.
+var zkJars = struct {
+	server  string
+	logging []string
+}{
+	server:  "/usr/share/java/zookeeper.jar",
+	logging: []string{"/usr/share/java/slf4j-log4j12.jar", "/usr/share/java/log4j-1.2.jar"},
+}
+
+// zkTick is the demo's ZooKeeper's tickTime: sessions (LOCK_TTL for
+// zk-lock) may last from 2 to 20 ticks, 1 s to 10 s.
+const zkTick = 500 * time.Millisecond
+
+// startZooKeeper starts a standalone ZooKeeper on a free loopback port,
+// its configuration and data in dir/zookeeper, and waits until it answers
+// ruok with imok and serves (zkOK).
+func startZooKeeper(ctx context.Context, dir string) (*coordServer, error) {
+	java, err := exec.LookPath("java")
+	if err != nil {
+		return nil, fmt.Errorf("java is not installed (make services installs ZooKeeper with it): %w", err)
+	}
+	if _, err := os.Stat(zkJars.server); err != nil {
+		return nil, fmt.Errorf("ZooKeeper is not installed (make services installs zookeeperd): %w", err)
+	}
+	conf := filepath.Join(dir, "zookeeper")
+	if err := os.MkdirAll(filepath.Join(conf, "data"), 0o755); err != nil {
+		return nil, err
+	}
+	// The configuration folder comes first, for its log4j.properties.
+	cp := []string{conf, zkJars.server}
+	for _, jar := range zkJars.logging {
+		if _, err := os.Stat(jar); err == nil {
+			cp = append(cp, jar)
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfg := fmt.Sprintf(`tickTime=%d
+dataDir=%s
+clientPort=%d
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr
+`, zkTick.Milliseconds(), filepath.Join(conf, "data"), port)
+	const log4j = `log4j.rootLogger=WARN, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p %c{1}: %m%n
+`
+	if err := os.WriteFile(filepath.Join(conf, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(conf, "log4j.properties"), []byte(log4j), 0o644); err != nil {
+		return nil, err
+	}
+	// Without the heap flags the JVM grows to some 600 MB.
+	p, err := startProcess("zookeeper "+addr, java, []string{
+		"-Xms16m", "-Xmx64m", "-XX:+UseSerialGC", "-Dzookeeper.jmx.log4j.disable=true",
+		"-cp", strings.Join(cp, ":"),
+		"org.apache.zookeeper.server.ZooKeeperServerMain", filepath.Join(conf, "zoo.cfg"),
+	}, os.Environ(), filepath.Join(dir, "zookeeper.log"))
+	if err != nil {
+		return nil, err
+	}
+	s := &coordServer{proc: p, addr: addr, data: filepath.Join(conf, "data")}
+	// A JVM on two busy cores can take several seconds.
+	if err := waitUntil(ctx, p, 60*time.Second, func() error { return zkOK(addr) }); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("ZooKeeper at %s: %w", addr, err)
+	}
+	return s, nil
+}
+
+// zkOK sends ruok and expects imok, then srvr and expects a mode: imok
+// only says the process runs, and for a moment after it a starting server
+// answers srvr with "not currently serving requests".
+func zkOK(addr string) error {
+	answer, err := fourLetter(addr, "ruok")
+	if err != nil {
+		return err
+	}
+	if answer != "imok" {
+		return fmt.Errorf("answered %q to ruok", answer)
+	}
+	if answer, err = fourLetter(addr, "srvr"); err != nil {
+		return err
+	}
+	if !strings.Contains(answer, "Mode: ") {
+		return fmt.Errorf("answered %q to srvr", answer)
+	}
+	return nil
+}
+
+// fourLetter sends one of ZooKeeper's four-letter commands and returns the
+// answer (the server closes the connection after it).
+func fourLetter(addr, cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(io.LimitReader(c, 1<<16))
+	return strings.TrimSpace(string(b)), err
+}
+
+// waitUntil calls check every 100 ms until it returns nil, the process
+// exits, or timeout passes; the error says which, with the last check's.
+func waitUntil(ctx context.Context, p *process, timeout time.Duration, check func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%w:\n%s", p.exitErr(), p.tail(5))
+		case <-ctx.Done():
+			return fmt.Errorf("does not answer after %s (%v): %w\n%s", timeout, err, ctx.Err(), p.tail(5))
+		case <-tick.C:
+		}
 	}
 }

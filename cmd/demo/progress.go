@@ -34,6 +34,14 @@ func newProgress(out io.Writer, steps int) *progress {
 	return &progress{out: out, tty: tty, steps: steps, started: time.Now()}
 }
 
+// setSteps changes the number of steps, when the plan shrinks before it
+// runs (a strategy skipped because its server could not start).
+func (p *progress) setSteps(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.steps = n
+}
+
 // begin starts the next step.
 func (p *progress) begin(format string, args ...any) {
 	p.mu.Lock()

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -242,5 +244,204 @@ func TestDemoUsesTheTestServers(t *testing.T) {
 	env["POSTGRES_URL"] = "postgres://demo@elsewhere/stock"
 	if p, err = loadPlan(func(k string) string { return env[k] }); err != nil || p.Backends[0].URL != env["POSTGRES_URL"] {
 		t.Errorf("POSTGRES_URL set: %+v, %v; want it used as it is", p.Backends, err)
+	}
+}
+
+func TestLoadPlanLockServers(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	p, err := loadPlan(env(map[string]string{
+		"ETCD_ENDPOINTS": "127.0.0.1:1, 127.0.0.1:2", "ZK_SERVERS": "127.0.0.1:3", "LOCK_TTL": "2s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.EtcdEndpoints, []string{"127.0.0.1:1", "127.0.0.1:2"}) || !slices.Equal(p.ZKServers, []string{"127.0.0.1:3"}) || p.LockTTL != "2s" {
+		t.Errorf("plan: etcd %q, zk %q, LOCK_TTL %q", p.EtcdEndpoints, p.ZKServers, p.LockTTL)
+	}
+	// etcd's smallest lease TTL is 1s: bin/stock would refuse to start.
+	if _, err := loadPlan(env(map[string]string{"LOCK_TTL": "500ms"})); err == nil || !strings.Contains(err.Error(), "LOCK_TTL") {
+		t.Errorf("LOCK_TTL=500ms with every strategy: %v", err)
+	}
+	if p, err := loadPlan(env(map[string]string{"LOCK_TTL": "500ms", "DEMO_STRATEGIES": "redis-lock,zk-lock"})); err != nil || p.LockTTL != "500ms" {
+		t.Errorf("LOCK_TTL=500ms without etcd-lock: %q, %v", p.LockTTL, err)
+	}
+	if _, err := loadPlan(env(map[string]string{"LOCK_TTL": "soon"})); err == nil {
+		t.Error("LOCK_TTL=soon accepted")
+	}
+}
+
+func TestServiceEnvOfLockStrategies(t *testing.T) {
+	d := &demo{
+		p:     plan{AdminToken: "t", DBMaxConns: 4, LockTTL: "3s"},
+		redis: []string{"127.0.0.1:1"}, etcd: []string{"127.0.0.1:2"}, zk: []string{"127.0.0.1:3", "127.0.0.1:4"},
+	}
+	b := backend{Name: "postgres", URL: "postgres://x/stock"}
+	for _, c := range []struct {
+		strategy  string
+		want, not []string
+	}{
+		{"etcd-lock", []string{"ETCD_ENDPOINTS=127.0.0.1:2", "LOCK_TTL=3s"}, []string{"ZK_SERVERS", "REDIS_ADDRS"}},
+		{"zk-lock", []string{"ZK_SERVERS=127.0.0.1:3,127.0.0.1:4", "LOCK_TTL=3s"}, []string{"ETCD_ENDPOINTS", "REDIS_ADDRS"}},
+		{"redis-lock", []string{"REDIS_ADDRS=127.0.0.1:1", "LOCK_TTL=3s"}, []string{"ETCD_ENDPOINTS", "ZK_SERVERS"}},
+		{"conditional", nil, []string{"ETCD_ENDPOINTS", "ZK_SERVERS", "REDIS_ADDRS", "LOCK_TTL"}},
+	} {
+		env := strings.Join(d.serviceEnv(b, c.strategy), " ")
+		for _, w := range c.want {
+			if !strings.Contains(env, w) {
+				t.Errorf("%s: %s lacks %s", c.strategy, env, w)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(env, n) {
+				t.Errorf("%s: %s has %s", c.strategy, env, n)
+			}
+		}
+	}
+	// The demo's own environment never leaks another value through.
+	for _, v := range []string{"ETCD_ENDPOINTS", "ZK_SERVERS", "LOCK_TTL"} {
+		if !slices.Contains(serviceEnv, v) {
+			t.Errorf("serviceEnv does not override %s", v)
+		}
+	}
+}
+
+// TestLockServersFromTheEnvironment: servers the environment names are
+// used as they are; nothing is started.
+func TestLockServersFromTheEnvironment(t *testing.T) {
+	var out syncBuffer
+	d := &demo{
+		p:   plan{Strategies: []string{"conditional", "etcd-lock", "zk-lock"}, EtcdEndpoints: []string{"127.0.0.1:1"}, ZKServers: []string{"127.0.0.1:2"}},
+		dir: t.TempDir(), rep: &report.Report{},
+	}
+	stop, skipped := d.startLockServices(t.Context(), &out)
+	stop()
+	if len(skipped) != 0 || !slices.Equal(d.etcd, []string{"127.0.0.1:1"}) || !slices.Equal(d.zk, []string{"127.0.0.1:2"}) {
+		t.Errorf("skipped %q, etcd %q, zk %q", skipped, d.etcd, d.zk)
+	}
+	rows := d.p.lockSettings(d.lockServices)
+	text := fmt.Sprint(rows)
+	for _, want := range []string{"ETCD_ENDPOINTS 127.0.0.1:1 etcd-lock: set in the demo's environment", "ZK_SERVERS 127.0.0.1:2 zk-lock", "LOCK_TTL 5s (service default)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("settings %s lack %q", text, want)
+		}
+	}
+	if out.String() != "" {
+		t.Errorf("started something: %s", out.String())
+	}
+}
+
+// TestLockServerThatCannotStart: a strategy whose server cannot start is
+// skipped, with a note, and the others run.
+func TestLockServerThatCannotStart(t *testing.T) {
+	saved := zkJars.server
+	zkJars.server = filepath.Join(t.TempDir(), "no-zookeeper.jar")
+	t.Cleanup(func() { zkJars.server = saved })
+	var out syncBuffer
+	d := &demo{p: plan{Strategies: []string{"conditional", "zk-lock"}}, dir: t.TempDir(), rep: &report.Report{}}
+	stop, skipped := d.startLockServices(t.Context(), &out)
+	stop()
+	if !slices.Equal(skipped, []string{"zk-lock"}) || len(d.zk) != 0 {
+		t.Errorf("skipped %q, zk %q", skipped, d.zk)
+	}
+	if notes := strings.Join(d.rep.Notes, "\n"); !strings.Contains(notes, "zk-lock skipped") || !strings.Contains(notes, "ZK_SERVERS") {
+		t.Errorf("notes: %s", notes)
+	}
+}
+
+// TestStartLockServers starts the demo's own etcd and ZooKeeper for real,
+// checks that they serve, and stops them by their PIDs.
+func TestStartLockServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and ZooKeeper")
+	}
+	if _, err := etcdBin(); err != nil {
+		unavailable(t, "%v", err)
+	}
+	if _, err := exec.LookPath("java"); err != nil {
+		unavailable(t, "java: %v", err)
+	}
+	if _, err := os.Stat(zkJars.server); err != nil {
+		unavailable(t, "ZooKeeper: %v", err)
+	}
+	var out syncBuffer
+	d := &demo{p: plan{Strategies: []string{"etcd-lock", "zk-lock"}}, dir: t.TempDir(), rep: &report.Report{}}
+	stop, skipped := d.startLockServices(t.Context(), &out)
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+	t.Logf("output:\n%s", out.String())
+	if len(skipped) != 0 || len(d.rep.Notes) != 0 {
+		t.Fatalf("skipped %q: %q", skipped, d.rep.Notes)
+	}
+	if len(d.etcd) != 1 || len(d.zk) != 1 {
+		t.Fatalf("etcd %q, zk %q", d.etcd, d.zk)
+	}
+	if err := etcdHealthy(t.Context(), d.etcd[0]); err != nil {
+		t.Error(err)
+	}
+	if err := zkOK(d.zk[0]); err != nil {
+		t.Error(err)
+	}
+	if v := etcdVersion(t.Context(), d.etcd); !strings.HasPrefix(v, "etcd 3.") {
+		t.Errorf("etcd version %q", v)
+	}
+	if v := zkVersion(d.zk); !strings.HasPrefix(v, "ZooKeeper 3.") {
+		t.Errorf("ZooKeeper version %q", v)
+	}
+	cfg, err := os.ReadFile(filepath.Join(d.dir, "zookeeper", "zoo.cfg"))
+	if err != nil || !strings.Contains(string(cfg), "tickTime=500\n") || !strings.Contains(string(cfg), "clientPortAddress=127.0.0.1\n") {
+		t.Errorf("zoo.cfg: %s %v", cfg, err)
+	}
+	if text := fmt.Sprint(d.p.lockSettings(d.lockServices)); !strings.Contains(text, "started by the demo") {
+		t.Errorf("settings: %s", text)
+	}
+	stop()
+	stopped = true
+	// Stopped: nothing answers any more.
+	if etcdHealthy(t.Context(), d.etcd[0]) == nil || zkOK(d.zk[0]) == nil {
+		t.Error("a server still answers after stop")
+	}
+	// Their data (preallocated logs) is gone; the configuration and the
+	// logs stay with the report.
+	for _, gone := range []string{"etcd", filepath.Join("zookeeper", "data")} {
+		if _, err := os.Stat(filepath.Join(d.dir, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s is still there: %v", gone, err)
+		}
+	}
+	for _, kept := range []string{"etcd.log", "zookeeper.log", filepath.Join("zookeeper", "zoo.cfg")} {
+		if _, err := os.Stat(filepath.Join(d.dir, kept)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestEveryStrategyIsDescribed: the report has a description of every
+// strategy bin/stock lists.
+func TestEveryStrategyIsDescribed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the service")
+	}
+	bin := filepath.Join(t.TempDir(), "stock")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/stock")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the service: %v\n%s", err, out)
+	}
+	names, err := strategiesOf(t.Context(), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"etcd-lock", "zk-lock"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("bin/stock strategies does not list %s: %q", want, names)
+		}
+	}
+	for _, name := range names {
+		if s := report.DescribeStrategy(name); s.Unknown {
+			t.Errorf("the report has no description of %s", name)
+		}
 	}
 }

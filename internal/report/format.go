@@ -56,6 +56,16 @@ var strategies = map[string]Strategy{
 		How:    "Redlock over five independent Redis servers around the same read-check-write: instances queue at one gate server, then a majority must grant the lock (and take the fencing token) before the transaction runs; the token still guards the row.",
 		Expect: "Safe thanks to the fencing token, and keeps selling with 2 of 5 servers down. One round to five servers per batch of orders, so close to redis-lock; Redlocks without the gate split their votes on one contended name and collapse.",
 	},
+	"etcd-lock": {
+		Name: "etcd-lock", Safe: true,
+		How:    "A lock on etcd v3 (a single member here; the same code runs on a three-member cluster) around the same read-check-write. Each instance keeps one session lease; each acquisition writes a key of its own, and the keys queue by etcd's global create revision. Each waiter watches only its predecessor, with a watch that starts when etcd registers it (a read then catches a deletion that came first), so a contended hand-over is not held up by etcd's 100 ms catch-up loop; inside an instance the lock passes first come, first served from one order to the next without queueing in etcd again. The fencing token is a fence base plus the revision at which the holder became the holder, and the UPDATE refuses a token no higher than the last one it stored.",
+		Expect: "Safe thanks to the fencing token. What consensus buys: on a cluster, a minority of members cannot lose or split the lock. What it costs: every acquisition from etcd is a raft write, committed to disk before it is granted, so expect it behind redis-lock under a burst.",
+	},
+	"zk-lock": {
+		Name: "zk-lock", Safe: true,
+		How:    "ZooKeeper's lock recipe around the same read-check-write: each acquisition creates an ephemeral sequential node with a protected name (a GUID prefix, so a create whose answer was lost is found again, not orphaned); the lowest number holds, and each waiter watches only its predecessor, so a release wakes one waiter, not the herd. The session's end frees the lock: SUSPENDED (connection lost) stops new writes at once, EXPIRED means the lock is lost. The fencing token comes from the zxid of the holder's own write when it becomes the holder; inside an instance the lock passes first come, first served from one order to the next.",
+		Expect: "Safe thanks to the fencing token. Like etcd, a quorum of servers decides, so a minority cannot lose or split the lock; every acquisition from ZooKeeper is a quorum write, so expect it behind redis-lock under a burst. LOCK_TTL is the session timeout: how long a crashed instance holds a SKU.",
+	},
 }
 
 // DescribeStrategy returns what the report says about a strategy.

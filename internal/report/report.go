@@ -74,6 +74,8 @@ type Environment struct {
 	Postgres  string `json:"postgres,omitempty"`
 	MySQL     string `json:"mysql,omitempty"`
 	Redis     string `json:"redis,omitempty"`
+	Etcd      string `json:"etcd,omitempty"`      // etcd-lock's, when it ran
+	ZooKeeper string `json:"zookeeper,omitempty"` // zk-lock's, when it ran
 	GitCommit string `json:"git_commit"`
 	// LoadAtStart and LoadAtEnd are /proc/loadavg when the run began and
 	// ended: a load above the core count means something else was

@@ -503,3 +503,80 @@ func TestRounds(t *testing.T) {
 		t.Errorf("the markdown table does not show every round:\n%s", md.String())
 	}
 }
+
+// TestDescribeStrategy: every strategy the service has (bin/stock
+// strategies) has a description; the unsafe control is the only one marked
+// unsafe.
+func TestDescribeStrategy(t *testing.T) {
+	all := []string{"naive", "for-update", "version-cas", "conditional", "batched", "redis-lock", "redlock", "etcd-lock", "zk-lock"}
+	for _, name := range all {
+		s := DescribeStrategy(name)
+		if s.Unknown || s.Name != name || s.How == "" || s.Expect == "" {
+			t.Errorf("%s: %+v", name, s)
+		}
+		if s.Safe == IsControl(name) {
+			t.Errorf("%s: Safe = %v", name, s.Safe)
+		}
+	}
+	if len(strategies) != len(all) {
+		t.Errorf("%d strategies described, %d listed here: add the new one to this test", len(strategies), len(all))
+	}
+	for name, want := range map[string][]string{
+		"etcd-lock": {"session lease", "create revision", "predecessor", "100 ms", "fence base", "minority", "raft write"},
+		"zk-lock":   {"ephemeral sequential", "protected", "predecessor", "SUSPENDED", "EXPIRED", "zxid"},
+	} {
+		s := DescribeStrategy(name)
+		for _, w := range want {
+			if !strings.Contains(s.How+" "+s.Expect, w) {
+				t.Errorf("%s's description does not mention %q", name, w)
+			}
+		}
+	}
+	if s := DescribeStrategy("quorum-lock"); !s.Unknown || !s.Safe {
+		t.Errorf("unknown strategy: %+v", s)
+	}
+}
+
+// TestRenderLockStrategies: etcd-lock and zk-lock get rows, descriptions
+// and their servers' versions on both pages.
+func TestRenderLockStrategies(t *testing.T) {
+	clean := &Audit{Initial: 300, Available: 0, Ordered: 300, Orders: 300, Consistent: true}
+	r := &Report{
+		Title: "test", Mode: "quick",
+		Started:    time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC),
+		Finished:   time.Date(2026, 11, 22, 0, 2, 0, 0, time.UTC),
+		Strategies: []string{"conditional", "etcd-lock", "zk-lock"},
+		Backends:   []string{"postgres"},
+		Env:        Environment{Cores: 2, Etcd: "etcd 3.4.23 (cluster version 3.4.0) at 127.0.0.1:40001", ZooKeeper: "ZooKeeper 3.8.0 at 127.0.0.1:40002"},
+		Ceilings:   []Ceiling{{Backend: "postgres", Statement: "conditional", Workers: 48, PerSecond: 800}},
+		Settings:   []Setting{{Name: "ETCD_ENDPOINTS", Value: "127.0.0.1:40001", Note: "etcd-lock: started by the demo"}},
+	}
+	for _, s := range r.Strategies {
+		r.Runs = append(r.Runs, &Run{Backend: "postgres", Strategy: s, Scenario: Burst, Stock: 300, Buyers: 1200, VUs: 100, Instances: 3,
+			Summary: summary(t, "burst-conditional.json"), Audit: clean, Dir: "runs/postgres-" + s + "/burst"})
+	}
+	if f := r.Failures(); len(f) != 0 {
+		t.Errorf("failures: %q", f)
+	}
+	var html, md bytes.Buffer
+	if err := WriteHTML(&html, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteMarkdown(&md, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| PostgreSQL | etcd-lock | 267 |", "| PostgreSQL | zk-lock | 267 |",
+		"**etcd-lock**: A lock on etcd v3", "**zk-lock**: ZooKeeper's lock recipe",
+		"| etcd | etcd 3.4.23", "| ZooKeeper | ZooKeeper 3.8.0", "| ETCD_ENDPOINTS | `127.0.0.1:40001`",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md.String())
+		}
+	}
+	for _, want := range []string{"<code>etcd-lock</code>", "<code>zk-lock</code>", "<td>etcd</td><td>etcd 3.4.23", "<td>ZooKeeper</td><td>ZooKeeper 3.8.0"} {
+		if !strings.Contains(html.String(), want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}
