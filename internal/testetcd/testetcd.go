@@ -82,19 +82,31 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		}
 		tb.Fatal(ErrNoEtcd)
 	}
-	var c *Cluster
-	var err error
-	for range 3 { // a free port can be taken between the probe and etcd's bind
-		c, err = spawn(tb.TempDir(), n)
-		if err == nil {
-			break
-		}
-	}
+	c, err := Spawn(tb.TempDir(), n)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(c.Stop)
 	return c
+}
+
+// Spawn starts n members forming one cluster outside any test (a fault
+// suite's, say), with their data under dir, and returns once every member
+// answers. It returns ErrNoEtcd when the binary is missing. Stop it with
+// Stop; dir stays the caller's to delete.
+func Spawn(dir string, n int) (*Cluster, error) {
+	if _, err := os.Stat(Bin); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoEtcd, err)
+	}
+	var err error
+	for try := range 3 { // a free port can be taken between the probe and etcd's bind
+		var c *Cluster
+		// A folder per try: a failed try may leave a member's data.
+		if c, err = spawn(filepath.Join(dir, fmt.Sprintf("try%d", try+1)), n); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
 }
 
 func spawn(dir string, n int) (*Cluster, error) {
@@ -284,15 +296,45 @@ func (m *Member) Kill() {
 // Restart starts a killed member again with its data.
 func (m *Member) Restart(tb testing.TB) {
 	tb.Helper()
-	if err := m.start(); err != nil {
+	if err := m.Start(); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// Start starts a killed member again with its data and returns once it
+// answers a linearizable read through itself: it has rejoined the cluster
+// (it knows the leader and has caught up to the read's index).
+func (m *Member) Start() error {
+	if m.external {
+		return errors.New("testetcd: an external member (ETCD_ENDPOINTS) cannot be started")
+	}
+	if err := m.start(); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(30 * time.Second)
-	for m.ping() != nil {
+	for {
+		err := m.ping()
+		if err == nil {
+			return nil
+		}
 		if m.exitedEarly() || time.Now().After(deadline) {
-			tb.Fatalf("etcd member %s does not come back", m.Name)
+			return fmt.Errorf("etcd member %s does not come back: %v\n%s", m.Name, err, m.logText())
 		}
 	}
+}
+
+// Running reports whether the member's process runs (it was started here
+// and not killed since).
+func (m *Member) Running() bool { return m.running() }
+
+// PID is the member's process id, or 0 when it does not run here.
+func (m *Member) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
 }
 
 // Restart kills every member and starts them again with their data.
@@ -314,20 +356,34 @@ func (c *Cluster) Restart(tb testing.TB) {
 // Leader returns the index of the member that leads the cluster.
 func (c *Cluster) Leader(tb testing.TB) int {
 	tb.Helper()
-	cli := c.Client(tb)
+	i, err := c.LeaderIndex(tb.Context())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return i
+}
+
+// LeaderIndex returns the index of the running member that says it leads
+// the cluster, or an error when none does (an election is under way, or
+// the quorum is lost).
+func (c *Cluster) LeaderIndex(ctx context.Context) (int, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second, Logger: nopLogger()})
+	if err != nil {
+		return -1, err
+	}
+	defer cli.Close()
 	for i, m := range c.Members {
 		if !m.running() {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(tb.Context(), 2*time.Second)
-		st, err := cli.Status(ctx, m.ClientAddr)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cli.Status(sctx, m.ClientAddr)
 		cancel()
 		if err == nil && st.Header.MemberId == st.Leader {
-			return i
+			return i, nil
 		}
 	}
-	tb.Fatal("no etcd member leads")
-	return -1
+	return -1, errors.New("no etcd member leads")
 }
 
 // Stop kills every member.
