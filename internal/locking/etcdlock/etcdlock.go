@@ -71,12 +71,16 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/handoff"
@@ -90,7 +94,7 @@ type Locker struct {
 	queue  *handoff.Queue[*hold]
 	seq    atomic.Int64
 
-	grant  sync.Mutex // one lease grant at a time
+	grant  chan struct{} // one lease grant at a time; a waiter's context ends its wait for it
 	mu     sync.Mutex
 	sess   *session // nil until needed, and after it was lost
 	closed bool
@@ -105,7 +109,7 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &Locker{client: client, cfg: cfg, queue: handoff.New[*hold](), done: make(chan struct{})}
+	return &Locker{client: client, cfg: cfg, queue: handoff.New[*hold](), done: make(chan struct{}), grant: make(chan struct{}, 1)}
 }
 
 func (l *Locker) queueDir(name string) string { return l.cfg.prefix + "q/" + name + "/" }
@@ -114,6 +118,44 @@ func (l *Locker) fenceKey(name string) string { return l.cfg.prefix + "fence/" +
 // nodeError files a failed call to etcd as a locking.NodeError.
 func (l *Locker) nodeError(err error) error {
 	return &locking.NodeError{Node: fmt.Sprint(l.client.Endpoints()), Err: err}
+}
+
+// retry runs call, each attempt bounded by WithOpTimeout, again and again
+// while wctx lasts and the attempt failed in a way that another attempt may
+// not: it ran out of its own time, or the cluster had no leader. A request
+// that went through a member whose leader was just killed is dropped by
+// the cluster and would otherwise wait out the whole wait (the fault run
+// 7-etcd-leader-kill: every order of the SKU in that process stalled for
+// LOCK_WAIT). Only calls that may be sent twice go through it: reads, and
+// writes that compare first.
+func (l *Locker) retry(wctx context.Context, call func(ctx context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(wctx, l.cfg.opTimeout)
+		err := call(ctx)
+		cancel()
+		if err == nil || wctx.Err() != nil || !transient(err) {
+			return err
+		}
+		// A cluster that refuses at once (no member up) must not be asked
+		// in a busy loop: a short pause, growing to 100 ms.
+		pause := time.NewTimer(min(time.Duration(attempt+1)*10*time.Millisecond, 100*time.Millisecond))
+		select {
+		case <-pause.C:
+		case <-wctx.Done():
+			pause.Stop()
+			return err
+		}
+	}
+}
+
+// transient reports whether err is an attempt's own timeout or the
+// cluster's leaderless moment, which the next attempt may not meet.
+func transient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) ||
+		errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrLeaderChanged) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) ||
+		status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded
 }
 
 // session is one etcd lease kept alive by its own loop: ctx ends (cause
@@ -143,8 +185,12 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	if s, err := current(); s != nil || err != nil {
 		return s, err
 	}
-	l.grant.Lock()
-	defer l.grant.Unlock()
+	select {
+	case l.grant <- struct{}{}:
+		defer func() { <-l.grant }()
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 	if s, err := current(); s != nil || err != nil {
 		return s, err
 	}
@@ -178,20 +224,42 @@ func validity(ttl int64) time.Duration {
 	return d - d/100
 }
 
-// keepAlive renews s's lease every third of the TTL until Close, and ends
-// s when a renewal fails or the validity runs out first.
+// loseSession ends s: every lease on it ends with a cause wrapping
+// locking.ErrLockLost, the next acquisition grants a new lease, and s's
+// lease is revoked in the background, so that its keys leave the queues at
+// once rather than when etcd expires it (a renewal can fail while the lease
+// still lives there).
+func (l *Locker) loseSession(s *session, cause error) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.cancel(fmt.Errorf("%w: etcd lease %x: %w", locking.ErrLockLost, s.id, cause))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sess == s {
+		l.sess = nil
+	}
+	if l.closed {
+		return // Close revokes what it finds
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
+		defer cancel()
+		_, _ = l.client.Revoke(ctx, s.id)
+	}()
+}
+
+// keepAlive renews s's lease every third of the TTL until Close. The
+// validity is watched by a timer of its own, not by this loop: a renewal
+// or an observer that blocks cannot keep a lease alive past its validity.
 func (l *Locker) keepAlive(s *session, validUntil time.Time) {
 	defer l.wg.Done()
 	defer close(s.ended)
-	lose := func(cause error) {
-		s.cancel(fmt.Errorf("%w: etcd lease %x: %w", locking.ErrLockLost, s.id, cause))
-		l.mu.Lock()
-		if l.sess == s {
-			l.sess = nil
-		}
-		l.mu.Unlock()
-	}
-	expiry := time.NewTimer(time.Until(validUntil))
+	expiry := time.AfterFunc(time.Until(validUntil), func() {
+		l.loseSession(s, errors.New("validity ended before a renewal came back"))
+	})
 	defer expiry.Stop()
 	every := l.cfg.ttl / 3
 	tick := time.NewTimer(every)
@@ -200,8 +268,7 @@ func (l *Locker) keepAlive(s *session, validUntil time.Time) {
 		select {
 		case <-s.stop:
 			return
-		case <-expiry.C:
-			lose(errors.New("validity ended before a renewal came back"))
+		case <-s.ctx.Done():
 			return
 		case <-tick.C:
 		}
@@ -212,23 +279,27 @@ func (l *Locker) keepAlive(s *session, validUntil time.Time) {
 		if err == nil && resp.TTL <= 0 {
 			err = errors.New("the lease has expired")
 		}
-		if l.cfg.onRenew != nil {
-			l.cfg.onRenew(err)
-		}
 		if err != nil {
 			select {
 			case <-s.stop:
 				return
 			default:
 			}
-			lose(fmt.Errorf("renewal failed: %w", err))
+			// The work stops before the observer hears of the failure.
+			l.loseSession(s, fmt.Errorf("renewal failed: %w", err))
+			if l.cfg.onRenew != nil {
+				l.cfg.onRenew(err)
+			}
 			return
 		}
-		validUntil = sent.Add(validity(resp.TTL))
 		if !expiry.Stop() {
-			<-expiry.C
+			return // the validity ended while the renewal was on its way: lost
 		}
+		validUntil = sent.Add(validity(resp.TTL))
 		expiry.Reset(time.Until(validUntil))
+		if l.cfg.onRenew != nil {
+			l.cfg.onRenew(nil)
+		}
 		tick.Reset(every)
 	}
 }
@@ -243,6 +314,14 @@ type hold struct {
 	sess      *session
 	token     int64
 	budget    int // local hand-overs left before the lock goes back to etcd
+	// keyCtx ends when the key is known gone (its session ended, or
+	// someone else deleted it: Reset) with a cause wrapping
+	// locking.ErrLockLost; keyDone is closed when the key's holders are
+	// done with it, which ends the watch on it. Both go with the key
+	// from holder to holder inside the process.
+	keyCtx    context.Context
+	keyCancel context.CancelCauseFunc
+	keyDone   chan struct{}
 
 	mu    sync.Mutex
 	count int // leases not yet released
@@ -252,7 +331,8 @@ type hold struct {
 // same key, a hold of its own, so that a context left over from this
 // holder's leases can never re-enter the next holder's.
 func (h *hold) handOn() *hold {
-	return &hold{name: h.name, key: h.key, createRev: h.createRev, sess: h.sess, budget: h.budget}
+	return &hold{name: h.name, key: h.key, createRev: h.createRev, sess: h.sess, budget: h.budget,
+		keyCtx: h.keyCtx, keyCancel: h.keyCancel, keyDone: h.keyDone}
 }
 
 // holdKey marks a lease's context with its hold, for reentrancy.
@@ -286,7 +366,7 @@ func (le *Lease) Context() context.Context { return le.ctx }
 
 func (l *Locker) newLease(ctx context.Context, h *hold) *Lease {
 	lctx, cancel := context.WithCancelCause(context.WithValue(ctx, holdKey{l, h.name}, h))
-	stop := context.AfterFunc(h.sess.ctx, func() { cancel(context.Cause(h.sess.ctx)) })
+	stop := context.AfterFunc(h.keyCtx, func() { cancel(context.Cause(h.keyCtx)) })
 	return &Lease{l: l, h: h, ctx: lctx, cancel: cancel, stopLoss: stop}
 }
 
@@ -296,6 +376,9 @@ func (l *Locker) newLease(ctx context.Context, h *hold) *Lease {
 // locking.NodeError in it.
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(locking.ErrNotObtained, err)
+	}
+	if err := validName(name); err != nil {
 		return nil, errors.Join(locking.ErrNotObtained, err)
 	}
 	if h, ok := ctx.Value(holdKey{l, name}).(*hold); ok {
@@ -312,7 +395,14 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 	h := turn.Hold
 	if turn.Handed {
 		if err := l.takeOver(wctx, h); err != nil {
-			// The hold went with its session: take the lock anew.
+			if wctx.Err() != nil {
+				// We gave up while taking over: the key is still good for
+				// the next waiter of this process.
+				l.endTurn(h, name)
+				return nil, l.notObtained(wctx, err)
+			}
+			// The key went (with its session, or deleted): take the
+			// lock anew.
 			l.forget(h)
 			h = nil
 		}
@@ -330,10 +420,19 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 	return l.newLease(ctx, h), nil
 }
 
+// validName refuses names whose queue would lie inside another's: the
+// queue of "a/b" is a prefix range under that of "a".
+func validName(name string) error {
+	if name == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("etcdlock: lock name %q must be non-empty and without '/'", name)
+	}
+	return nil
+}
+
 func (l *Locker) reenter(ctx context.Context, h *hold) *Lease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.count == 0 || h.sess.ctx.Err() != nil {
+	if h.count == 0 || h.keyCtx.Err() != nil {
 		return nil
 	}
 	h.count++
@@ -415,11 +514,15 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 	h := &hold{name: name, key: key, sess: s}
 	// The key is unique to this attempt, so the create can be sent again
 	// or cleaned up without touching anybody else's.
-	resp, err := l.client.Txn(wctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, "", clientv3.WithLease(s.id))).
-		Else(clientv3.OpGet(key)).
-		Commit()
+	var resp *clientv3.TxnResponse
+	err := l.retry(wctx, func(ctx context.Context) (err error) {
+		resp, err = l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, "", clientv3.WithLease(s.id))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		return err
+	})
 	if err != nil {
 		l.deleteKey(h) // the create may have landed
 		return nil, l.nodeError(fmt.Errorf("queue %s: %w", key, err))
@@ -431,12 +534,16 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 	for {
 		// One transaction, so everything is read at one revision: the
 		// predecessor, the fence base, and whether our key still exists.
-		resp, err := l.client.Txn(wctx).Then(
-			clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(h.createRev-1),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
-			clientv3.OpGet(l.fenceKey(name)),
-			clientv3.OpGet(key, clientv3.WithKeysOnly()),
-		).Commit()
+		var resp *clientv3.TxnResponse
+		err := l.retry(wctx, func(ctx context.Context) (err error) {
+			resp, err = l.client.Txn(ctx).Then(
+				clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(h.createRev-1),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
+				clientv3.OpGet(l.fenceKey(name)),
+				clientv3.OpGet(key, clientv3.WithKeysOnly()),
+			).Commit()
+			return err
+		})
 		if err != nil {
 			l.deleteKey(h)
 			return nil, l.nodeError(fmt.Errorf("read the queue of %s: %w", name, err))
@@ -458,13 +565,57 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 				return nil, err
 			}
 			h.token = base + rev
+			l.watchOwn(h, rev)
 			return h, nil
 		}
-		if err := l.waitDeleted(wctx, s, string(pred[0].Key), pred[0].CreateRevision, rev); err != nil {
+		err = l.waitDeleted(wctx, s, string(pred[0].Key), pred[0].CreateRevision, rev)
+		switch {
+		case err == nil:
+		case wctx.Err() == nil && s.ctx.Err() == nil && transient(err):
+			// The watch ended with the member's leader (a leader was
+			// killed): read the queue again, which waits for a new one.
+		default:
 			l.deleteKey(h)
 			return nil, err
 		}
 	}
+}
+
+// watchOwn starts the watch of a new holder's key, from the revision rev at
+// which it was seen: its deletion by anyone but its holders ends the leases
+// on it.
+func (l *Locker) watchOwn(h *hold, rev int64) {
+	h.keyCtx, h.keyCancel = context.WithCancelCause(h.sess.ctx)
+	h.keyDone = make(chan struct{})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithCancel(h.keyCtx)
+		defer cancel()
+		stop := context.AfterFunc(closedContext{h.keyDone}, cancel)
+		defer stop()
+		stopClose := context.AfterFunc(closedContext{l.done}, cancel)
+		defer stopClose()
+		for ctx.Err() == nil {
+			for resp := range l.client.Watch(ctx, h.key, clientv3.WithRev(rev+1)) {
+				for _, ev := range resp.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						h.keyCancel(fmt.Errorf("%w: %s was deleted (revision %d) while held", locking.ErrLockLost, h.key, ev.Kv.ModRevision))
+						return
+					}
+					rev = max(rev, ev.Kv.ModRevision)
+				}
+				if resp.Header.Revision > rev {
+					rev = resp.Header.Revision
+				}
+			}
+		}
+	}()
 }
 
 // waitDeleted waits until the predecessor's key (created at createRev) is
@@ -528,13 +679,17 @@ func fenceBase(kvs []*mvccpb.KeyValue) (int64, error) {
 // write's revision for the token, which orders the new holder after every
 // earlier one.
 func (l *Locker) takeOver(ctx context.Context, h *hold) error {
-	if err := h.sess.ctx.Err(); err != nil {
-		return context.Cause(h.sess.ctx)
+	if err := h.keyCtx.Err(); err != nil {
+		return context.Cause(h.keyCtx)
 	}
-	resp, err := l.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.createRev)).
-		Then(clientv3.OpPut(h.key, "", clientv3.WithLease(h.sess.id)), clientv3.OpGet(l.fenceKey(h.name))).
-		Commit()
+	var resp *clientv3.TxnResponse
+	err := l.retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.createRev)).
+			Then(clientv3.OpPut(h.key, "", clientv3.WithLease(h.sess.id)), clientv3.OpGet(l.fenceKey(h.name))).
+			Commit()
+		return err
+	})
 	if err != nil {
 		return l.nodeError(fmt.Errorf("take over %s: %w", h.key, err))
 	}
@@ -567,10 +722,10 @@ func (le *Lease) Release(ctx context.Context) error {
 	h.count--
 	last := h.count == 0
 	h.mu.Unlock()
-	lost := h.sess.ctx.Err() != nil
+	lost := h.keyCtx.Err() != nil
 	if !last {
 		if lost {
-			return context.Cause(h.sess.ctx)
+			return context.Cause(h.keyCtx)
 		}
 		return nil
 	}
@@ -580,7 +735,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	err := l.deleteNow(ctx, h)
 	l.queue.Done(h.name)
 	if lost {
-		return context.Cause(h.sess.ctx)
+		return context.Cause(h.keyCtx)
 	}
 	return err
 }
@@ -588,7 +743,7 @@ func (le *Lease) Release(ctx context.Context) error {
 // endTurn ends the turn of a waiter that gave up as the lock was handed to
 // it: pass it on, or give the lock back.
 func (l *Locker) endTurn(h *hold, name string) {
-	if h != nil && h.sess.ctx.Err() == nil && l.queue.Pass(name, h.handOn()) {
+	if h != nil && h.keyCtx.Err() == nil && l.queue.Pass(name, h.handOn()) {
 		return
 	}
 	if h != nil {
@@ -605,6 +760,9 @@ func (l *Locker) forget(h *hold) { l.deleteKey(h) }
 // deletion that fails is retried in the background. It reports
 // locking.ErrLockLost when the key was no longer h's.
 func (l *Locker) deleteNow(ctx context.Context, h *hold) error {
+	if h.keyDone != nil {
+		defer close(h.keyDone)
+	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
 	defer cancel()
 	ok, err := l.deleteOwn(dctx, h)
@@ -629,28 +787,23 @@ func (l *Locker) deleteOwn(ctx context.Context, h *hold) (bool, error) {
 	return resp.Succeeded, nil
 }
 
-// deleteKey deletes h's key in the background, retrying until it is gone,
-// its session has ended (its lease takes the key with it) or the Locker
-// closes. A key left in the queue would hold up every later waiter.
+// deleteKey deletes h's key in the background, retrying until it is gone
+// or the Locker closes (Close revokes the session, which deletes its
+// keys). A key left in the queue would hold up every later waiter until
+// its lease expired, or for ever while its session lives. A lost session's
+// lease is revoked (loseSession), so its keys go anyway; the retries stop
+// two TTLs after that.
 func (l *Locker) deleteKey(h *hold) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return // Close revokes the session, which deletes its keys
+		return
 	}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		retry := time.NewTimer(0)
-		defer retry.Stop()
+		var lostAt time.Time
 		for {
-			select {
-			case <-retry.C:
-			case <-h.sess.ctx.Done():
-				return
-			case <-l.done:
-				return
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.opTimeout)
 			// A key created without our create revision known (its answer
 			// was lost) is ours by name: delete it outright.
@@ -664,7 +817,20 @@ func (l *Locker) deleteKey(h *hold) {
 			if err == nil {
 				return
 			}
-			retry.Reset(100 * time.Millisecond)
+			if h.sess.ctx.Err() != nil {
+				if lostAt.IsZero() {
+					lostAt = time.Now()
+				} else if time.Since(lostAt) > 2*l.cfg.ttl {
+					return // its lease has expired in etcd by now
+				}
+			}
+			retry := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-retry.C:
+			case <-l.done:
+				retry.Stop()
+				return
+			}
 		}
 	}()
 }
@@ -695,9 +861,9 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 		if err != nil {
 			return err
 		}
-		// Every later token is base' + R' with base' >= base and R' above
-		// this read's revision.
-		if base+resp.Header.Revision >= atLeast {
+		// Every later token is base' + R' with base' >= base and R' at
+		// least this read's revision (a reader's R' may equal it).
+		if base+resp.Header.Revision > atLeast {
 			return nil
 		}
 		var modRev int64

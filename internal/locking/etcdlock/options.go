@@ -59,8 +59,11 @@ func WithPrefix(p string) Option {
 }
 
 // WithRenewalObserver makes the session call f after each renewal of its
-// lease, with the error that made it fail or nil (for metrics); after a
-// failure the leases' contexts are already cancelled. Default: none.
+// lease, with the error that made it fail or nil (for metrics). After a
+// failure the session is already given up and the leases' contexts are
+// ending (each on a goroutine of its own, at once). f runs on the renewal
+// loop: a slow f delays the next renewal, never a lease's end, which a
+// timer of its own watches. Default: none.
 func WithRenewalObserver(f func(err error)) Option {
 	return func(c *config) { c.onRenew = f }
 }
