@@ -22,6 +22,7 @@ import (
 	"github.com/flashsale/stock/internal/testdb"
 	"github.com/flashsale/stock/internal/testetcd"
 	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/testzk"
 )
 
 // binary builds the service once per test run, without the race detector, so
@@ -247,7 +248,10 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 // point the service at them.
 func coordinationEnv(t *testing.T) []string {
 	t.Helper()
-	return []string{"ETCD_ENDPOINTS=" + strings.Join(testetcd.Start(t).Endpoints(), ",")}
+	return []string{
+		"ETCD_ENDPOINTS=" + strings.Join(testetcd.Start(t).Endpoints(), ","),
+		"ZK_SERVERS=" + testzk.Start(t).Addr,
+	}
 }
 
 // startRedisServers starts n redis-servers for the test and returns their

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,10 +17,12 @@ import (
 	"github.com/flashsale/stock/internal/locking/etcdlock"
 	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/redislock"
+	"github.com/flashsale/stock/internal/locking/zklock"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 	"github.com/flashsale/stock/internal/testetcd"
 	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/testzk"
 )
 
 // strategies builds each strategy as the conformance test runs it, over
@@ -57,6 +60,15 @@ func strategies() map[string]func(t *testing.T, db store.Store) inventory.Strate
 			locker := etcdlock.New(testetcd.Start(t).Client(t), etcdlock.WithPrefix(fmt.Sprintf("/%s/", t.Name())))
 			t.Cleanup(func() { _ = locker.Close() })
 			return inventory.NewLocked(inventory.NameEtcdLock, inventorylock.Adapt(locker))
+		},
+		inventory.NameZKLock: func(t *testing.T, _ store.Store) inventory.Strategy {
+			locker, err := zklock.New([]string{testzk.Start(t).Addr}, zklock.WithPrefix("/"+strings.ReplaceAll(t.Name(), "/", "-")),
+				zklock.WithLogger(zklock.Quiet()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = locker.Close() })
+			return inventory.NewLocked(inventory.NameZKLock, inventorylock.Adapt(locker))
 		},
 	}
 }

@@ -1,0 +1,489 @@
+package zklock_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/zklock"
+	"github.com/flashsale/stock/internal/testzk"
+)
+
+func uniqueName(tb testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return strings.ReplaceAll(tb.Name(), "/", "_") + "-" + hex.EncodeToString(b[:])
+}
+
+func acquire(t *testing.T, l *zklock.Locker, ctx context.Context, name string) *zklock.Lease {
+	t.Helper()
+	// The bound cancels only the wait, never the lease it gave (the
+	// lease's context derives from actx).
+	actx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	timer := time.AfterFunc(10*time.Second, cancel)
+	le, err := l.Acquire(actx, name)
+	timer.Stop()
+	if err != nil {
+		t.Fatalf("acquire %s: %v", name, err)
+	}
+	return le
+}
+
+func release(t *testing.T, le *zklock.Lease) {
+	t.Helper()
+	if err := le.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+}
+
+// result is what a background Acquire got.
+type result struct {
+	le  *zklock.Lease
+	err error
+}
+
+// acquireAsync acquires on a goroutine of the test's, joined at its end.
+func acquireAsync(t *testing.T, l *zklock.Locker, ctx context.Context, name string) <-chan result {
+	ch := make(chan result, 1)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	// A deadline, not WithWait's bound, ends the wait; the lease's context
+	// derives from actx, so it is cancelled only at t's end.
+	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	t.Cleanup(cancel)
+	wg.Go(func() {
+		le, err := l.Acquire(actx, name)
+		ch <- result{le, err}
+	})
+	return ch
+}
+
+func got(t *testing.T, ch <-chan result) *zklock.Lease {
+	t.Helper()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.le
+}
+
+// watching returns a hook for SetWatchHook and a channel of the
+// predecessors watched.
+func watching() (func(node, pred string), <-chan string) {
+	ch := make(chan string, 16)
+	return func(_, pred string) { ch <- pred }, ch
+}
+
+// lockChildren lists the lock nodes of name, lowest first.
+func lockChildren(t *testing.T, l *zklock.Locker, name string) []string {
+	t.Helper()
+	children, _, err := l.Conn().Children(l.Dir(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locks []string
+	for _, c := range children {
+		if strings.Contains(c, "-lock-") {
+			locks = append(locks, c)
+		}
+	}
+	slices.SortFunc(locks, func(a, b string) int { return strings.Compare(a[len(a)-10:], b[len(b)-10:]) })
+	return locks
+}
+
+// TestLostCreateAnswerIsFoundAgain: a create whose answer is lost with the
+// connection was applied all the same; the contender finds its node by the
+// GUID in its name instead of creating a second one, which would be an
+// orphan holding the lock until the session ends.
+func TestLostCreateAnswerIsFoundAgain(t *testing.T) {
+	srv := testzk.Start(t)
+	l := newLocker(t, []string{srv.Addr})
+	lost := 0
+	l.SetCreateHook(func(path string, err error) (string, error) {
+		if err == nil && lost == 0 {
+			lost++
+			return "", zk.ErrConnectionClosed
+		}
+		return path, err
+	})
+	name := uniqueName(t)
+	le := acquire(t, l, t.Context(), name)
+	if lost != 1 {
+		t.Fatal("the hook did not lose an answer")
+	}
+	if locks := lockChildren(t, l, name); len(locks) != 1 {
+		t.Fatalf("lock nodes %v, want exactly the one created", locks)
+	}
+	release(t, le)
+	if locks := lockChildren(t, l, name); len(locks) != 0 {
+		t.Fatalf("lock nodes %v left after the release", locks)
+	}
+}
+
+// TestWaitersWatchOnlyTheirPredecessor: each waiter watches the node just
+// below its own; a release wakes the next one only, and a waiter whose
+// predecessor gave up looks again and watches the holder.
+func TestWaitersWatchOnlyTheirPredecessor(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	a := newLocker(t, []string{srv.Addr})
+	b := newLocker(t, []string{srv.Addr})
+	c := newLocker(t, []string{srv.Addr})
+	d := newLocker(t, []string{srv.Addr})
+	bHook, bWatched := watching()
+	cHook, cWatched := watching()
+	dHook, dWatched := watching()
+	b.SetWatchHook(bHook)
+	c.SetWatchHook(cHook)
+	d.SetWatchHook(dHook)
+
+	held := acquire(t, a, t.Context(), name)
+	bCtx, cancelB := context.WithCancel(t.Context())
+	bRes := acquireAsync(t, b, bCtx, name)
+	predOfB := <-bWatched
+	cRes := acquireAsync(t, c, t.Context(), name)
+	predOfC := <-cWatched
+	dRes := acquireAsync(t, d, t.Context(), name)
+	predOfD := <-dWatched
+	locks := lockChildren(t, a, name)
+	if len(locks) != 4 {
+		t.Fatalf("lock nodes %v, want 4", locks)
+	}
+	for i, pred := range []string{predOfB, predOfC, predOfD} {
+		if !strings.HasSuffix(pred, "/"+locks[i]) {
+			t.Fatalf("waiter %d watches %s, want its predecessor %s", i+1, pred, locks[i])
+		}
+	}
+
+	// B gives up: C, who watched B, looks again and watches A, the holder;
+	// D, who watched C, hears nothing.
+	cancelB()
+	if r := <-bRes; !errors.Is(r.err, locking.ErrNotObtained) || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("B's cancelled wait: %v", r.err)
+	}
+	if pred := <-cWatched; !strings.HasSuffix(pred, "/"+locks[0]) {
+		t.Fatalf("after B left, C watches %s, want the holder %s", pred, locks[0])
+	}
+	if n := d.WatchesFired(); n != 0 {
+		t.Fatalf("D was woken %d times by others' moves", n)
+	}
+
+	// A releases: C holds; D, still behind C, was not woken.
+	release(t, held)
+	cLease := got(t, cRes)
+	if n := d.WatchesFired(); n != 0 {
+		t.Fatalf("the release woke D (%d wake-ups), who waits behind C: a herd", n)
+	}
+	if n := c.WatchesFired(); n != 2 {
+		t.Fatalf("C was woken %d times, want 2 (B left, A released)", n)
+	}
+	release(t, cLease)
+	release(t, got(t, dRes))
+	if n := d.WatchesFired(); n != 1 {
+		t.Fatalf("D was woken %d times, want 1", n)
+	}
+}
+
+// TestLocalHandOverAfterAnotherProcessQueued is the schedule that a token
+// from the node's creation zxid gets wrong: process P's goroutine g1 gets
+// the lock from ZooKeeper while g2 of P waits behind it and process Q has
+// queued in ZooKeeper after P; g1 hands P's node to g2. g2's token must
+// exceed g1's, and Q's, after g2, must exceed g2's.
+func TestLocalHandOverAfterAnotherProcessQueued(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	first := newLocker(t, []string{srv.Addr})
+	p := newLocker(t, []string{srv.Addr})
+	q := newLocker(t, []string{srv.Addr})
+	pHook, pWatched := watching()
+	qHook, qWatched := watching()
+	p.SetWatchHook(pHook)
+	q.SetWatchHook(qHook)
+
+	h0 := acquire(t, first, t.Context(), name)
+	g1 := acquireAsync(t, p, t.Context(), name)
+	<-pWatched
+	g2 := acquireAsync(t, p, t.Context(), name)
+	for p.LocalWaiters(name) != 1 {
+		runtime.Gosched()
+	}
+	qRes := acquireAsync(t, q, t.Context(), name)
+	<-qWatched
+
+	tokens := []int64{h0.Token()}
+	release(t, h0)
+	l1 := got(t, g1)
+	tokens = append(tokens, l1.Token())
+	release(t, l1)
+	// g2 holds while Q still waits in ZooKeeper behind P's node: it came by
+	// hand-over (had g1 deleted the node, Q would have been first).
+	l2 := got(t, g2)
+	tokens = append(tokens, l2.Token())
+	if l2.Node() != l1.Node() {
+		t.Fatalf("g2 holds on %s, g1 held on %s: no hand-over", l2.Node(), l1.Node())
+	}
+	select {
+	case r := <-qRes:
+		t.Fatalf("Q got the lock (%v) while P's g2 holds it", r.err)
+	default:
+	}
+	release(t, l2)
+	lq := got(t, qRes)
+	tokens = append(tokens, lq.Token())
+	release(t, lq)
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("tokens %v: holder %d's is not above its predecessor's", tokens, i)
+		}
+	}
+}
+
+// TestAdvanceFence: every token after AdvanceFence(x) is above x, also a
+// token handed over inside a process after it; a lower value changes
+// nothing, and tokens keep growing.
+func TestAdvanceFence(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	l := newLocker(t, []string{srv.Addr})
+	other := newLocker(t, []string{srv.Addr})
+	ctx := t.Context()
+
+	le := acquire(t, l, ctx, name)
+	t0 := le.Token()
+	release(t, le)
+	target := t0 + 1_000_000
+	if err := other.AdvanceFence(ctx, name, target); err != nil {
+		t.Fatal(err)
+	}
+	le = acquire(t, l, ctx, name)
+	t1 := le.Token()
+	if t1 <= target {
+		t.Fatalf("token %d after AdvanceFence(%d)", t1, target)
+	}
+	// A hand-over in l, after another process advanced the fence while
+	// l held: the next token is above the new fence, though l knew the
+	// old one.
+	hook, watched := watching()
+	l.SetWatchHook(hook)
+	next := acquireAsync(t, l, ctx, name)
+	for l.LocalWaiters(name) != 1 {
+		runtime.Gosched()
+	}
+	target2 := t1 + 5_000_000
+	if err := other.AdvanceFence(ctx, name, target2); err != nil {
+		t.Fatal(err)
+	}
+	release(t, le)
+	le = got(t, next)
+	if t2 := le.Token(); t2 <= target2 {
+		t.Fatalf("token %d handed over after AdvanceFence(%d)", t2, target2)
+	}
+	select {
+	case pred := <-watched:
+		t.Fatalf("the successor waited in ZooKeeper (watched %s): no hand-over happened", pred)
+	default:
+	}
+	t2 := le.Token()
+	release(t, le)
+	if err := other.AdvanceFence(ctx, name, 5); err != nil {
+		t.Fatal(err)
+	}
+	le = acquire(t, other, ctx, name)
+	if le.Token() <= t2 {
+		t.Fatalf("token %d after %d and a lower AdvanceFence", le.Token(), t2)
+	}
+	release(t, le)
+}
+
+// TestResetKeepsTheHolder: Reset never frees a held lock; the holder keeps
+// it, others still wait, and the tokens after it keep growing.
+func TestResetKeepsTheHolder(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	l := newLocker(t, []string{srv.Addr})
+	other := newLocker(t, []string{srv.Addr})
+	ctx := t.Context()
+
+	held := acquire(t, l, ctx, name)
+	// A local waiter, which would be handed the lock: Reset ends the
+	// chain, so it goes to ZooKeeper, and gets the lock all the same.
+	local := acquireAsync(t, l, ctx, name)
+	for l.LocalWaiters(name) != 1 {
+		runtime.Gosched()
+	}
+	if err := other.Reset(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reset(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Context().Err(); err != nil {
+		t.Fatalf("Reset ended the holder's lease: %v", context.Cause(held.Context()))
+	}
+	bctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := other.Acquire(bctx, name)
+	cancel()
+	if !errors.Is(err, locking.ErrNotObtained) {
+		t.Fatalf("another process's Acquire during the hold after Reset: %v, want ErrNotObtained", err)
+	}
+	release(t, held)
+	next := got(t, local)
+	if next.Node() == held.Node() {
+		t.Fatal("the local waiter was handed the lock across a Reset")
+	}
+	if next.Token() <= held.Token() {
+		t.Fatalf("token %d after Reset, %d before", next.Token(), held.Token())
+	}
+	release(t, next)
+}
+
+// TestCloseJoinsEverything: Close ends a local waiter and a holder's lease,
+// frees the lock for other processes and leaves no goroutine behind.
+func TestCloseJoinsEverything(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	other := newLocker(t, []string{srv.Addr})
+	// other's client starts its connection's goroutines once connected.
+	release(t, acquire(t, other, t.Context(), name))
+	ignore := goleak.IgnoreCurrent()
+
+	l, err := zklock.New([]string{srv.Addr}, zklock.WithSessionTimeout(sessionTimeout), zklock.WithLogger(zklock.Quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := acquire(t, l, t.Context(), name)
+	localWaiter := acquireAsync(t, l, t.Context(), name)
+	for l.LocalWaiters(name) != 1 {
+		runtime.Gosched()
+	}
+	otherWaiter := acquireAsync(t, other, t.Context(), name)
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-localWaiter; !errors.Is(r.err, locking.ErrNotObtained) || !errors.Is(r.err, locking.ErrClosed) {
+		t.Fatalf("a waiter at Close got %v, want ErrNotObtained and ErrClosed", r.err)
+	}
+	if cause := context.Cause(held.Context()); !errors.Is(cause, locking.ErrLockLost) || !errors.Is(cause, locking.ErrClosed) {
+		t.Fatalf("the held lease's context ended with %v, want ErrLockLost and ErrClosed", cause)
+	}
+	if err := held.Release(context.Background()); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("Release after Close = %v, want ErrLockLost", err)
+	}
+	if _, err := l.Acquire(t.Context(), name); !errors.Is(err, locking.ErrClosed) {
+		t.Fatalf("Acquire after Close = %v, want ErrClosed", err)
+	}
+	// The closed session took its node along: the other process holds.
+	release(t, got(t, otherWaiter))
+	if err := goleak.Find(ignore); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServerDownIsANodeError: with the server gone Acquire fails soon with
+// a locking.NodeError (the service answers 503, not "busy").
+func TestServerDownIsANodeError(t *testing.T) {
+	srv := testzk.StartOwn(t) // stopped: never a ZK_SERVERS one
+	l := newLocker(t, []string{srv.Addr})
+	name := uniqueName(t)
+	release(t, acquire(t, l, t.Context(), name))
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	began := time.Now()
+	_, err := l.Acquire(ctx, name)
+	var ne *locking.NodeError
+	if !errors.As(err, &ne) || !errors.Is(err, locking.ErrNotObtained) {
+		t.Fatalf("Acquire with the server down = %v, want ErrNotObtained and a NodeError", err)
+	}
+	if waited := time.Since(began); waited > 5*time.Second {
+		t.Fatalf("Acquire with the server down took %v", waited)
+	}
+}
+
+// TestExpiredWaiterFails: a waiter whose session expires while it waits
+// fails with the expiry, instead of hanging on a node that is gone, and the
+// client works again on its new session.
+func TestExpiredWaiterFails(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	holder := newLocker(t, []string{srv.Addr})
+	waiter, link := proxied(t, srv)
+	hook, watched := watching()
+	waiter.SetWatchHook(hook)
+
+	held := acquire(t, holder, t.Context(), name)
+	res := acquireAsync(t, waiter, t.Context(), name)
+	<-watched
+	// Cut the waiter off until the server has expired its session, which
+	// deletes its node: watch the folder from the holder's session.
+	link.Freeze()
+	for {
+		children, _, ch, err := holder.Conn().ChildrenW(holder.Dir(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(slices.DeleteFunc(children, func(c string) bool { return !strings.Contains(c, "-lock-") })); n == 1 {
+			break
+		}
+		<-ch
+	}
+	link.Thaw()
+	r := <-res
+	if !errors.Is(r.err, locking.ErrNotObtained) || !errors.Is(r.err, zk.ErrSessionExpired) {
+		t.Fatalf("a waiter whose session expired got %v, want ErrNotObtained and zk.ErrSessionExpired", r.err)
+	}
+	release(t, held)
+	release(t, acquire(t, waiter, t.Context(), name))
+}
+
+// TestReleaseAfterSuspension: a holder whose connection drops loses its
+// lease at once (SUSPENDED); its Release reports the loss, even when the
+// session survived, and frees the lock for the others.
+func TestReleaseAfterSuspension(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	l, link := proxied(t, srv)
+	other := newLocker(t, []string{srv.Addr})
+	held := acquire(t, l, t.Context(), name)
+	local := acquireAsync(t, l, t.Context(), name)
+	for l.LocalWaiters(name) != 1 {
+		runtime.Gosched()
+	}
+	hook, watched := watching()
+	other.SetWatchHook(hook)
+	otherRes := acquireAsync(t, other, t.Context(), name)
+	<-watched  // queued in ZooKeeper
+	link.Cut() // the connection drops; the client reconnects within the session
+	<-held.Context().Done()
+	if cause := context.Cause(held.Context()); !errors.Is(cause, locking.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	if err := held.Release(context.Background()); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("Release = %v, want ErrLockLost", err)
+	}
+	// The suspended hold was not handed on: the local waiter queues in
+	// ZooKeeper behind the other process, which holds next.
+	le := got(t, otherRes)
+	if le.Token() <= held.Token() {
+		t.Fatalf("token %d after %d", le.Token(), held.Token())
+	}
+	release(t, le)
+	next := got(t, local)
+	if next.Node() == held.Node() {
+		t.Fatal("a suspended hold was handed on")
+	}
+	release(t, next)
+}
