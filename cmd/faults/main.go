@@ -1,12 +1,13 @@
 // Command faults runs the fault scenarios of internal/faults against the
 // service binary: three instances under load, one fault each (kill -9, a
 // paused lock holder, Redis servers lost, the database crashed, clients
-// retrying with their Idempotency-Key), then the audit, the order rows and
-// a linearizability check of every SKU's history.
+// retrying with their Idempotency-Key, the leader of etcd-lock's or
+// zk-lock's cluster killed), then the audit, the order rows and a
+// linearizability check of every SKU's history.
 //
-// It starts everything it uses — the service instances, Redis servers, and
-// a private PostgreSQL and MariaDB in temporary folders — and stops them by
-// their PIDs; it never touches the machine's own servers.
+// It starts everything it uses — the service instances, Redis servers, etcd
+// and ZooKeeper, and a private PostgreSQL and MariaDB in temporary folders —
+// and stops them by their PIDs; it never touches the machine's own servers.
 //
 // It writes reports/faults/<timestamp>/faults.md and faults.json (plus the
 // runs' logs, and porcupine's HTML for a history that is not linearizable),
@@ -45,7 +46,7 @@ func main() {
 func run() (int, error) {
 	bin := flag.String("bin", "bin/stock", "the service binary (built without -race)")
 	out := flag.String("out", "reports/faults", "where the report folders go")
-	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all six)")
+	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all seven)")
 	short := flag.Bool("short", false, "run the short forms (a few seconds of load each)")
 	flag.Parse()
 
@@ -131,8 +132,8 @@ func scenarioFilter(list string) (func(int) bool, error) {
 	var want []int
 	for _, s := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 6 {
-			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 6", s)
+		if err != nil || n < 1 || n > 7 {
+			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 7", s)
 		}
 		want = append(want, n)
 	}

@@ -16,8 +16,9 @@ import (
 
 // TestShortFaults runs the short forms of scenarios 1 (conditional and
 // batched, on PostgreSQL), 2 (on redis-lock;
-// scenario 3 exercises redlock) and 3 (a few seconds of load each) against real processes: the service built from
-// cmd/stock, redis-servers, and the PostgreSQL of testdb. The safe
+// scenario 3 exercises redlock), 3 and 7's etcd leader kill (a few seconds
+// of load each) against real processes: the service built from
+// cmd/stock, redis-servers, etcd, and the PostgreSQL of testdb. The safe
 // configurations must come out exact; FENCING=off may oversell (that is
 // what it demonstrates) but must run. `make faults` runs the full forms.
 func TestShortFaults(t *testing.T) {
@@ -47,6 +48,9 @@ func TestShortFaults(t *testing.T) {
 		{"2-paused-holder/redis-lock/fencing-off", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
 		{"3-redlock-node-loss", func() faults.Result { return env.RedlockNodeLoss(ctx) }},
 		{"3-redlock-down-rate", func() faults.Result { return env.RedlockDownRate(ctx) }},
+		// About 10 s: etcd-lock with its etcd leader killed (make faults
+		// runs zk-lock's and the paused holders of both).
+		{"7-etcd-leader-kill", func() faults.Result { return env.CoordinatorLeaderKill(ctx, inventory.NameEtcdLock) }},
 	}
 	for _, c := range runs {
 		t.Run(c.name, func(t *testing.T) {

@@ -9,8 +9,10 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 )
 
-// All runs the scenarios that want (nil: all six), in order, and returns
+// All runs the scenarios that want (nil: all seven), in order, and returns
 // one result per run. Scenario 5 runs on e.Postgres and e.MariaDB.
+// Scenario 7 is the coordination services': etcd-lock and zk-lock with
+// their cluster's leader killed, and their paused holder.
 func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 	steps := []struct {
 		scenario int
@@ -30,6 +32,12 @@ func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 		{5, func() Result { return e.DatabaseRestart(ctx, e.Postgres) }},
 		{5, func() Result { return e.DatabaseRestart(ctx, e.MariaDB) }},
 		{6, func() Result { return e.IdempotentRetries(ctx) }},
+		{7, func() Result { return e.CoordinatorLeaderKill(ctx, inventory.NameEtcdLock) }},
+		{7, func() Result { return e.PausedHolder(ctx, inventory.NameEtcdLock, "on") }},
+		{7, func() Result { return e.PausedHolder(ctx, inventory.NameEtcdLock, "off") }},
+		{7, func() Result { return e.CoordinatorLeaderKill(ctx, inventory.NameZKLock) }},
+		{7, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "on") }},
+		{7, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "off") }},
 	}
 	var results []Result
 	for _, s := range steps {
@@ -91,8 +99,16 @@ func writeRun(p func(string, ...any), r Result) {
 	p("### %d. %s — %s\n\n", r.Scenario, r.Name, r.Verdict)
 	p("%s.\n\n", r.Title)
 	cfg := fmt.Sprintf("%s, STRATEGY=%s, %d instances", c.Engine, c.Strategy, c.Instances)
-	if c.RedisServers > 0 {
-		cfg += fmt.Sprintf(", %d Redis servers, FENCING=%s, LOCK_TTL=%s", c.RedisServers, c.Fencing, c.LockTTL)
+	switch {
+	case c.RedisServers > 0:
+		cfg += fmt.Sprintf(", %d Redis servers", c.RedisServers)
+	case c.EtcdMembers > 0:
+		cfg += fmt.Sprintf(", %d etcd members", c.EtcdMembers)
+	case c.ZKServers > 0:
+		cfg += fmt.Sprintf(", %d ZooKeeper servers", c.ZKServers)
+	}
+	if c.Fencing != "" {
+		cfg += fmt.Sprintf(", FENCING=%s, LOCK_TTL=%s", c.Fencing, c.LockTTL)
 	}
 	cfg += fmt.Sprintf(", ORDER_TIMEOUT=%s; ", c.OrderTimeout)
 	if c.Rate > 0 {
@@ -142,6 +158,9 @@ func writeRun(p func(string, ...any), r Result) {
 	if f.FencedOffWrites != nil {
 		p("; fenced-off writes %.0f, locks lost %.0f", *f.FencedOffWrites, *f.LocksLost)
 	}
+	if f.SlowestSeconds != nil {
+		p("; slowest answer %.2fs", *f.SlowestSeconds)
+	}
 	if f.Dropped > 0 {
 		p("; %d arrivals dropped (every worker busy)", f.Dropped)
 	}
@@ -154,7 +173,14 @@ func writeRun(p func(string, ...any), r Result) {
 		}
 		p("\n")
 	}
-	if len(r.Rates) > 0 {
+	if len(r.Rates) > 0 && r.Scenario == 7 {
+		p("| window of the load | requests | 201 | orders/s | × before the kill | 503 | 503 share | unknown |\n|---|---|---|---|---|---|---|---|\n")
+		for _, c := range r.Rates {
+			p("| %s | %d | %d | %.1f | %.2f | %d | %.2f%% | %d |\n", c.Name, c.Buyers, c.Created,
+				c.OrdersPerSecond, c.Ratio, c.Responses503, 100*c.Share503, c.Unknown)
+		}
+		p("\n")
+	} else if len(r.Rates) > 0 {
 		p("| case | buyers | 201 | orders/s (median round) | rounds | × all up | 503 | 503 share | unknown |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range r.Rates {
 			p("| %s | %d | %d | %.1f | %v | %.2f | %d | %.2f%% | %d |\n", c.Name, c.Buyers, c.Created,

@@ -46,7 +46,7 @@ type Report struct {
 
 // Result is one run of one scenario in one configuration.
 type Result struct {
-	// Scenario is the number of the issue's scenario (1..6); Name is a
+	// Scenario is the number of the issue's scenario (1..7); Name is a
 	// stable identifier of the run, e.g. "2-paused-holder/redlock/fencing-off".
 	Scenario int     `json:"scenario"`
 	Name     string  `json:"name"`
@@ -67,7 +67,9 @@ type Result struct {
 	// verdict failed, or expected-oversell for an unsafe configuration);
 	// Warnings the availability expectations that did not (degraded).
 	// Rates are the contended bursts of 3-redlock-down-rate, one per
-	// case (all up, servers refusing or hung).
+	// case (all up, servers refusing or hung); for scenario 7's leader
+	// kills, the load's windows before the kill, until a new leader and
+	// after it (Buyers is then the requests of the window).
 	Rates []RateCase `json:"rates,omitempty"`
 	// Batches are the batches of a batched run (checkBatches).
 	Batches  *BatchFigures `json:"batches,omitempty"`
@@ -91,7 +93,9 @@ type Config struct {
 	Safe          bool    `json:"safe"`
 	Instances     int     `json:"instances"`
 	RedisServers  int     `json:"redis_servers,omitempty"`
-	Fencing       string  `json:"fencing,omitempty"` // on, off ("" for SQL strategies)
+	EtcdMembers   int     `json:"etcd_members,omitempty"`      // etcd-lock's cluster
+	ZKServers     int     `json:"zookeeper_servers,omitempty"` // zk-lock's ensemble (1: standalone)
+	Fencing       string  `json:"fencing,omitempty"`           // on, off ("" for SQL strategies)
 	LockTTL       string  `json:"lock_ttl,omitempty"`
 	OrderTimeout  string  `json:"order_timeout"`
 	Idempotency   bool    `json:"idempotency_keys"`
@@ -152,6 +156,9 @@ type Figures struct {
 	// From the instances' /metrics at the end (lock strategies).
 	FencedOffWrites *float64 `json:"fenced_off_writes,omitempty"`
 	LocksLost       *float64 `json:"locks_lost,omitempty"`
+	// SlowestSeconds is the longest any answered request took (scenario
+	// 7's leader kills, where every wait must end at ORDER_TIMEOUT).
+	SlowestSeconds *float64 `json:"slowest_answer_seconds,omitempty"`
 	// Dropped arrivals: the open-model load found every worker busy.
 	Dropped int64 `json:"dropped_arrivals,omitempty"`
 }

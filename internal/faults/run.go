@@ -50,6 +50,7 @@ type run struct {
 	dbURL   string
 	cluster *Cluster
 	redis   []*redisNode
+	coord   coordinator // the run's etcd cluster or ZooKeeper, if any
 	load    *load
 	initial map[string]int64
 	// instanceEnv adds environment to some instances, by index.
@@ -175,7 +176,7 @@ func (r *run) abort(err error) Result {
 		r.load.wait()
 	}
 	r.res.Verdict = VerdictError
-	if errors.Is(err, ErrMissing) {
+	if errors.Is(err, ErrMissing) || errors.Is(err, ErrUnavailable) {
 		r.res.Verdict = VerdictSkipped
 	}
 	r.res.Error = err.Error()

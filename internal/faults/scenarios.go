@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -149,23 +148,53 @@ func countFunc[T any](s []T, f func(T) bool) int {
 // FREEZE_HOLDER=true, so its first order stops its own process between the
 // read and the write. With FENCING=on the stock must stay exact; with
 // FENCING=off an oversell is expected and reported.
+//
+// For redis-lock and redlock (scenario 2) the lock lives on Redis servers
+// and its TTL is LOCK_TTL; for etcd-lock and zk-lock (scenario 7) it lives
+// on a private single etcd member or standalone ZooKeeper server, and
+// LOCK_TTL is the etcd session's lease TTL or the ZooKeeper session
+// timeout (1 s: etcd's smallest lease): the paused holder's session
+// expires and its key or node goes with it. Who holds is read from the
+// lock service in every case (holderWatch).
 func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result {
 	ttl := e.scale(time.Second, 500*time.Millisecond)
 	servers, rate := 1, 300.0
-	if strategy == inventory.NameRedlock {
+	scenario := 2
+	cfg := Config{Engine: "postgres", Strategy: strategy, Safe: fencing == "on", Instances: 3,
+		Fencing: fencing, OrderTimeout: "5s", StockPerSKU: 500}
+	switch strategy {
+	case inventory.NameRedlock:
 		servers, rate = 3, 200
+	case inventory.NameEtcdLock:
+		servers, scenario, ttl, cfg.EtcdMembers = 0, 7, time.Second, 1
+	case inventory.NameZKLock:
+		servers, scenario, ttl, cfg.ZKServers = 0, 7, time.Second, 1
 	}
+	cfg.RedisServers, cfg.LockTTL = servers, ttl.String()
 	rounds := 3
 	if e.Short {
 		rounds = 1
 	}
-	r := e.newRun(2, fmt.Sprintf("2-paused-holder/%s/fencing-%s", strategy, fencing),
-		"a lock holder paused past its lock TTL (SIGSTOP, then SIGCONT)",
-		Config{Engine: "postgres", Strategy: strategy, Safe: fencing == "on", Instances: 3, RedisServers: servers,
-			Fencing: fencing, LockTTL: ttl.String(), OrderTimeout: "5s", StockPerSKU: 500})
+	r := e.newRun(scenario, fmt.Sprintf("%d-paused-holder/%s/fencing-%s", scenario, strategy, fencing),
+		"a lock holder paused past its lock TTL (SIGSTOP, then SIGCONT)", cfg)
 	r.instanceEnv = map[int][]string{0: {"FREEZE_HOLDER=true"}}
-	if err := r.setUp(ctx, servers, "FENCING="+fencing, "LOCK_TTL="+ttl.String(), "LOCK_WAIT=3s", "DB_MAX_CONNS=16"); err != nil {
-		return r.abort(err)
+	env := []string{"FENCING=" + fencing, "LOCK_TTL=" + ttl.String(), "LOCK_WAIT=3s", "DB_MAX_CONNS=16"}
+	if isCoordination(strategy) {
+		if err := os.MkdirAll(r.dir, 0o755); err != nil {
+			return r.abort(err)
+		}
+		start := r.startEtcd
+		if strategy == inventory.NameZKLock {
+			start = r.startZK
+		}
+		co, err := start(1)
+		if err != nil {
+			return r.abort(err)
+		}
+		env = append(env, co.env())
+	}
+	if err := r.setUp(ctx, servers, env...); err != nil {
+		return r.abort(setUpErr(strategy, err))
 	}
 	victim := r.cluster.Instances[0]
 	stock := r.res.Config.StockPerSKU
@@ -191,9 +220,12 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 		fenced, _ = victim.Counter(ctx, "stock_fenced_off_writes_total")
 		return lost, fenced
 	}
-	// The lock's key on the first Redis server, to see who holds it.
-	lockWatch := redis.NewClient(&redis.Options{Addr: r.redis[0].Addr, MaxRetries: -1})
-	defer lockWatch.Close()
+	// Who holds the lock, read from the lock service.
+	lockWatch, closeWatch, err := r.holderWatch(strategy)
+	if err != nil {
+		return r.abort(err)
+	}
+	defer closeWatch()
 	caught := 0
 	for round := 0; round <= rounds; round++ {
 		sku := fmt.Sprintf("s2-r%d", round)
@@ -222,7 +254,7 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 			if err != nil {
 				return r.abort(err)
 			}
-			how := "holding the lock of " + sku + " (its token did not change while the instance was stopped)"
+			how := "holding the lock of " + sku + " (its holder did not change while the instance was stopped)"
 			if !holding {
 				how = "under load on " + sku + ", but it was not caught holding the lock"
 			}
@@ -239,8 +271,8 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 			}
 			if stuck < 0 {
 				// Stopped between its UPDATE and its COMMIT, the instance
-				// keeps the row locked after its Redis lock expired: the
-				// others then wait for the database, not for the lock.
+				// keeps the row locked after its lock expired: the others
+				// then wait for the database, not for the lock.
 				stuck = max(0, stuckTransactions(ctx, r.dbURL, ttl*2))
 			}
 			a, err := r.cluster.Audit(ctx, sku)
@@ -262,7 +294,7 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 			round, sku, lost1-lost0, fenced1-fenced0, sku, a.Available)
 		if stuck > 0 {
 			r.note("pause %d (%s): instance 0 was stopped inside its database transaction, after its UPDATE: the row stayed locked "+
-				"after the Redis lock expired, until PostgreSQL ended the idle session (idle_in_transaction_session_timeout = ORDER_TIMEOUT, %s); "+
+				"after its lock expired, until PostgreSQL ended the idle session (idle_in_transaction_session_timeout = ORDER_TIMEOUT, %s); "+
 				"the others waited for that, not for the lock", round, sku, r.res.Config.OrderTimeout)
 		}
 	}
@@ -294,22 +326,20 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 
 // pauseHolder stops instance with SIGSTOP at a moment it holds the lock of
 // sku, as far as can be seen from outside: while it is stopped, the lock's
-// token stays the same for longer than any running holder keeps it. When
-// the token moves (another instance holds the lock, or nobody), it lets the
+// holder (its Redis token, its oldest etcd key, its lowest ZooKeeper node)
+// stays the same for longer than any running holder keeps it. When the
+// holder moves (another instance holds the lock, or nobody), it lets the
 // instance go on for a moment and tries again, while more says there is
 // stock enough for the others to sell during the pause. It returns with the
 // instance stopped, reporting whether it was caught holding the lock.
-func pauseHolder(ctx context.Context, in *Instance, rc *redis.Client, sku string, more func() bool) (bool, error) {
-	// The key the service's locks use: locking's default prefix "lock:"
-	// and inventory's "sku:" key of the SKU.
-	key := "lock:sku:" + sku
+func pauseHolder(ctx context.Context, in *Instance, holder holderState, sku string, more func() bool) (bool, error) {
 	for try := 0; try < 50 && more() && ctx.Err() == nil; try++ {
 		if err := in.Pause(); err != nil {
 			return false, err
 		}
-		before, err1 := rc.Get(ctx, key).Result()
+		before, err1 := holder(ctx, sku)
 		pause(ctx, 150*time.Millisecond)
-		after, err2 := rc.Get(ctx, key).Result()
+		after, err2 := holder(ctx, sku)
 		if err1 == nil && err2 == nil && before == after {
 			return true, nil
 		}
