@@ -22,6 +22,8 @@ func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameForUpdate) }},
 		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameBatched) }},
 		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameBatched) }},
+		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameEtcdLock) }},
+		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameZKLock) }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "on") }},

@@ -69,10 +69,34 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 	if batched {
 		title = "kill -9 of one instance mid-batch (stopped with a batch transaction open), then a restart"
 	}
-	r := e.newRun(1, fmt.Sprintf("1-kill-restart/%s/%s", engine, strategy), title,
-		Config{Engine: engine, Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
-	if err := r.setUp(ctx, 0); err != nil {
-		return r.abort(err)
+	cfg := Config{Engine: engine, Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"}
+	var env []string
+	switch strategy {
+	case inventory.NameEtcdLock:
+		cfg.EtcdMembers = 1
+	case inventory.NameZKLock:
+		cfg.ZKServers = 1
+	}
+	r := e.newRun(1, fmt.Sprintf("1-kill-restart/%s/%s", engine, strategy), title, cfg)
+	if isCoordination(strategy) {
+		// The killed instance's session (etcd lease, ZooKeeper session)
+		// ends a LOCK_TTL after its last renewal: its keys or nodes, and
+		// the locks they held, go with it.
+		if err := os.MkdirAll(r.dir, 0o755); err != nil {
+			return r.abort(err)
+		}
+		start := r.startEtcd
+		if strategy == inventory.NameZKLock {
+			start = r.startZK
+		}
+		co, err := start(1)
+		if err != nil {
+			return r.abort(err)
+		}
+		env = append(env, co.env(), "LOCK_TTL=1s")
+	}
+	if err := r.setUp(ctx, 0, env...); err != nil {
+		return r.abort(setUpErr(strategy, err))
 	}
 	skus := skuNames("s1", 2)
 	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)

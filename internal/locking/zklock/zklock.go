@@ -292,7 +292,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 		}
 		// The node went with the session on the way (then go to ZooKeeper
 		// afresh), or the wait ended: either way delete it.
-		_ = l.deleteNode(ctx, turn.Hold)
+		l.dropNode(ctx, wctx, turn.Hold)
 		if !errors.Is(err, errNodeGone) {
 			l.queue.Done(name)
 			return nil, l.notObtained(wctx, err)
@@ -309,12 +309,23 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 		if err == nil {
 			return le, nil
 		}
-		_ = l.deleteNode(ctx, n)
+		l.dropNode(ctx, wctx, n)
 		if !errors.Is(err, errNodeGone) {
 			l.queue.Done(name)
 			return nil, l.notObtained(wctx, err)
 		}
 	}
+}
+
+// dropNode deletes a node that will not be held: at once while the wait
+// goes on, in the background once it has ended, so that the caller comes
+// back at its deadline even when the server does not answer.
+func (l *Locker) dropNode(ctx, wctx context.Context, n *node) {
+	if wctx.Err() == nil {
+		_ = l.deleteNode(ctx, n)
+		return
+	}
+	l.spawn(func() { _ = l.deleteNode(context.WithoutCancel(ctx), n) })
 }
 
 func validName(name string) error {
@@ -377,8 +388,21 @@ func (l *Locker) obtain(wctx context.Context, name string) (*node, error) {
 	}
 	guid := newGUID()
 	gen := l.generation()
-	path, err := call(l, wctx, func() (string, error) { return l.createProtected(dir, guid) },
-		func(path string, err error) { l.forget(dir, guid, path, gen) })
+	// A create sent once may have been applied even if the attempt failed
+	// later (its answer lost, then the lookup by GUID refused with the
+	// connection): a retry looks for the node by its GUID before it
+	// creates, or the first node would be left queued, an orphan of our own
+	// live session that blocks the lock for everyone (found by review).
+	created := false
+	path, err := call(l, wctx, func() (string, error) {
+		if created {
+			if found, err := l.findGUID(dir, guid); err != nil || found != "" {
+				return found, err
+			}
+		}
+		created = true
+		return l.createProtected(dir, guid)
+	}, func(path string, err error) { l.forget(dir, guid, path, gen) })
 	if err != nil {
 		if transient(err) {
 			// The create may have happened, its answer lost: find the
@@ -390,8 +414,12 @@ func (l *Locker) obtain(wctx context.Context, name string) (*node, error) {
 	}
 	n := &node{name: name, path: path, version: 0, generation: l.nameGeneration(name)}
 	if err := l.awaitTurn(wctx, n); err != nil {
-		// Leave no node behind: it would hold up the next contenders.
-		_ = l.deleteNode(context.Background(), n)
+		// Leave no node behind: it would hold up the next contenders. The
+		// deletion runs on a goroutine of the Locker's, retried until the
+		// node is gone, so that a waiter whose context ended comes back at
+		// once even when the server does not answer (found by review: up to
+		// half a session timeout late).
+		l.spawn(func() { l.forget(dir, guid, n.path, gen) })
 		return nil, err
 	}
 	return n, nil

@@ -1,0 +1,179 @@
+package zklock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/zklock"
+	"github.com/flashsale/stock/internal/testzk"
+)
+
+// dialGate is a zk.Dialer whose next dial can be held and then refused or
+// let through: a server that is unreachable for one round of attempts.
+type dialGate struct {
+	mu      sync.Mutex
+	holding bool
+	held    chan struct{} // a held dial has begun
+	verdict chan error    // what the held dial returns (nil: dial for real)
+}
+
+func newDialGate() *dialGate {
+	return &dialGate{held: make(chan struct{}, 1), verdict: make(chan error, 1)}
+}
+
+func (g *dialGate) hold() { g.mu.Lock(); g.holding = true; g.mu.Unlock() }
+
+func (g *dialGate) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	g.mu.Lock()
+	holding := g.holding
+	g.holding = false
+	g.mu.Unlock()
+	if holding {
+		g.held <- struct{}{}
+		if err := <-g.verdict; err != nil {
+			return nil, err
+		}
+	}
+	return net.DialTimeout(network, addr, timeout)
+}
+
+// awaitGoroutine polls the stacks (bounded) until a goroutine's stack
+// contains every one of frames and none of without.
+func awaitGoroutine(t *testing.T, frames []string, without string) bool {
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		n := runtime.Stack(buf, true)
+	next:
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if without != "" && strings.Contains(g, without) {
+				continue
+			}
+			for _, f := range frames {
+				if !strings.Contains(g, f) {
+					continue next
+				}
+			}
+			return true
+		}
+		runtime.Gosched()
+	}
+	return false
+}
+
+// TestReviewLostCreateThenNoServerLeavesOrphan: the create's answer is lost
+// with the connection (the node was created: _c_<g>-lock-N), and the server
+// stays unreachable for one round of dial attempts. findGUID's Children was
+// queued but never sent, so the client fails it with zk.ErrNoServer;
+// createProtected returns that error, and call() — which takes
+// ErrNoServer to mean "the whole f was unsent" — runs createProtected
+// again, whose first step is a fresh Create with the same GUID: a second
+// node _c_<g>-lock-M, M > N. The waiter then watches its own first node,
+// which nobody ever deletes: it waits out its context, deletes only the
+// second node, and the first stays for as long as the session lives,
+// holding the lock against every other process (claim 5).
+func TestReviewLostCreateThenNoServerLeavesOrphan(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	gate := newDialGate()
+	// A session that outlives the ~2s of reconnection (two rounds of the
+	// client's 1s back-off).
+	l, link := proxied(t, srv, zklock.WithDialer(gate.dial), zklock.WithSessionTimeout(20*time.Second))
+	other := newLocker(t, []string{srv.Addr})
+
+	var hookWG sync.WaitGroup
+	t.Cleanup(hookWG.Wait)
+	var mu sync.Mutex
+	var created []string
+	calls := 0
+	l.SetCreateHook(func(path string, err error) (string, error) {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		if err == nil {
+			created = append(created, path)
+		}
+		mu.Unlock()
+		if !first || err != nil {
+			return path, err
+		}
+		// The answer is lost with the connection.
+		gate.hold()
+		link.Cut()
+		<-gate.held // the client is in its dial, its unsent requests flushed
+		hookWG.Go(func() {
+			// Once findGUID's Children sits unsent in the client's queue,
+			// the dial fails: the next round flushes it with ErrNoServer.
+			if !awaitGoroutine(t, []string{"zklock.(*Locker).findGUID", "zk.(*Conn).request("}, "queueRequest") {
+				t.Error("findGUID's Children never queued")
+			}
+			gate.verdict <- errors.New("refused (review)")
+		})
+		return "", zk.ErrConnectionClosed
+	})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	le, err := l.Acquire(ctx, name)
+	mu.Lock()
+	nodes := append([]string(nil), created...)
+	mu.Unlock()
+	left := lockChildren(t, other, name)
+	if err == nil {
+		release(t, le)
+	}
+	if len(nodes) > 1 || err != nil {
+		// Show that the orphan blocks another process while l's session lives.
+		octx, ocancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer ocancel()
+		_, oerr := other.Acquire(octx, name)
+		t.Fatalf("an uncontended Acquire: err=%v\nnodes created for one GUID: %v\nlock nodes left after it: %v\nanother process's Acquire then: %v",
+			err, nodes, left, oerr)
+	}
+}
+
+// TestReviewCancelledWaiterOutlivesItsContext: a waiter whose connection
+// is frozen (the server unreachable, not yet detected) and whose context
+// ends returns only after deleteNode gave up: up to half a session
+// timeout after its context ended (claim 5: never hangs past its context).
+func TestReviewCancelledWaiterOutlivesItsContext(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	holder := newLocker(t, []string{srv.Addr})
+	const session = 4 * time.Second
+	w, link := proxied(t, srv, zklock.WithSessionTimeout(session))
+	hook, watched := watching()
+	w.SetWatchHook(hook)
+
+	held := acquire(t, holder, t.Context(), name)
+	defer release(t, held)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan time.Time, 1)
+	var res error
+	go func() {
+		_, res = w.Acquire(ctx, name)
+		done <- time.Now()
+	}()
+	<-watched // queued in ZooKeeper, watching the holder
+	link.Freeze()
+	defer link.Thaw()
+	cancelled := time.Now()
+	cancel()
+	returned := <-done
+	if !errors.Is(res, locking.ErrNotObtained) {
+		t.Fatalf("cancelled Acquire = %v", res)
+	}
+	if late := returned.Sub(cancelled); late > 250*time.Millisecond {
+		t.Fatalf("Acquire returned %v after its context was cancelled (session %v)", late, session)
+	}
+}
