@@ -58,6 +58,24 @@ type coordinator interface {
 	close()
 }
 
+// startCoordinator starts the single etcd member or standalone ZooKeeper
+// that strategy's instances use, and returns the variable that points them
+// at it.
+func (r *run) startCoordinator(strategy string) (string, error) {
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return "", err
+	}
+	start := r.startEtcd
+	if strategy == inventory.NameZKLock {
+		start = r.startZK
+	}
+	co, err := start(1)
+	if err != nil {
+		return "", err
+	}
+	return co.env(), nil
+}
+
 // startEtcd starts a private etcd cluster of n members for the run.
 func (r *run) startEtcd(n int) (coordinator, error) {
 	dir, err := os.MkdirTemp("", "faults-etcd-")

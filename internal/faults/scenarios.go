@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"time"
 
@@ -82,18 +81,11 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 		// The killed instance's session (etcd lease, ZooKeeper session)
 		// ends a LOCK_TTL after its last renewal: its keys or nodes, and
 		// the locks they held, go with it.
-		if err := os.MkdirAll(r.dir, 0o755); err != nil {
-			return r.abort(err)
-		}
-		start := r.startEtcd
-		if strategy == inventory.NameZKLock {
-			start = r.startZK
-		}
-		co, err := start(1)
+		coEnv, err := r.startCoordinator(strategy)
 		if err != nil {
 			return r.abort(err)
 		}
-		env = append(env, co.env(), "LOCK_TTL=1s")
+		env = append(env, coEnv, "LOCK_TTL=1s")
 	}
 	if err := r.setUp(ctx, 0, env...); err != nil {
 		return r.abort(setUpErr(strategy, err))
@@ -204,18 +196,11 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 	r.instanceEnv = map[int][]string{0: {"FREEZE_HOLDER=true"}}
 	env := []string{"FENCING=" + fencing, "LOCK_TTL=" + ttl.String(), "LOCK_WAIT=3s", "DB_MAX_CONNS=16"}
 	if isCoordination(strategy) {
-		if err := os.MkdirAll(r.dir, 0o755); err != nil {
-			return r.abort(err)
-		}
-		start := r.startEtcd
-		if strategy == inventory.NameZKLock {
-			start = r.startZK
-		}
-		co, err := start(1)
+		coEnv, err := r.startCoordinator(strategy)
 		if err != nil {
 			return r.abort(err)
 		}
-		env = append(env, co.env())
+		env = append(env, coEnv)
 	}
 	if err := r.setUp(ctx, servers, env...); err != nil {
 		return r.abort(setUpErr(strategy, err))
