@@ -3,8 +3,6 @@ package etcdlock_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/flashsale/stock/internal/locking/etcdlock"
+	"github.com/flashsale/stock/internal/locking/locktest"
 	"github.com/flashsale/stock/internal/testetcd"
 )
 
@@ -26,7 +25,7 @@ const benchTTL = 5 * time.Second
 const benchProcs = 4
 
 // benchLockFunc takes the lock and returns how to release it.
-type benchLockFunc func(ctx context.Context) (unlock func() error, err error)
+type benchLockFunc = locktest.LockFunc
 
 type benchImpl struct {
 	name string
@@ -137,76 +136,6 @@ func BenchmarkEtcdContended(b *testing.B) {
 func benchEtcdContended(b *testing.B, cluster *testetcd.Cluster, impl benchImpl, key string, contenders int) {
 	locks, closeAll := impl.open(b, cluster, key, contenders)
 
-	var claimed atomic.Int64
-	waits := make([][]time.Duration, contenders)
-	var (
-		errMu sync.Mutex
-		errs  []error
-	)
-	fail := func(format string, args ...any) {
-		errMu.Lock()
-		errs = append(errs, fmt.Errorf(format, args...))
-		errMu.Unlock()
-	}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for g := range contenders {
-		lock := locks[g]
-		wg.Go(func() {
-			<-start
-			for claimed.Add(1) <= int64(b.N) {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				t0 := time.Now()
-				unlock, err := lock(ctx)
-				waits[g] = append(waits[g], time.Since(t0))
-				cancel()
-				if err != nil {
-					fail("%s: contender %d: lock: %w", impl.name, g, err)
-					return
-				}
-				// The critical section is empty.
-				if err := unlock(); err != nil {
-					fail("%s: contender %d: unlock: %w", impl.name, g, err)
-					return
-				}
-			}
-		})
-	}
-	b.ResetTimer()
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
-	closeAll()
-	for i, err := range errs {
-		if i == 10 {
-			b.Errorf("... and %d more", len(errs)-10)
-			break
-		}
-		b.Error(err)
-	}
-	if len(errs) > 0 {
-		b.FailNow()
-	}
-
-	all := slices.Concat(waits...)
-	slices.Sort(all)
-	fewest, most := len(waits[0]), len(waits[0])
-	for _, w := range waits {
-		fewest, most = min(fewest, len(w)), max(most, len(w))
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
-	b.ReportMetric(benchMsOf(benchPercentile(all, 0.50)), "p50-wait-ms")
-	b.ReportMetric(benchMsOf(benchPercentile(all, 0.99)), "p99-wait-ms")
-	b.ReportMetric(float64(fewest)/float64(max(most, 1)), "fairness")
+	defer closeAll()
+	locktest.Contend(b, locks, 0)
 }
-
-func benchPercentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(int(float64(len(sorted))*p), len(sorted)-1)]
-}
-
-func benchMsOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

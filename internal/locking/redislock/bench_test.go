@@ -5,11 +5,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/stock/internal/locking/locktest"
 	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
@@ -29,7 +28,7 @@ const (
 )
 
 // lockFunc takes the lock and returns how to release it.
-type lockFunc func(ctx context.Context) (unlock func() error, err error)
+type lockFunc = locktest.LockFunc
 
 type lockImpl struct {
 	name  string
@@ -167,65 +166,14 @@ func benchContended(b *testing.B, srvs []*redisServer, impl lockImpl, cs time.Du
 	}
 	before := commandCalls(b, admin)
 
-	var claimed atomic.Int64
-	waits := make([][]time.Duration, benchGoroutines)
-	var sink errorSink
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for g := range benchGoroutines {
-		lock := locks[g%benchProcesses]
-		wg.Go(func() {
-			<-start
-			for claimed.Add(1) <= int64(b.N) {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				t0 := time.Now()
-				unlock, err := lock(ctx)
-				waits[g] = append(waits[g], time.Since(t0))
-				cancel()
-				if err != nil {
-					sink.Addf("%s: goroutine %d: lock: %w", impl.name, g, err)
-					return
-				}
-				if cs > 0 {
-					time.Sleep(cs) // the critical section's work
-				}
-				if err := unlock(); err != nil {
-					sink.Addf("%s: goroutine %d: unlock: %w", impl.name, g, err)
-					return
-				}
-			}
-		})
+	contenders := make([]lockFunc, benchGoroutines)
+	for g := range contenders {
+		contenders[g] = locks[g%benchProcesses]
 	}
-	b.ResetTimer()
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
-	sink.Report(b)
-
+	locktest.Contend(b, contenders, cs)
 	cmds := commandCalls(b, admin) - before
-	all := slices.Concat(waits...)
-	slices.Sort(all)
-	fewest, most := len(waits[0]), len(waits[0])
-	for _, w := range waits {
-		fewest, most = min(fewest, len(w)), max(most, len(w))
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
-	b.ReportMetric(msOf(percentile(all, 0.50)), "p50-wait-ms")
-	b.ReportMetric(msOf(percentile(all, 0.99)), "p99-wait-ms")
-	b.ReportMetric(float64(fewest)/float64(max(most, 1)), "fairness")
 	b.ReportMetric(float64(cmds)/float64(b.N), "cmds/cycle")
 }
-
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(int(float64(len(sorted))*p), len(sorted)-1)]
-}
-
-func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // commandCalls sums the calls of every command on the servers, INFO (our
 // own measuring) excluded.

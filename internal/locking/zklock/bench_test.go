@@ -3,16 +3,14 @@ package zklock_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/flashsale/stock/internal/locking/locktest"
 	"github.com/flashsale/stock/internal/locking/zklock"
 	"github.com/flashsale/stock/internal/testzk"
 )
@@ -22,7 +20,7 @@ import (
 const benchSession = 5 * time.Second
 
 // lockFunc takes the lock and returns how to release it.
-type lockFunc func(ctx context.Context) (unlock func() error, err error)
+type lockFunc = locktest.LockFunc
 
 type zkImpl struct {
 	name string
@@ -142,65 +140,9 @@ func benchContended(b *testing.B, srv *testzk.Server, impl zkImpl, contenders in
 	}
 
 	before := received(b, srv)
-	var claimed atomic.Int64
-	waits := make([][]time.Duration, contenders)
-	errs := make([]error, contenders)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for g := range contenders {
-		lock := locks[g]
-		wg.Go(func() {
-			<-start
-			for claimed.Add(1) <= int64(b.N) {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				t0 := time.Now()
-				unlock, err := lock(ctx)
-				waits[g] = append(waits[g], time.Since(t0))
-				cancel()
-				if err != nil {
-					errs[g] = fmt.Errorf("%s: contender %d: lock: %w", impl.name, g, err)
-					return
-				}
-				if err := unlock(); err != nil {
-					errs[g] = fmt.Errorf("%s: contender %d: unlock: %w", impl.name, g, err)
-					return
-				}
-			}
-		})
-	}
-	b.ResetTimer()
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
-	for _, err := range errs {
-		if err != nil {
-			b.Error(err)
-		}
-	}
-
-	all := slices.Concat(waits...)
-	slices.Sort(all)
-	fewest, most := len(waits[0]), len(waits[0])
-	for _, w := range waits {
-		fewest, most = min(fewest, len(w)), max(most, len(w))
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
-	b.ReportMetric(msOf(percentile(all, 0.50)), "p50-wait-ms")
-	b.ReportMetric(msOf(percentile(all, 0.99)), "p99-wait-ms")
-	b.ReportMetric(float64(fewest)/float64(max(most, 1)), "fairness")
+	locktest.Contend(b, locks, 0)
 	b.ReportMetric(float64(received(b, srv)-before)/float64(b.N), "requests/cycle")
 }
-
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(int(float64(len(sorted))*p), len(sorted)-1)]
-}
-
-func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // warmUp gives the server's JIT compiler some work, so that the first
 // implementation measured does not pay for a cold JVM.
