@@ -565,7 +565,7 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 				return nil, err
 			}
 			h.token = base + rev
-			l.watchOwn(h, rev)
+			l.watchOwn(h)
 			return h, nil
 		}
 		err = l.waitDeleted(wctx, s, string(pred[0].Key), pred[0].CreateRevision, rev)
@@ -581,10 +581,13 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 	}
 }
 
-// watchOwn starts the watch of a new holder's key, from the revision rev at
-// which it was seen: its deletion by anyone but its holders ends the leases
-// on it.
-func (l *Locker) watchOwn(h *hold, rev int64) {
+// watchOwn starts the watch of a new holder's key: its deletion by anyone
+// but its holders ends the leases on it. Like a waiter's, the watch starts
+// at the revision current when etcd registers it (a watch from a past
+// revision is served by etcd's 100 ms catch-up loop, and holds up the
+// creation of the client's next watch on the same stream: the waiters'),
+// and a read once it is in place catches a deletion that came before.
+func (l *Locker) watchOwn(h *hold) {
 	h.keyCtx, h.keyCancel = context.WithCancelCause(h.sess.ctx)
 	h.keyDone = make(chan struct{})
 	l.mu.Lock()
@@ -601,17 +604,24 @@ func (l *Locker) watchOwn(h *hold, rev int64) {
 		defer stop()
 		stopClose := context.AfterFunc(closedContext{l.done}, cancel)
 		defer stopClose()
+		gone := func(why string) {
+			h.keyCancel(fmt.Errorf("%w: %s was deleted while held (%s)", locking.ErrLockLost, h.key, why))
+		}
 		for ctx.Err() == nil {
-			for resp := range l.client.Watch(ctx, h.key, clientv3.WithRev(rev+1)) {
-				for _, ev := range resp.Events {
-					if ev.Type == clientv3.EventTypeDelete {
-						h.keyCancel(fmt.Errorf("%w: %s was deleted (revision %d) while held", locking.ErrLockLost, h.key, ev.Kv.ModRevision))
+			for resp := range l.client.Watch(ctx, h.key, clientv3.WithCreatedNotify()) {
+				if resp.Created {
+					got, err := l.client.Get(ctx, h.key, clientv3.WithKeysOnly())
+					if err == nil && (len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != h.createRev) {
+						gone("seen missing")
 						return
 					}
-					rev = max(rev, ev.Kv.ModRevision)
+					continue
 				}
-				if resp.Header.Revision > rev {
-					rev = resp.Header.Revision
+				for _, ev := range resp.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						gone(fmt.Sprintf("revision %d", ev.Kv.ModRevision))
+						return
+					}
 				}
 			}
 		}
