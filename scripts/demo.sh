@@ -3,7 +3,7 @@
 # anti-oversell strategies (cmd/demo), which writes reports/<timestamp>/ and
 # points reports/latest at it.
 #
-#   make demo                 # about 14 minutes on 2 cores (first k6 build: +4)
+#   make demo                 # about 16 minutes on 2 cores (first k6 build: +4)
 #   DEMO_QUICK=1 make demo    # under 3 minutes
 #
 # Servers: PostgreSQL and MariaDB/MySQL that already answer on 127.0.0.1 are

@@ -90,7 +90,7 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	boolean := func(name string) bool { return env.Bool(name, false) }
 
 	p := plan{Quick: boolean("DEMO_QUICK")}
-	// The sizes: the default demo takes about 14 minutes with seven
+	// The sizes: the default demo takes about 16 minutes with nine
 	// strategies on two backends (batched's burst, sized by
 	// BURST_MIN_SECONDS, about a minute of each round), the quick one
 	// under 3.
