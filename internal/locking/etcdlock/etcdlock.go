@@ -523,6 +523,13 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 			Commit()
 		return err
 	})
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The session's lease is gone in etcd (revoked, or expired while
+		// the renewals were held up) before the renewal loop noticed: end
+		// the session here, and the caller queues again on a new one.
+		l.loseSession(s, err)
+		return nil, context.Cause(s.ctx)
+	}
 	if err != nil {
 		l.deleteKey(h) // the create may have landed
 		return nil, l.nodeError(fmt.Errorf("queue %s: %w", key, err))
@@ -700,6 +707,10 @@ func (l *Locker) takeOver(ctx context.Context, h *hold) error {
 			Commit()
 		return err
 	})
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		l.loseSession(h.sess, err)
+		return context.Cause(h.sess.ctx)
+	}
 	if err != nil {
 		return l.nodeError(fmt.Errorf("take over %s: %w", h.key, err))
 	}

@@ -232,3 +232,47 @@ func TestLocalHandOverKeepsTokensInHoldOrder(t *testing.T) {
 		}
 	}
 }
+
+// A waiter can find its own key gone (its lease revoked, or expired while
+// renewals were held up) before its renewal loop notices. Its next queue
+// write then fails for the lease; it must take that as the end of its
+// session and queue again on a new one, not fail the order.
+func TestWaiterRequeuesWhenItFindsItsLeaseGoneFirst(t *testing.T) {
+	cluster := testetcd.Start(t)
+	cli := cluster.Client(t)
+	holder := newLocker(t, cluster.Client(t))
+	// A long TTL: the renewal loop looks at the lease only every 3 s.
+	waiter := etcdlock.New(cluster.Client(t), etcdlock.WithTTL(9*time.Second))
+	t.Cleanup(func() { _ = waiter.Close() })
+	held, err := holder.Acquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		le, err := waiter.Acquire(ctx, "k")
+		if err == nil {
+			err = le.Release(context.Background())
+		}
+		got <- err
+	}()
+	keys := queueKeys(t, cli, waiter, "k", 2)
+	lease := strings.SplitN(keys[1][strings.LastIndex(keys[1], "/")+1:], "-", 2)[0]
+	id, err := strconv.ParseInt(lease, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(id)); err != nil {
+		t.Fatal(err)
+	}
+	// The holder leaves at once: the waiter reads the queue again long
+	// before its renewal loop would notice the revocation.
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter that found its lease gone: %v", err)
+	}
+}
