@@ -94,12 +94,13 @@ type Locker struct {
 	queue  *handoff.Queue[*hold]
 	seq    atomic.Int64
 
-	grant  chan struct{} // one lease grant at a time; a waiter's context ends its wait for it
-	mu     sync.Mutex
-	sess   *session // nil until needed, and after it was lost
-	closed bool
-	done   chan struct{} // closed by Close: ends every wait
-	wg     sync.WaitGroup
+	grant    chan struct{} // one lease grant at a time; a waiter's context ends its wait for it
+	mu       sync.Mutex
+	sess     *session // nil until needed, and after it was lost
+	closed   bool
+	closeCtx context.Context // ends at Close: every wait, every watch
+	closeAll context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // New returns a Locker over client. Close it to end its session; the
@@ -109,7 +110,9 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &Locker{client: client, cfg: cfg, queue: handoff.New[*hold](), done: make(chan struct{}), grant: make(chan struct{}, 1)}
+	closeCtx, closeAll := context.WithCancel(context.Background())
+	return &Locker{client: client, cfg: cfg, queue: handoff.New[*hold](), grant: make(chan struct{}, 1),
+		closeCtx: closeCtx, closeAll: closeAll}
 }
 
 func (l *Locker) queueDir(name string) string { return l.cfg.prefix + "q/" + name + "/" }
@@ -316,12 +319,12 @@ type hold struct {
 	budget    int // local hand-overs left before the lock goes back to etcd
 	// keyCtx ends when the key is known gone (its session ended, or
 	// someone else deleted it: Reset) with a cause wrapping
-	// locking.ErrLockLost; keyDone is closed when the key's holders are
-	// done with it, which ends the watch on it. Both go with the key
-	// from holder to holder inside the process.
+	// locking.ErrLockLost; stopWatch ends the watch on it once the key's
+	// holders are done with it. Both go with the key from holder to
+	// holder inside the process.
 	keyCtx    context.Context
 	keyCancel context.CancelCauseFunc
-	keyDone   chan struct{}
+	stopWatch context.CancelFunc
 
 	mu    sync.Mutex
 	count int // leases not yet released
@@ -332,7 +335,7 @@ type hold struct {
 // holder's leases can never re-enter the next holder's.
 func (h *hold) handOn() *hold {
 	return &hold{name: h.name, key: h.key, createRev: h.createRev, sess: h.sess, budget: h.budget,
-		keyCtx: h.keyCtx, keyCancel: h.keyCancel, keyDone: h.keyDone}
+		keyCtx: h.keyCtx, keyCancel: h.keyCancel, stopWatch: h.stopWatch}
 }
 
 // holdKey marks a lease's context with its hold, for reentrancy.
@@ -403,7 +406,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 			}
 			// The key went (with its session, or deleted): take the
 			// lock anew.
-			l.forget(h)
+			l.deleteKey(h)
 			h = nil
 		}
 	}
@@ -442,36 +445,8 @@ func (l *Locker) reenter(ctx context.Context, h *hold) *Lease {
 // waitContext bounds a wait: WithWait, else the caller's deadline, else
 // twice the TTL. Close ends it too.
 func (l *Locker) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	var wctx context.Context
-	var cancel context.CancelFunc
-	_, hasDeadline := ctx.Deadline()
-	switch {
-	case l.cfg.wait > 0:
-		wctx, cancel = context.WithTimeout(ctx, l.cfg.wait)
-	case hasDeadline:
-		wctx, cancel = context.WithCancel(ctx)
-	default:
-		wctx, cancel = context.WithTimeout(ctx, 2*l.cfg.ttl)
-	}
-	cctx, ccancel := context.WithCancelCause(wctx)
-	stop := context.AfterFunc(closedContext{l.done}, func() { ccancel(locking.ErrClosed) })
-	return cctx, func() { stop(); ccancel(nil); cancel() }
+	return locking.WaitContext(ctx, l.cfg.wait, 2*l.cfg.ttl, l.closeCtx)
 }
-
-// closedContext is a context that ends when done is closed.
-type closedContext struct{ done chan struct{} }
-
-func (c closedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c closedContext) Done() <-chan struct{}       { return c.done }
-func (c closedContext) Err() error {
-	select {
-	case <-c.done:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (c closedContext) Value(any) any { return nil }
 
 // notObtained is the error of a wait that ended without the lock.
 func (l *Locker) notObtained(wctx context.Context, err error) error {
@@ -596,7 +571,8 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 // and a read once it is in place catches a deletion that came before.
 func (l *Locker) watchOwn(h *hold) {
 	h.keyCtx, h.keyCancel = context.WithCancelCause(h.sess.ctx)
-	h.keyDone = make(chan struct{})
+	ctx, cancel := context.WithCancel(h.keyCtx)
+	h.stopWatch = cancel
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -605,11 +581,8 @@ func (l *Locker) watchOwn(h *hold) {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		ctx, cancel := context.WithCancel(h.keyCtx)
 		defer cancel()
-		stop := context.AfterFunc(closedContext{h.keyDone}, cancel)
-		defer stop()
-		stopClose := context.AfterFunc(closedContext{l.done}, cancel)
+		stopClose := context.AfterFunc(l.closeCtx, cancel)
 		defer stopClose()
 		gone := func(why string) {
 			h.keyCancel(fmt.Errorf("%w: %s was deleted while held (%s)", locking.ErrLockLost, h.key, why))
@@ -773,16 +746,12 @@ func (l *Locker) endTurn(h *hold, name string) {
 	l.queue.Done(name)
 }
 
-// forget deletes a hold's key that can no longer be used (its session
-// ended): the expiry of its lease removes it too, but maybe later.
-func (l *Locker) forget(h *hold) { l.deleteKey(h) }
-
 // deleteNow deletes h's key if it is still h's, within WithOpTimeout; a
 // deletion that fails is retried in the background. It reports
 // locking.ErrLockLost when the key was no longer h's.
 func (l *Locker) deleteNow(ctx context.Context, h *hold) error {
-	if h.keyDone != nil {
-		defer close(h.keyDone)
+	if h.stopWatch != nil {
+		defer h.stopWatch()
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.opTimeout)
 	defer cancel()
@@ -848,7 +817,7 @@ func (l *Locker) deleteKey(h *hold) {
 			retry := time.NewTimer(100 * time.Millisecond)
 			select {
 			case <-retry.C:
-			case <-l.done:
+			case <-l.closeCtx.Done():
 				retry.Stop()
 				return
 			}
@@ -914,7 +883,7 @@ func (l *Locker) Close() error {
 		return locking.ErrClosed
 	}
 	l.closed = true
-	close(l.done)
+	l.closeAll()
 	s := l.sess
 	l.sess = nil
 	l.mu.Unlock()

@@ -48,6 +48,36 @@ func queueKeys(t *testing.T, cli *clientv3.Client, l *etcdlock.Locker, name stri
 	}
 }
 
+// takeAndRelease takes name through l on a goroutine of its own, within
+// 20 s, releases it, and reports how that went.
+func takeAndRelease(t *testing.T, l *etcdlock.Locker, name string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		le, err := l.Acquire(ctx, name)
+		if err == nil {
+			err = le.Release(context.Background())
+		}
+		got <- err
+	}()
+	return got
+}
+
+// revokeSessionOf ends, from outside, the session whose queue key is key:
+// the key's last segment starts with its lease id in hex.
+func revokeSessionOf(t *testing.T, cli *clientv3.Client, key string) {
+	t.Helper()
+	lease := strings.SplitN(key[strings.LastIndex(key, "/")+1:], "-", 2)[0]
+	id, err := strconv.ParseInt(lease, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // etcd's Unlock cleanup runs without a deadline, so killing a
 // three-member cluster's leader stalled its waiters 5–8 s past their
 // contexts. Here a waiter comes back at its own deadline, and so does a
@@ -93,26 +123,10 @@ func TestWaiterRequeuesWhenItsSessionEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		le, err := waiter.Acquire(ctx, "k")
-		if err == nil {
-			err = le.Release(context.Background())
-		}
-		got <- err
-	}()
+	got := takeAndRelease(t, waiter, "k")
 	keys := queueKeys(t, cli, waiter, "k", 2)
 	// End the waiter's session from outside: its key goes with it.
-	lease := strings.SplitN(keys[1][strings.LastIndex(keys[1], "/")+1:], "-", 2)[0]
-	id, err := strconv.ParseInt(lease, 16, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(id)); err != nil {
-		t.Fatal(err)
-	}
+	revokeSessionOf(t, cli, keys[1])
 	// It queues again with a new key behind the holder.
 	requeued := queueKeys(t, cli, waiter, "k", 2)
 	if requeued[1] == keys[1] {
@@ -248,25 +262,9 @@ func TestWaiterRequeuesWhenItFindsItsLeaseGoneFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		le, err := waiter.Acquire(ctx, "k")
-		if err == nil {
-			err = le.Release(context.Background())
-		}
-		got <- err
-	}()
+	got := takeAndRelease(t, waiter, "k")
 	keys := queueKeys(t, cli, waiter, "k", 2)
-	lease := strings.SplitN(keys[1][strings.LastIndex(keys[1], "/")+1:], "-", 2)[0]
-	id, err := strconv.ParseInt(lease, 16, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(id)); err != nil {
-		t.Fatal(err)
-	}
+	revokeSessionOf(t, cli, keys[1])
 	// The holder leaves at once: the waiter reads the queue again long
 	// before its renewal loop would notice the revocation.
 	if err := held.Release(t.Context()); err != nil {

@@ -1,8 +1,9 @@
 package etcdlock_test
 
-// Adversarial review of etcdlock: each test drives one schedule that breaks
-// a claim of the package (see the report). They are expected to FAIL on the
-// current code.
+// Schedules an adversarial review of etcdlock found, each of which broke a
+// claim of the package before its fix; each test drives its schedule and
+// checks that the claim now holds. A test's comment describes the schedule
+// and what went wrong before.
 
 import (
 	"context"
@@ -45,7 +46,7 @@ func reviewAcquireAsync(l *etcdlock.Locker, ctx context.Context, name string) <-
 // session() -> grant.Lock() -> Grant blocks. G2: Acquire(ctx 100ms, "b")
 // -> local turn of "b" -> session() -> grant.Lock() blocks. G2's deadline
 // passes; G2 comes back only when G1's Grant fails at 4s.
-func TestReviewGrantMutexIgnoresWaiterContext(t *testing.T) {
+func TestWaitForALeaseGrantEndsWithTheContext(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli, link := proxiedClient(t, cluster)
 	if _, err := cli.Get(t.Context(), "warm-up"); err != nil { // connect before the freeze
@@ -97,7 +98,7 @@ func TestReviewGrantMutexIgnoresWaiterContext(t *testing.T) {
 // etcd at ~+1.33s and its key is deleted; Q's waiter reads the queue after
 // the deletion and holds with a greater token. P's lease Context has not
 // ended: two leases with live contexts.
-func TestReviewBlockedRenewalObserverKeepsLeaseAlivePastExpiry(t *testing.T) {
+func TestSlowRenewalObserverCannotKeepALeaseAlive(t *testing.T) {
 	cluster := testetcd.Start(t)
 	blocked := make(chan struct{})
 	unblock := make(chan struct{})
@@ -142,7 +143,7 @@ func TestReviewBlockedRenewalObserverKeepsLeaseAlivePastExpiry(t *testing.T) {
 // WithRenewalObserver documents that the session is given up before the
 // observer hears of a failed renewal, and that the leases' contexts end at
 // once. (The review found the observer called first.)
-func TestReviewRenewalObserverRunsBeforeLeasesEnd(t *testing.T) {
+func TestLeasesEndWhenTheObserverHearsOfAFailedRenewal(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli, link := proxiedClient(t, cluster)
 	var held atomic.Pointer[etcdlock.Lease]
@@ -181,7 +182,7 @@ func TestReviewRenewalObserverRunsBeforeLeasesEnd(t *testing.T) {
 // the lock, and the old holder's Context never ends (it can even re-enter
 // its hold with its old token). Reset's doc only promises that the old
 // holder's Release reports ErrLockLost.
-func TestReviewResetLeavesOldHolderLive(t *testing.T) {
+func TestResetEndsTheOldHoldersLease(t *testing.T) {
 	cluster := testetcd.Start(t)
 	p := newLocker(t, cluster.Client(t))
 	q := newLocker(t, cluster.Client(t))
@@ -218,7 +219,7 @@ func TestReviewResetLeavesOldHolderLive(t *testing.T) {
 // holder's key, and a waiter for "sale" would take a "sale/eu" key as its
 // predecessor. Names with '/' are refused; names that share a beginning
 // do not nest.
-func TestReviewNamesNestInEachOthersQueue(t *testing.T) {
+func TestNamesDoNotNest(t *testing.T) {
 	cluster := testetcd.Start(t)
 	p := newLocker(t, cluster.Client(t))
 	q := newLocker(t, cluster.Client(t))
@@ -256,7 +257,7 @@ func TestReviewNamesNestInEachOthersQueue(t *testing.T) {
 // P releases: delete at rev d. AdvanceFence(k, d): Get at rev d, base 0,
 // 0+d >= d: no write, returns. Q's link thaws: Q reads at rev d (nothing
 // was written since) and holds with token d == atLeast.
-func TestReviewAdvanceFenceLaterTokenNotAbove(t *testing.T) {
+func TestAdvanceFenceLeavesLaterTokensAbove(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli := cluster.Client(t)
 	p := newLocker(t, cluster.Client(t))
@@ -304,7 +305,7 @@ func TestReviewAdvanceFenceLaterTokenNotAbove(t *testing.T) {
 // time it returns without deleting. The lost lease is never revoked. The
 // new key queues BEHIND the dead one, so once the holder releases, the
 // waiter (and everyone behind it) waits for the dead lease to expire.
-func TestReviewRequeuedWaiterWaitsBehindItsOwnDeadKey(t *testing.T) {
+func TestRequeuedWaiterIsNotBehindItsOwnDeadKey(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli := cluster.Client(t)
 	holder := newLocker(t, cluster.Client(t))
@@ -384,7 +385,7 @@ func TestReviewRequeuedWaiterWaitsBehindItsOwnDeadKey(t *testing.T) {
 // Txn hangs until P2's deadline; takeOver fails, forget deletes P's key
 // (once the link thaws), Done gives P3 an empty turn; P3 queues a new key
 // behind Q1. Hold order P1 Q1 P3, not P1 P3 Q1.
-func TestReviewHandOverLostWhenWaiterGivesUpInTakeOver(t *testing.T) {
+func TestHandOverPassedOnWhenTheWaiterGivesUpInTakeOver(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli := cluster.Client(t)
 	pcli, plink := proxiedClient(t, cluster)

@@ -251,19 +251,7 @@ func (c *core) abandon(ctx context.Context, a *attempt) {
 // waitContext bounds the wait: WithWait, else the caller's deadline, else
 // twice the TTL. Close ends it too.
 func (c *core) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	var wctx context.Context
-	var cancel context.CancelFunc
-	_, hasDeadline := ctx.Deadline()
-	switch {
-	case c.cfg.wait > 0:
-		wctx, cancel = context.WithTimeout(ctx, c.cfg.wait)
-	case hasDeadline:
-		wctx, cancel = context.WithCancel(ctx)
-	default:
-		wctx, cancel = context.WithTimeout(ctx, 2*c.cfg.ttl)
-	}
-	stop := context.AfterFunc(c.closeCtx, cancel)
-	return wctx, func() { stop(); cancel() }
+	return locking.WaitContext(ctx, c.cfg.wait, 2*c.cfg.ttl, c.closeCtx)
 }
 
 // notObtained is the error of a wait that ended: locking.ErrNotObtained, the

@@ -70,7 +70,7 @@ func awaitGoroutine(t *testing.T, frames []string, without string) bool {
 	return false
 }
 
-// TestReviewLostCreateThenNoServerLeavesOrphan: the create's answer is lost
+// TestLostCreateThenFailedReconnectLeavesNoOrphan: the create's answer is lost
 // with the connection (the node was created: _c_<g>-lock-N), and the server
 // stays unreachable for one round of dial attempts. findGUID's Children was
 // queued but never sent, so the client fails it with zk.ErrNoServer;
@@ -81,7 +81,7 @@ func awaitGoroutine(t *testing.T, frames []string, without string) bool {
 // which nobody ever deletes: it waits out its context, deletes only the
 // second node, and the first stays for as long as the session lives,
 // holding the lock against every other process (claim 5).
-func TestReviewLostCreateThenNoServerLeavesOrphan(t *testing.T) {
+func TestLostCreateThenFailedReconnectLeavesNoOrphan(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
 	gate := newDialGate()
@@ -141,11 +141,11 @@ func TestReviewLostCreateThenNoServerLeavesOrphan(t *testing.T) {
 	}
 }
 
-// TestReviewCancelledWaiterOutlivesItsContext: a waiter whose connection
+// TestCancelledWaiterComesBackAtItsContext: a waiter whose connection
 // is frozen (the server unreachable, not yet detected) and whose context
 // ends returns only after deleteNode gave up: up to half a session
 // timeout after its context ended (claim 5: never hangs past its context).
-func TestReviewCancelledWaiterOutlivesItsContext(t *testing.T) {
+func TestCancelledWaiterComesBackAtItsContext(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
 	holder := newLocker(t, []string{srv.Addr})

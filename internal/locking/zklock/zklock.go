@@ -338,15 +338,7 @@ func validName(name string) error {
 // waitContext bounds the wait: the caller's deadline, else WithWait's
 // bound. Close ends it too.
 func (l *Locker) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	var wctx context.Context
-	var cancel context.CancelFunc
-	if _, ok := ctx.Deadline(); ok {
-		wctx, cancel = context.WithCancel(ctx)
-	} else {
-		wctx, cancel = context.WithTimeout(ctx, l.cfg.waitBound())
-	}
-	stop := context.AfterFunc(l.closeCtx, cancel)
-	return wctx, func() { stop(); cancel() }
+	return locking.WaitContext(ctx, 0, l.cfg.waitBound(), l.closeCtx)
 }
 
 // notObtained is the error of a failed acquisition: locking.ErrNotObtained,
