@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -190,12 +191,23 @@ type Audit struct {
 	// Ordered is the sum of the order quantities, Orders their count.
 	Ordered int64
 	Orders  int64
+	// Pending counts the accepted orders not yet written to the database,
+	// Lag the age of the oldest of them: both stay 0 for the strategies
+	// that write each order in its own transaction (redis-reserve).
+	Pending int64
+	Lag     time.Duration
+	// Written is the database's own audit when the stock is counted
+	// elsewhere (redis-reserve), nil otherwise; Drift says how it
+	// disagrees with the count, "" when it does not.
+	Written *Audit
+	Drift   string
 }
 
-// Consistent holds when no unit was oversold and every unit that left the
-// stock is in an order.
+// Consistent holds when no unit was oversold, every unit that left the
+// stock is in an order, and the database agrees with where the stock is
+// counted.
 func (a Audit) Consistent() bool {
-	return a.Available >= 0 && a.Initial == a.Available+a.Ordered
+	return a.Available >= 0 && a.Initial == a.Available+a.Ordered && a.Drift == ""
 }
 
 // IdempotencyRecord remembers the order a request with an Idempotency-Key

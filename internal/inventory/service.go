@@ -291,10 +291,27 @@ func (s *Service) classify(ctx context.Context, err error) error {
 	return err
 }
 
+// Strategies that count the stock outside the database (Reserved) start
+// sales, audit and report levels themselves.
+type (
+	saleStarter interface {
+		StartSale(ctx context.Context, sku string, n int64) error
+	}
+	auditor interface {
+		Audit(ctx context.Context, sku string) (Audit, error)
+	}
+	leveler interface {
+		Level(ctx context.Context, sku string) (Level, error)
+	}
+)
+
 // Level returns a SKU's stock.
 func (s *Service) Level(ctx context.Context, sku string) (Level, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Level{}, err
+	}
+	if l, ok := s.strategy.(leveler); ok {
+		return l.Level(ctx, sku)
 	}
 	return s.store.Level(ctx, sku)
 }
@@ -314,6 +331,9 @@ func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
 	if err := ValidateInitialStock(n); err != nil {
 		return err
 	}
+	if starter, ok := s.strategy.(saleStarter); ok {
+		return starter.StartSale(ctx, sku, n)
+	}
 	// The database first, then the strategy's state. Neither sets anything
 	// back: StartSale bumps the version and keeps the fence, and the lock's
 	// Reset keeps its fencing counter, so tokens stay above every fence.
@@ -332,6 +352,9 @@ func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
 func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Audit{}, err
+	}
+	if a, ok := s.strategy.(auditor); ok {
+		return a.Audit(ctx, sku)
 	}
 	return s.store.Audit(ctx, sku)
 }

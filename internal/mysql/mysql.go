@@ -234,13 +234,27 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	return wrap(ctx, s.inSQLTx(ctx, nil, func(tx *sql.Tx) error {
+	_, err := s.StartSaleEpoch(ctx, sku, n)
+	return err
+}
+
+// StartSaleEpoch starts a sale as StartSale does and returns its number
+// (sale_epoch), which grows by one with every sale of the SKU.
+func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64, error) {
+	var epoch int64
+	err := s.inSQLTx(ctx, nil, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO stock (sku, initial, available, version, fence, updated_at)
-			VALUES (?, ?, ?, 0, 0, CURRENT_TIMESTAMP(6))
+			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
+			VALUES (?, ?, ?, 0, 0, 1, CURRENT_TIMESTAMP(6))
 			ON DUPLICATE KEY UPDATE
-				initial = ?, available = ?, version = version + 1, updated_at = CURRENT_TIMESTAMP(6)`,
+				initial = ?, available = ?, version = version + 1,
+				sale_epoch = sale_epoch + 1, updated_at = CURRENT_TIMESTAMP(6)`,
 			sku, n, n, n, n); err != nil {
+			return err
+		}
+		// The row is locked by the upsert until the commit: this reads
+		// the number this transaction wrote.
+		if err := tx.QueryRowContext(ctx, `SELECT sale_epoch FROM stock WHERE sku = ?`, sku).Scan(&epoch); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM orders WHERE sku = ?`, sku); err != nil {
@@ -248,7 +262,8 @@ func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE sku = ?`, sku)
 		return err
-	}))
+	})
+	return epoch, wrap(ctx, err)
 }
 
 // Audit implements inventory.Store. Both reads see one snapshot (REPEATABLE

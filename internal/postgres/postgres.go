@@ -175,12 +175,22 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	return wrap(ctx, pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO stock (sku, initial, available, version, fence, updated_at)
-			VALUES ($1, $2, $2, 0, 0, now())
+	_, err := s.StartSaleEpoch(ctx, sku, n)
+	return err
+}
+
+// StartSaleEpoch starts a sale as StartSale does and returns its number
+// (sale_epoch), which grows by one with every sale of the SKU.
+func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64, error) {
+	var epoch int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `
+			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
+			VALUES ($1, $2, $2, 0, 0, 1, now())
 			ON CONFLICT (sku) DO UPDATE
-			SET initial = $2, available = $2, version = stock.version + 1, updated_at = now()`, sku, n); err != nil {
+			SET initial = $2, available = $2, version = stock.version + 1,
+				sale_epoch = stock.sale_epoch + 1, updated_at = now()
+			RETURNING sale_epoch`, sku, n).Scan(&epoch); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE sku = $1`, sku); err != nil {
@@ -188,7 +198,8 @@ func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE sku = $1`, sku)
 		return err
-	}))
+	})
+	return epoch, wrap(ctx, err)
 }
 
 // Audit implements inventory.Store. Both reads see one snapshot (REPEATABLE

@@ -1,6 +1,7 @@
 // Package testredis runs real redis-server processes for tests: each on a
-// free 127.0.0.1 port, without persistence (a restart comes back empty),
-// stopped by its own PID. It never touches a Redis it did not start.
+// free 127.0.0.1 port, without persistence unless asked (StartDurable), so a
+// restart comes back empty; stopped by its own PID. It never touches a
+// Redis it did not start.
 //
 // Without the redis-server binary a test skips, except under CI=true, where
 // it fails: CI must never pass because a server was missing.
@@ -14,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +33,7 @@ const Bin = "/usr/bin/redis-server"
 var ErrNoRedis = errors.New("redis-server not found")
 
 // Server is a redis-server child process on a free loopback port,
-// without persistence, so a restart comes back empty.
+// without persistence unless started with StartDurable.
 type Server struct {
 	Addr string
 	port int
@@ -188,7 +190,8 @@ func (s *Server) signal(sig syscall.Signal, paused bool) error {
 	return nil
 }
 
-// Restart starts a stopped server again on the same port, with no data.
+// Restart starts a stopped server again on the same port: with no data,
+// unless it keeps an append-only file (StartDurable).
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	var err error
@@ -198,6 +201,31 @@ func (s *Server) Restart(tb testing.TB) {
 		}
 	}
 	tb.Fatal(err)
+}
+
+// StartDurable starts a redis-server as Start does, with an append-only
+// file fsynced before every answer (appendonly yes, appendfsync always):
+// Restart brings its data back, Wipe does not.
+func StartDurable(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	return Start(tb, append([]string{"--appendonly", "yes", "--appendfsync", "always"}, args...)...)
+}
+
+// Wipe kills the server, deletes its data files and starts it again on the
+// same port: a server that lost its disk, or a failover to an empty replica.
+func (s *Server) Wipe(tb testing.TB) {
+	tb.Helper()
+	s.Stop()
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	s.Restart(tb)
 }
 
 // Client returns a client closed at tb's cleanup. One dial attempt instead

@@ -1,0 +1,206 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// NameRedisReserve is the redis-reserve strategy's STRATEGY value.
+const NameRedisReserve = "redis-reserve"
+
+var (
+	// ErrSaleNotLoaded: the reservation store has no sale for the SKU: it
+	// was never loaded there, is being restarted, or the store lost its
+	// data. Orders fail closed (503) until the sale is started again; it
+	// wraps ErrUnavailable.
+	ErrSaleNotLoaded = fmt.Errorf("%w: the sale is not loaded in the reservation store", ErrUnavailable)
+	// ErrStaleSale: orders reserved in a sale of the SKU that has been
+	// restarted since; the database refuses to write them into the new one.
+	ErrStaleSale = errors.New("the orders belong to a sale that has been restarted")
+)
+
+// Reservation is one order as the reservation store takes it: the order
+// (its id chosen before, so a retry of the same call is recognised) and its
+// idempotency key and request fingerprint, if it has a key.
+type Reservation struct {
+	Order       Order
+	Key         string
+	Fingerprint []byte
+}
+
+// Tally is the reservation store's bookkeeping of one SKU's sale.
+type Tally struct {
+	Epoch     int64
+	Initial   int64
+	Available int64
+	// Ordered and Orders count every accepted order, in the database yet
+	// or not.
+	Ordered int64
+	Orders  int64
+	// Pending counts the accepted orders not yet written to the database;
+	// Lag is the age of the oldest of them (0 when there is none).
+	Pending int64
+	Lag     time.Duration
+}
+
+// Reservations is a store outside the database (Redis) that counts a SKU's
+// stock and accepts an order atomically with logging it durably; a
+// consumer then writes the logged orders to the database.
+type Reservations interface {
+	// Reserve takes r.Order.Quantity units and logs r.Order, or refuses
+	// with ErrSoldOut, ErrIdempotencyConflict or ErrSaleNotLoaded. It
+	// returns the id of the order that answers the request: r.Order.ID, or
+	// the order an earlier request with the same key created. It returns
+	// only once the order is durable.
+	Reserve(ctx context.Context, r Reservation) (orderID string, err error)
+	// Close stops the SKU's sale in the store: Reserve fails with
+	// ErrSaleNotLoaded until Load.
+	Close(ctx context.Context, sku string) error
+	// Load opens sale epoch of the SKU with n units, forgetting the keys
+	// and the unwritten orders of earlier sales. It refuses an epoch lower
+	// than one it has loaded already.
+	Load(ctx context.Context, sku string, n, epoch int64) error
+	// Tally reads the SKU's bookkeeping (ErrSaleNotLoaded when it has
+	// none).
+	Tally(ctx context.Context, sku string) (Tally, error)
+	// Ping checks that the store answers.
+	Ping(ctx context.Context) error
+}
+
+// EpochSales is what the redis-reserve strategy needs from the database:
+// sales that carry a number, and the audit of the orders written so far.
+type EpochSales interface {
+	// StartSaleEpoch starts a sale as Store.StartSale does and returns its
+	// number, which grows with every sale of the SKU.
+	StartSaleEpoch(ctx context.Context, sku string, n int64) (epoch int64, err error)
+	// Audit reads the SKU's stock and the sum of its orders, as
+	// Store.Audit does.
+	Audit(ctx context.Context, sku string) (Audit, error)
+	// Level reads the SKU's stock row (ErrUnknownSKU when it has none).
+	Level(ctx context.Context, sku string) (Level, error)
+}
+
+// Reserved counts the stock in a reservation store (Redis) instead of the
+// database: one atomic script per order checks the sale, the idempotency
+// key and the stock, decrements the stock and appends the order to a
+// durable log; the answer waits until that is durable. A consumer writes the
+// logged orders to the database afterwards (internal/reservation). The
+// invariant: the store's check and decrement are one atomic step on one
+// counter loaded once per sale, so no schedule of orders, instances or
+// retries takes more than was loaded; the database only follows the log,
+// and writes an order only while its sale is the current one.
+//
+// Every instance that sells a SKU must use this strategy: the database's
+// stock is not consulted by the orders, so a SQL strategy writing the same
+// SKU would sell the same units again.
+type Reserved struct {
+	res Reservations
+	db  EpochSales
+}
+
+// NewReserved returns the redis-reserve strategy over res and db.
+func NewReserved(res Reservations, db EpochSales) *Reserved {
+	return &Reserved{res: res, db: db}
+}
+
+var (
+	_ orderTaker  = (*Reserved)(nil)
+	_ saleStarter = (*Reserved)(nil)
+	_ auditor     = (*Reserved)(nil)
+	_ leveler     = (*Reserved)(nil)
+	_ pinger      = (*Reserved)(nil)
+)
+
+// Name implements Strategy.
+func (*Reserved) Name() string { return NameRedisReserve }
+
+// Deduct implements Strategy; the Service calls takeOrder instead, which
+// owns the whole order.
+func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
+	return fmt.Errorf("%w: %s takes whole orders, not deductions in a transaction", ErrUnavailable, NameRedisReserve)
+}
+
+// takeOrder reserves the order in the store.
+func (r *Reserved) takeOrder(o *batchOrder) (Order, error) {
+	id, err := r.res.Reserve(o.ctx, Reservation{Order: o.order, Key: o.key, Fingerprint: o.fingerprint})
+	if errors.Is(err, ErrSaleNotLoaded) {
+		// Tell an unknown SKU (404) from a sale the store lost (503).
+		if _, lerr := r.db.Level(o.ctx, o.sku); errors.Is(lerr, ErrUnknownSKU) {
+			return Order{}, lerr
+		}
+	}
+	if err != nil {
+		return Order{}, err
+	}
+	placed := o.order
+	// A replay: the key's fingerprint matched, so the body is this one.
+	placed.ID = id
+	return placed, nil
+}
+
+// StartSale starts the sale in the database and loads it into the store:
+// first the store stops selling the SKU, then the database starts the sale
+// and numbers it, then the store opens that sale. An order reserved in the
+// old sale and still on its way to the database is refused there by the
+// number (ErrStaleSale); none of the new sale can be taken before the
+// database has forgotten the old one. A failure leaves the SKU closed
+// (503) until a StartSale succeeds.
+func (r *Reserved) StartSale(ctx context.Context, sku string, n int64) error {
+	if err := r.res.Close(ctx, sku); err != nil {
+		return fmt.Errorf("close the sale in the reservation store: %w", err)
+	}
+	epoch, err := r.db.StartSaleEpoch(ctx, sku, n)
+	if err != nil {
+		return err
+	}
+	if err := r.res.Load(ctx, sku, n, epoch); err != nil {
+		return fmt.Errorf("load sale %d into the reservation store: %w", epoch, err)
+	}
+	return nil
+}
+
+// Audit counts every accepted order, written to the database yet or not,
+// from the store's tally, and checks the database against it: the database
+// was read first, so it can only be behind the store, never ahead.
+func (r *Reserved) Audit(ctx context.Context, sku string) (Audit, error) {
+	written, err := r.db.Audit(ctx, sku)
+	if err != nil {
+		return Audit{}, err
+	}
+	t, err := r.res.Tally(ctx, sku)
+	if err != nil {
+		return Audit{}, err
+	}
+	a := Audit{
+		SKU: sku, Initial: t.Initial, Available: t.Available, Ordered: t.Ordered, Orders: t.Orders,
+		Pending: t.Pending, Lag: t.Lag, Written: &written,
+	}
+	switch {
+	case written.Initial != t.Initial:
+		a.Drift = fmt.Sprintf("the database's sale has %d units, the reservation store's %d", written.Initial, t.Initial)
+	case !written.Consistent():
+		a.Drift = fmt.Sprintf("the database does not add up: initial %d, available %d, ordered %d", written.Initial, written.Available, written.Ordered)
+	case written.Ordered > t.Ordered || written.Orders > t.Orders:
+		a.Drift = fmt.Sprintf("the database has %d orders for %d units, more than the %d for %d accepted", written.Orders, written.Ordered, t.Orders, t.Ordered)
+	}
+	return a, nil
+}
+
+// Level reports the store's stock: what orders can still take.
+func (r *Reserved) Level(ctx context.Context, sku string) (Level, error) {
+	t, err := r.res.Tally(ctx, sku)
+	if errors.Is(err, ErrSaleNotLoaded) {
+		if _, lerr := r.db.Level(ctx, sku); errors.Is(lerr, ErrUnknownSKU) {
+			return Level{}, lerr
+		}
+	}
+	if err != nil {
+		return Level{}, err
+	}
+	return Level{Available: t.Available}, nil
+}
+
+// Ping checks the reservation store.
+func (r *Reserved) Ping(ctx context.Context) error { return r.res.Ping(ctx) }

@@ -1,0 +1,391 @@
+package reservation
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// Sink is what a Consumer needs from the database.
+type Sink interface {
+	// PersistReserved writes in one transaction the orders of sale epoch
+	// that are not there yet, deducts their total and stores their
+	// idempotency records; orders already there are skipped. It returns
+	// how many it wrote, or inventory.ErrStaleSale when the SKU's sale is
+	// no longer epoch (nothing is written).
+	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
+}
+
+// Observer hears what a Consumer does, for metrics. It is called on the
+// consumer's goroutine.
+type Observer interface {
+	// Written reports a batch committed to the database: for each order
+	// written, the time from its acceptance to the commit.
+	Written(sku string, lags []time.Duration)
+	// Failed reports a batch the database did not take; it stays pending
+	// and is tried again.
+	Failed(sku string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Written(string, []time.Duration) {}
+func (nopObserver) Failed(string)                   {}
+
+// Consumer writes the orders of every SKU's stream to the database. Each
+// instance runs one, under its own name, in the streams' consumer group:
+// an entry goes to one consumer, which acknowledges and deletes it only
+// after the database committed it. A consumer that dies leaves its entries
+// pending; the others claim them once they have been idle for the claim
+// bound (XAUTOCLAIM), and writing them again writes nothing twice (the
+// order id is the primary key).
+type Consumer struct {
+	store      *Store
+	sink       Sink
+	name       string
+	batch      int64
+	poll       time.Duration
+	claimIdle  time.Duration
+	claimEvery time.Duration
+	writeLimit time.Duration
+	log        *slog.Logger
+	obs        Observer
+}
+
+// ConsumerOption configures NewConsumer.
+type ConsumerOption func(*Consumer)
+
+// WithConsumerName names the consumer in the group. Default: host name,
+// process id and a random suffix, so a restarted process is a new consumer
+// and its predecessor's entries are claimed like any dead consumer's.
+func WithConsumerName(n string) ConsumerOption { return func(c *Consumer) { c.name = n } }
+
+// WithBatch bounds the orders read from one SKU's stream and written in one
+// transaction. Default 512.
+func WithBatch(n int) ConsumerOption { return func(c *Consumer) { c.batch = int64(max(1, n)) } }
+
+// WithPoll sets how often an idle consumer looks for orders other instances
+// took (orders taken in its own process wake it at once). Default 10ms.
+func WithPoll(d time.Duration) ConsumerOption {
+	return func(c *Consumer) { c.poll = max(time.Millisecond, d) }
+}
+
+// WithClaimIdle sets how long another consumer's entry must have been idle
+// before this one claims it. It must exceed a healthy batch's write, or
+// live consumers would take each other's work (harmless, but wasted).
+// Default 5s.
+func WithClaimIdle(d time.Duration) ConsumerOption {
+	return func(c *Consumer) { c.claimIdle = max(time.Millisecond, d) }
+}
+
+// WithConsumerLogger sets the logger. Default slog.Default().
+func WithConsumerLogger(l *slog.Logger) ConsumerOption { return func(c *Consumer) { c.log = l } }
+
+// WithConsumerObserver sets who hears about batches. Default: nobody.
+func WithConsumerObserver(o Observer) ConsumerOption { return func(c *Consumer) { c.obs = o } }
+
+// NewConsumer returns a consumer of s's streams writing into sink. Run
+// runs it.
+func (s *Store) NewConsumer(sink Sink, opts ...ConsumerOption) *Consumer {
+	host, _ := os.Hostname()
+	c := &Consumer{
+		store: s, sink: sink,
+		name:  fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
+		batch: 512, poll: 10 * time.Millisecond, claimIdle: 5 * time.Second, writeLimit: 10 * time.Second,
+		log: slog.Default(), obs: nopObserver{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	c.claimEvery = min(time.Second, c.claimIdle)
+	return c
+}
+
+// Name returns the consumer's name in the group.
+func (c *Consumer) Name() string { return c.name }
+
+// Run writes orders until ctx ends, and returns nil then. A batch being
+// written when ctx ends is finished (bounded by its own deadline), so a
+// shutdown does not leave it to be claimed.
+func (c *Consumer) Run(ctx context.Context) error {
+	var (
+		skus      []string
+		own       = map[string]bool{} // SKUs whose pending entries of ours must be read again
+		nextList  time.Time
+		nextClaim = time.Now().Add(c.claimEvery)
+		backoff   time.Duration
+	)
+	for ctx.Err() == nil {
+		now := time.Now()
+		if now.After(nextList) {
+			listed, err := c.store.rdb.SMembers(ctx, c.store.skusKey()).Result()
+			if err == nil {
+				for _, sku := range listed {
+					if _, known := own[sku]; !known {
+						own[sku] = true // our entries from before, if any
+					}
+				}
+				skus = listed
+			}
+			nextList = now.Add(time.Second)
+		}
+		c.store.local.Range(func(k, _ any) bool {
+			if sku := k.(string); !slices.Contains(skus, sku) {
+				skus = append(skus, sku)
+				own[sku] = false // a new stream this process writes to
+			}
+			return true
+		})
+		progress, failed := false, false
+		if now.After(nextClaim) {
+			p, f := c.claim(ctx, skus)
+			progress, failed = progress || p, failed || f
+			nextClaim = now.Add(c.claimEvery)
+		}
+		p, f := c.readAndWrite(ctx, skus, own)
+		progress, failed = progress || p, failed || f
+		switch {
+		case failed:
+			backoff = min(2*time.Second, max(100*time.Millisecond, 2*backoff))
+			c.wait(ctx, backoff)
+		case progress:
+			backoff = 0
+		default:
+			backoff = 0
+			c.wait(ctx, c.poll)
+		}
+	}
+	return nil
+}
+
+// wait returns after d, when this process takes an order, or when ctx ends.
+func (c *Consumer) wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.store.wake:
+	case <-ctx.Done():
+	}
+}
+
+// readAndWrite reads every SKU's stream once (our pending entries where we
+// have some, new ones elsewhere) and writes what it read. It reports
+// whether it wrote anything and whether something failed.
+func (c *Consumer) readAndWrite(ctx context.Context, skus []string, own map[string]bool) (progress, failed bool) {
+	if len(skus) == 0 {
+		return false, false
+	}
+	cmds := make([]*redis.XStreamSliceCmd, len(skus))
+	_, err := c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sku := range skus {
+			from := ">"
+			if own[sku] {
+				from = "0"
+			}
+			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
+				Group: Group, Consumer: c.name, Streams: []string{c.store.keys(sku).orders, from}, Count: c.batch, Block: -1,
+			})
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) && !isNoGroup(err) && ctx.Err() == nil {
+		// A stream without its group is a SKU being loaded; anything
+		// else is Redis out of reach.
+		c.log.Warn("reservation consumer: reading the streams failed", "consumer", c.name, "err", err)
+	}
+	for i, sku := range skus {
+		streams, err := cmds[i].Result()
+		if err != nil {
+			if !errors.Is(err, redis.Nil) && !isNoGroup(err) {
+				failed = true
+			}
+			if own[sku] && errors.Is(err, redis.Nil) {
+				own[sku] = false
+			}
+			continue
+		}
+		var msgs []redis.XMessage
+		for _, st := range streams {
+			msgs = append(msgs, st.Messages...)
+		}
+		if len(msgs) == 0 {
+			own[sku] = false
+			continue
+		}
+		if c.write(ctx, sku, msgs) {
+			progress = true
+		} else {
+			own[sku], failed = true, true
+		}
+	}
+	return progress, failed
+}
+
+// claim takes over the entries other consumers left idle for the claim
+// bound, and writes them.
+func (c *Consumer) claim(ctx context.Context, skus []string) (progress, failed bool) {
+	for _, sku := range skus {
+		msgs, _, err := c.store.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+			Stream: c.store.keys(sku).orders, Group: Group, Consumer: c.name,
+			MinIdle: c.claimIdle, Start: "0-0", Count: c.batch,
+		}).Result()
+		if err != nil {
+			if !errors.Is(err, redis.Nil) && !isNoGroup(err) && ctx.Err() == nil {
+				failed = true
+			}
+			continue
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		c.log.Info("reservation consumer: claimed orders another consumer left pending", "consumer", c.name, "sku", sku, "orders", len(msgs))
+		if c.write(ctx, sku, msgs) {
+			progress = true
+		} else {
+			failed = true
+		}
+	}
+	return progress, failed
+}
+
+// reserved is one stream entry, decoded.
+type reserved struct {
+	streamID string
+	epoch    int64
+	order    inventory.Order
+	key      inventory.IdempotencyRecord
+	accepted time.Time
+}
+
+// write writes msgs (one SKU's entries, oldest first) to the database,
+// one transaction per sale epoch among them, then acknowledges and deletes
+// them. It reports whether all of them are done with.
+func (c *Consumer) write(ctx context.Context, sku string, msgs []redis.XMessage) bool {
+	// The batch is finished even if ctx ends meanwhile, under a bound of
+	// its own: stopping now would leave it to be claimed later.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.writeLimit)
+	defer cancel()
+	var (
+		group []reserved
+		done  []string
+	)
+	flush := func() bool {
+		if len(group) == 0 {
+			return true
+		}
+		orders := make([]inventory.Order, len(group))
+		var keys []inventory.IdempotencyRecord
+		for i, r := range group {
+			orders[i] = r.order
+			if r.key.Key != "" {
+				keys = append(keys, r.key)
+			}
+		}
+		written, err := c.sink.PersistReserved(wctx, sku, group[0].epoch, orders, keys)
+		switch {
+		case errors.Is(err, inventory.ErrStaleSale):
+			c.log.Warn("reservation consumer: dropped orders of a restarted sale", "sku", sku, "epoch", group[0].epoch, "orders", len(group), "err", err)
+		case err != nil:
+			c.log.Error("reservation consumer: batch not written; it stays pending and is tried again",
+				"consumer", c.name, "sku", sku, "orders", len(group), "err", err)
+			c.obs.Failed(sku)
+			return false
+		default:
+			now := time.Now()
+			lags := make([]time.Duration, 0, written)
+			for _, r := range group {
+				lags = append(lags, max(0, now.Sub(r.accepted)))
+			}
+			c.obs.Written(sku, lags[:min(len(lags), max(written, 0))])
+		}
+		for _, r := range group {
+			done = append(done, r.streamID)
+		}
+		group = group[:0]
+		return true
+	}
+	ok := true
+	for _, m := range msgs {
+		r, err := decode(sku, m)
+		if err != nil {
+			// Only this package's script writes the stream: an entry it
+			// cannot read is a bug, logged with its content.
+			c.log.Error("reservation consumer: dropping an unreadable stream entry", "sku", sku, "entry", m.ID, "values", m.Values, "err", err)
+			done = append(done, m.ID)
+			continue
+		}
+		if len(group) > 0 && group[0].epoch != r.epoch {
+			if ok = flush(); !ok {
+				break
+			}
+		}
+		group = append(group, r)
+	}
+	if ok {
+		ok = flush()
+	}
+	if len(done) > 0 {
+		stream := c.store.keys(sku).orders
+		_, err := c.store.rdb.TxPipelined(wctx, func(p redis.Pipeliner) error {
+			p.XAck(wctx, stream, Group, done...)
+			p.XDel(wctx, stream, done...)
+			return nil
+		})
+		if err != nil {
+			// The orders are in the database; their entries will be read
+			// again and written as nothing.
+			c.log.Warn("reservation consumer: written orders not yet acknowledged", "sku", sku, "orders", len(done), "err", err)
+			return false
+		}
+	}
+	return ok
+}
+
+// decode reads one stream entry written by the reserve script.
+func decode(sku string, m redis.XMessage) (reserved, error) {
+	field := func(name string) string { s, _ := m.Values[name].(string); return s }
+	epoch, err := strconv.ParseInt(field("e"), 10, 64)
+	if err != nil {
+		return reserved{}, fmt.Errorf("epoch: %w", err)
+	}
+	q, err := strconv.ParseInt(field("q"), 10, 64)
+	if err != nil {
+		return reserved{}, fmt.Errorf("quantity: %w", err)
+	}
+	ms, err := strconv.ParseInt(strings.SplitN(m.ID, "-", 2)[0], 10, 64)
+	if err != nil {
+		return reserved{}, fmt.Errorf("entry id: %w", err)
+	}
+	r := reserved{
+		streamID: m.ID, epoch: epoch, accepted: time.UnixMilli(ms),
+		order: inventory.Order{ID: field("id"), SKU: sku, Quantity: q, UserID: field("u"), Strategy: inventory.NameRedisReserve},
+	}
+	if r.order.ID == "" || r.order.UserID == "" {
+		return reserved{}, errors.New("order id or user id missing")
+	}
+	if key := field("k"); key != "" {
+		fp, err := hex.DecodeString(field("h"))
+		if err != nil {
+			return reserved{}, fmt.Errorf("fingerprint: %w", err)
+		}
+		r.key = inventory.IdempotencyRecord{Key: key, SKU: sku, RequestHash: fp, OrderID: r.order.ID}
+	}
+	return r, nil
+}
+
+func isNoGroup(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
+}

@@ -1,0 +1,212 @@
+// Package reservation is the Redis side of the redis-reserve strategy: it
+// counts each SKU's stock in Redis and takes an order with one atomic script
+// that checks the sale, the idempotency key and the stock, decrements it and
+// appends the order to the SKU's stream; a Consumer in every instance then
+// writes the streamed orders to the database and removes them. The domain's
+// side (inventory.Reserved) declares what it needs; Store implements it.
+//
+// Durability: an answer is sent only after Redis replied, and a Redis with
+// appendonly yes and appendfsync always writes and fsyncs its AOF before it
+// replies (CheckDurable refuses any other). What survives what is written
+// in the README ("redis-reserve").
+package reservation
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// Group is the consumer group of every SKU's stream.
+const Group = "persist"
+
+// Store is inventory.Reservations on one Redis server or one Redis Cluster.
+type Store struct {
+	rdb       redis.UniversalClient
+	prefix    string
+	answerTTL time.Duration
+	retryWait time.Duration
+	// wake nudges this process's Consumer: an order was just logged.
+	wake chan struct{}
+	// local holds the SKUs this process has taken orders for, so its
+	// consumer reads a new sale's stream at once instead of at its next
+	// listing of the SKUs on sale.
+	local sync.Map
+}
+
+var _ inventory.Reservations = (*Store)(nil)
+
+// Option configures New.
+type Option func(*Store)
+
+// WithPrefix sets the prefix of every key. Default "stock:". Instances
+// that share a sale must share the prefix.
+func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
+
+// WithAnswerTTL sets how long an order's answer is kept for a retry of the
+// same call whose first answer was lost. It must outlast an order's
+// deadline. Default 5 minutes.
+func WithAnswerTTL(d time.Duration) Option { return func(s *Store) { s.answerTTL = d } }
+
+// New returns a Store over rdb. rdb should not retry commands itself
+// (MaxRetries -1): Reserve retries its own script, which is safe to repeat,
+// and a retried Load would be refused or be a no-op.
+func New(rdb redis.UniversalClient, opts ...Option) *Store {
+	s := &Store{rdb: rdb, prefix: "stock:", answerTTL: 5 * time.Minute, retryWait: 20 * time.Millisecond,
+		wake: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// keys of one SKU (see scripts.go).
+type skuKeys struct{ sale, epoch, idem, orders string }
+
+func (s *Store) keys(sku string) skuKeys {
+	base := s.prefix + "{" + sku + "}:"
+	return skuKeys{sale: base + "sale", epoch: base + "epoch", idem: base + "keys", orders: base + "orders"}
+}
+
+func (s *Store) placedKey(sku, orderID string) string {
+	return s.prefix + "{" + sku + "}:placed:" + orderID
+}
+
+// skusKey is the set of SKUs whose streams the consumers read. It is not
+// in any SKU's slot; only Load writes it.
+func (s *Store) skusKey() string { return s.prefix + "reserve:skus" }
+
+// Reserve implements inventory.Reservations. A call whose answer is lost
+// (a broken connection, a timeout) is run again until the order's deadline:
+// the script keeps the answer of the order id it took, so a second run
+// returns it instead of taking the stock twice. When no answer comes before
+// the deadline the outcome is unknown (inventory.ErrOutcomeUnknown, a 503):
+// the order may have been taken, and a retry with its Idempotency-Key
+// finds it.
+func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, error) {
+	k := s.keys(r.Order.SKU)
+	keys := []string{k.sale, k.idem, k.orders, s.placedKey(r.Order.SKU, r.Order.ID)}
+	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds()}
+	for attempt := 0; ; attempt++ {
+		reply, err := reserveScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+		if err == nil {
+			return s.answer(r, reply)
+		}
+		var serverErr redis.Error
+		if errors.As(err, &serverErr) && !retriableServerError(err) {
+			// The server refused the script (out of memory, a read-only
+			// replica, a misconfigured cluster): it took nothing.
+			return "", fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
+		}
+		if attempt == 0 && isRefused(err) {
+			// The connection was refused: the script never reached
+			// Redis, so nothing was taken.
+			return "", fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
+		}
+		t := time.NewTimer(s.retryWait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", fmt.Errorf("%w: no answer from Redis before the order's deadline: %w", inventory.ErrOutcomeUnknown, errors.Join(err, context.Cause(ctx)))
+		}
+	}
+}
+
+// answer turns the script's reply into the order id or the domain's error.
+func (s *Store) answer(r inventory.Reservation, reply []string) (string, error) {
+	switch {
+	case len(reply) == 2 && reply[0] == "ok":
+		if _, known := s.local.Load(r.Order.SKU); !known {
+			s.local.Store(r.Order.SKU, true)
+		}
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+		return reply[1], nil
+	case len(reply) == 2 && reply[0] == "replay":
+		return reply[1], nil
+	case len(reply) == 1 && reply[0] == "conflict":
+		return "", fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, r.Key)
+	case len(reply) == 1 && reply[0] == "soldout":
+		return "", inventory.ErrSoldOut
+	case len(reply) == 1 && reply[0] == "unloaded":
+		return "", fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, r.Order.SKU)
+	}
+	return "", fmt.Errorf("%w: unexpected reply from the reserve script: %q", inventory.ErrUnavailable, reply)
+}
+
+// retriableServerError: the server answered with an error after which the
+// script may or may not have run (a cluster redirection the client did not
+// follow, a server busy with another script, a loading server).
+func retriableServerError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func isRefused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// Close implements inventory.Reservations.
+func (s *Store) Close(ctx context.Context, sku string) error {
+	if err := s.rdb.Del(ctx, s.keys(sku).sale).Err(); err != nil {
+		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
+	}
+	return nil
+}
+
+// Load implements inventory.Reservations.
+func (s *Store) Load(ctx context.Context, sku string, n, epoch int64) error {
+	k := s.keys(sku)
+	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders}, epoch, n, Group).Err(); err != nil {
+		if strings.HasPrefix(err.Error(), "STALE") {
+			return fmt.Errorf("load %q: %w", sku, err)
+		}
+		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
+	}
+	if err := s.rdb.SAdd(ctx, s.skusKey(), sku).Err(); err != nil {
+		return fmt.Errorf("%w: list %q for the consumers: %w", inventory.ErrUnavailable, sku, err)
+	}
+	return nil
+}
+
+// Tally implements inventory.Reservations.
+func (s *Store) Tally(ctx context.Context, sku string) (inventory.Tally, error) {
+	k := s.keys(sku)
+	v, err := tallyScript.Run(ctx, s.rdb, []string{k.sale, k.orders}).Int64Slice()
+	if err != nil {
+		return inventory.Tally{}, fmt.Errorf("%w: tally %q in Redis: %w", inventory.ErrUnavailable, sku, err)
+	}
+	if len(v) == 0 {
+		return inventory.Tally{}, fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, sku)
+	}
+	return inventory.Tally{
+		Epoch: v[0], Initial: v[1], Available: v[2], Ordered: v[3], Orders: v[4],
+		Pending: v[5], Lag: time.Duration(v[6]) * time.Millisecond,
+	}, nil
+}
+
+// Ping implements inventory.Reservations.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("%w: Redis: %w", inventory.ErrUnavailable, err)
+	}
+	return nil
+}

@@ -1,0 +1,488 @@
+package reservation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/testredis"
+)
+
+// sale is one test's service over a durable private Redis and a database of
+// its own.
+type sale struct {
+	t     *testing.T
+	redis *testredis.Server
+	rdb   *redis.Client
+	db    store.Store
+	res   *reservation.Store
+	svc   *inventory.Service
+	seen  *written
+}
+
+func newSale(t *testing.T, engine string) *sale {
+	t.Helper()
+	srv := testredis.StartDurable(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	db := testdb.New(t, engine, 8)
+	res := reservation.New(rdb)
+	return &sale{t: t, redis: srv, rdb: rdb, db: db, res: res,
+		svc: inventory.NewService(db, inventory.NewReserved(res, db)), seen: newWritten()}
+}
+
+// consume runs a consumer until the test ends; its batches are counted in
+// s.seen.
+func (s *sale) consume(sink reservation.Sink, opts ...reservation.ConsumerOption) {
+	s.t.Helper()
+	c := s.res.NewConsumer(sink, append([]reservation.ConsumerOption{reservation.WithConsumerObserver(s.seen)}, opts...)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	s.t.Cleanup(func() { cancel(); <-done })
+}
+
+func (s *sale) start(sku string, n int64) {
+	s.t.Helper()
+	if err := s.svc.StartSale(context.Background(), sku, n); err != nil {
+		s.t.Fatalf("start sale: %v", err)
+	}
+}
+
+func (s *sale) order(sku string, q int64, user, key string) (inventory.Order, error) {
+	return s.svc.PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: q, UserID: user, IdempotencyKey: key})
+}
+
+// drained waits until the database holds n orders of the sale (counted by
+// the consumers' observer), then returns the database's own audit.
+func (s *sale) drained(sku string, n int64) inventory.Audit {
+	s.t.Helper()
+	s.seen.waitFor(s.t, n)
+	a, err := s.db.Audit(context.Background(), sku)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return a
+}
+
+// written counts the orders the consumers wrote and wakes waiters.
+type written struct {
+	mu     sync.Mutex
+	n      int64
+	failed int
+	change chan struct{}
+}
+
+func newWritten() *written { return &written{change: make(chan struct{})} }
+
+func (w *written) Written(_ string, lags []time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += int64(len(lags))
+	close(w.change)
+	w.change = make(chan struct{})
+}
+
+func (w *written) Failed(string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failed++
+	close(w.change)
+	w.change = make(chan struct{})
+}
+
+func (w *written) waitFor(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		have, change := w.n, w.change
+		w.mu.Unlock()
+		if have >= n {
+			return
+		}
+		select {
+		case <-change:
+		case <-deadline.C:
+			t.Fatalf("the consumers wrote %d orders in 30s, want %d", have, n)
+		}
+	}
+}
+
+// TestReserveRaceThenDrain: 200 buyers race for 50 units through Redis; the
+// answers, Redis's tally and, once the consumers have written every order,
+// the database all agree, with three consumers sharing the stream.
+func TestReserveRaceThenDrain(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			s := newSale(t, engine)
+			for range 3 {
+				s.consume(s.db)
+			}
+			const sku, initial = "reserve-race", 50
+			s.start(sku, initial)
+			var (
+				wg             sync.WaitGroup
+				mu             sync.Mutex
+				sold, orders   int64
+				minRefused     = int64(1 << 62)
+				ids            = map[string]bool{}
+				start          = make(chan struct{})
+				unexpectedErrs []error
+			)
+			for i := range 200 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					q := int64(i%3 + 1)
+					<-start
+					o, err := s.order(sku, q, fmt.Sprintf("u-%d", i), "")
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						sold += q
+						orders++
+						ids[o.ID] = true
+					case errors.Is(err, inventory.ErrSoldOut):
+						minRefused = min(minRefused, q)
+					default:
+						unexpectedErrs = append(unexpectedErrs, err)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if len(unexpectedErrs) > 0 {
+				t.Fatalf("%d unexpected errors, first: %v", len(unexpectedErrs), unexpectedErrs[0])
+			}
+			audit, err := s.svc.Audit(context.Background(), sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if audit.Orders != orders || audit.Ordered != sold || !audit.Consistent() || audit.Available < 0 {
+				t.Errorf("answers: %d orders for %d units; audit %+v", orders, sold, audit)
+			}
+			if audit.Available >= minRefused {
+				t.Errorf("%d units left, yet a request for %d was told sold out", audit.Available, minRefused)
+			}
+			db := s.drained(sku, orders)
+			if db.Orders != orders || db.Ordered != sold || db.Available != initial-sold || !db.Consistent() {
+				t.Errorf("after the drain the database has %+v, want %d orders for %d units", db, orders, sold)
+			}
+			for id := range ids {
+				if _, found, err := s.db.FindOrder(context.Background(), id); err != nil || !found {
+					t.Errorf("order %s answered 201 is not in the database (found %v, %v)", id, found, err)
+				}
+			}
+			after, err := s.svc.Audit(context.Background(), sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.Pending != 0 || !after.Consistent() {
+				t.Errorf("drained audit %+v: want nothing pending, consistent", after)
+			}
+		})
+	}
+}
+
+// TestNoOversellByOne: the script's comparison at the edge: the last unit
+// sells, the next request and a request for more than is left do not.
+func TestNoOversellByOne(t *testing.T) {
+	s := newSale(t, "postgres")
+	s.start("edge", 2)
+	if _, err := s.order("edge", 3, "a", ""); !errors.Is(err, inventory.ErrSoldOut) {
+		t.Fatalf("3 of 2: %v, want sold out", err)
+	}
+	if _, err := s.order("edge", 2, "b", ""); err != nil {
+		t.Fatalf("2 of 2: %v", err)
+	}
+	if _, err := s.order("edge", 1, "c", ""); !errors.Is(err, inventory.ErrSoldOut) {
+		t.Fatalf("1 of 0: %v, want sold out", err)
+	}
+	l, err := s.svc.Level(context.Background(), "edge")
+	if err != nil || l.Available != 0 {
+		t.Fatalf("level %+v %v, want 0 left", l, err)
+	}
+}
+
+// TestIdempotencyInRedis: a retry with the same key gets the first order and
+// takes nothing more; the key with another body is a conflict; the database
+// gets one order and one key record.
+func TestIdempotencyInRedis(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			s := newSale(t, engine)
+			s.consume(s.db)
+			s.start("idem", 10)
+			first, err := s.order("idem", 2, "u", "k-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := s.order("idem", 2, "u", "k-1")
+			if err != nil || again.ID != first.ID {
+				t.Fatalf("retry: %+v %v, want order %s", again, err, first.ID)
+			}
+			if _, err := s.order("idem", 3, "u", "k-1"); !errors.Is(err, inventory.ErrIdempotencyConflict) {
+				t.Fatalf("same key, another body: %v, want a conflict", err)
+			}
+			db := s.drained("idem", 1)
+			if db.Orders != 1 || db.Ordered != 2 || db.Available != 8 {
+				t.Fatalf("database %+v, want one order of 2", db)
+			}
+		})
+	}
+}
+
+// TestLostAnswerTakesStockOnce: the same call run twice (its first answer
+// lost) takes the stock once and logs the order once.
+func TestLostAnswerTakesStockOnce(t *testing.T) {
+	s := newSale(t, "postgres")
+	s.start("lost", 5)
+	r := inventory.Reservation{Order: inventory.Order{ID: "0193e7a4-0000-7000-8000-000000000001", SKU: "lost", Quantity: 2, UserID: "u", Strategy: inventory.NameRedisReserve}}
+	for range 2 {
+		id, err := s.res.Reserve(context.Background(), r)
+		if err != nil || id != r.Order.ID {
+			t.Fatalf("reserve: %q %v", id, err)
+		}
+	}
+	tally, err := s.res.Tally(context.Background(), "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tally.Available != 3 || tally.Orders != 1 || tally.Pending != 1 {
+		t.Fatalf("tally %+v, want 3 left, one order pending", tally)
+	}
+}
+
+// TestReplayWritesNothing: a batch delivered twice (its consumer died
+// after the commit, before the acknowledgement) writes nothing the second
+// time.
+func TestReplayWritesNothing(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t, engine, 4)
+			epoch, err := db.StartSaleEpoch(ctx, "replay", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			orders := []inventory.Order{
+				{ID: "0193e7a4-0000-7000-8000-000000000001", SKU: "replay", Quantity: 2, UserID: "a", Strategy: inventory.NameRedisReserve},
+				{ID: "0193e7a4-0000-7000-8000-000000000002", SKU: "replay", Quantity: 3, UserID: "b", Strategy: inventory.NameRedisReserve},
+			}
+			keys := []inventory.IdempotencyRecord{{Key: "k", SKU: "replay", RequestHash: []byte{1}, OrderID: orders[1].ID}}
+			for i, want := range []int{2, 0} {
+				n, err := db.PersistReserved(ctx, "replay", epoch, orders, keys)
+				if err != nil || n != want {
+					t.Fatalf("delivery %d wrote %d (%v), want %d", i+1, n, err, want)
+				}
+			}
+			// A delivery that overlaps the first: only the new order.
+			more := append(orders, inventory.Order{ID: "0193e7a4-0000-7000-8000-000000000003", SKU: "replay", Quantity: 1, UserID: "c", Strategy: inventory.NameRedisReserve})
+			if n, err := db.PersistReserved(ctx, "replay", epoch, more, nil); err != nil || n != 1 {
+				t.Fatalf("overlapping delivery wrote %d (%v), want 1", n, err)
+			}
+			a, err := db.Audit(ctx, "replay")
+			if err != nil || a.Orders != 3 || a.Ordered != 6 || a.Available != 4 || !a.Consistent() {
+				t.Fatalf("audit %+v %v, want 3 orders of 6 units, 4 left", a, err)
+			}
+			if _, err := db.PersistReserved(ctx, "replay", epoch-1, more, nil); !errors.Is(err, inventory.ErrStaleSale) {
+				t.Fatalf("orders of an older sale: %v, want ErrStaleSale", err)
+			}
+		})
+	}
+}
+
+// TestRestartedSaleDropsItsOldOrders: orders still in the stream when the
+// sale is restarted never reach the new sale's rows.
+func TestRestartedSaleDropsItsOldOrders(t *testing.T) {
+	s := newSale(t, "mysql")
+	s.start("again", 10)
+	for i := range 3 {
+		if _, err := s.order("again", 1, fmt.Sprintf("old-%d", i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A consumer that read the old sale's orders but had not written them
+	// when the sale restarted: they stay pending in its name.
+	stream := "stock:{again}:orders"
+	read, err := s.rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{Group: reservation.Group, Consumer: "slow", Streams: []string{stream, ">"}, Count: 10, Block: -1}).Result()
+	if err != nil || len(read[0].Messages) != 3 {
+		t.Fatalf("read the old orders: %v %v", read, err)
+	}
+	s.start("again", 10)
+	if _, err := s.order("again", 4, "new", ""); err != nil {
+		t.Fatal(err)
+	}
+	s.consume(s.db)
+	db := s.drained("again", 1)
+	if db.Orders != 1 || db.Ordered != 4 || db.Available != 6 || db.Initial != 10 {
+		t.Fatalf("database %+v, want only the new sale's order", db)
+	}
+	// The old orders went with the old stream; writing them directly is
+	// refused as stale.
+	epochs, err := s.res.Tally(context.Background(), "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := inventory.Order{ID: "0193e7a4-0000-7000-8000-0000000000aa", SKU: "again", Quantity: 1, UserID: "old", Strategy: inventory.NameRedisReserve}
+	if _, err := s.db.PersistReserved(context.Background(), "again", epochs.Epoch-1, []inventory.Order{old}, nil); !errors.Is(err, inventory.ErrStaleSale) {
+		t.Fatalf("an old sale's order: %v, want ErrStaleSale", err)
+	}
+}
+
+// TestDeadConsumersOrdersAreClaimed: orders read by a consumer that died
+// before writing them are claimed by another after the idle bound and
+// written once.
+func TestDeadConsumersOrdersAreClaimed(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			s := newSale(t, engine)
+			s.start("claim", 20)
+			for i := range 5 {
+				if _, err := s.order("claim", 2, fmt.Sprintf("u-%d", i), ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			read, err := s.rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{Group: reservation.Group, Consumer: "dead", Streams: []string{"stock:{claim}:orders", ">"}, Count: 10, Block: -1}).Result()
+			if err != nil || len(read[0].Messages) != 5 {
+				t.Fatalf("the dead consumer's read: %v %v", read, err)
+			}
+			s.consume(s.db, reservation.WithClaimIdle(50*time.Millisecond))
+			db := s.drained("claim", 5)
+			if db.Orders != 5 || db.Ordered != 10 || db.Available != 10 {
+				t.Fatalf("database %+v, want the dead consumer's 5 orders", db)
+			}
+			pending, err := s.rdb.XPending(context.Background(), "stock:{claim}:orders", reservation.Group).Result()
+			if err != nil || pending.Count != 0 {
+				t.Fatalf("pending after the claim: %+v %v", pending, err)
+			}
+		})
+	}
+}
+
+// flakySink fails its first writes, as a database that is down does.
+type flakySink struct {
+	reservation.Sink
+	mu    sync.Mutex
+	fails int
+}
+
+func (f *flakySink) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
+	f.mu.Lock()
+	fail := f.fails > 0
+	f.fails--
+	f.mu.Unlock()
+	if fail {
+		return 0, fmt.Errorf("%w: database down (test)", inventory.ErrUnavailable)
+	}
+	return f.Sink.PersistReserved(ctx, sku, epoch, orders, keys)
+}
+
+// TestDatabaseDownOrdersWait: while the database refuses writes, orders are
+// still accepted and wait in the stream; they land once it takes them.
+func TestDatabaseDownOrdersWait(t *testing.T) {
+	s := newSale(t, "postgres")
+	s.start("down", 10)
+	s.consume(&flakySink{Sink: s.db, fails: 3})
+	for i := range 4 {
+		if _, err := s.order("down", 1, fmt.Sprintf("u-%d", i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := s.drained("down", 4)
+	if db.Orders != 4 || db.Available != 6 {
+		t.Fatalf("database %+v, want 4 orders", db)
+	}
+	s.seen.mu.Lock()
+	failed := s.seen.failed
+	s.seen.mu.Unlock()
+	if failed < 1 {
+		t.Fatalf("the sink refused 3 writes, the observer saw %d failures", failed)
+	}
+}
+
+// TestWipedRedisFailsClosed: a Redis that lost its data has no sale: orders
+// get 503 and nothing is sold from the empty key, until the sale is
+// started again. A Redis restarted with its AOF keeps everything.
+func TestWipedRedisFailsClosed(t *testing.T) {
+	s := newSale(t, "postgres")
+	s.start("wipe", 5)
+	if _, err := s.order("wipe", 2, "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	s.redis.Stop()
+	s.redis.Restart(t)
+	tally, err := s.res.Tally(context.Background(), "wipe")
+	if err != nil || tally.Available != 3 || tally.Pending != 1 {
+		t.Fatalf("after a restart with the AOF: %+v %v, want 3 left and 1 pending", tally, err)
+	}
+	s.redis.Wipe(t)
+	_, err = s.order("wipe", 1, "b", "")
+	if !errors.Is(err, inventory.ErrUnavailable) || !errors.Is(err, inventory.ErrSaleNotLoaded) {
+		t.Fatalf("order on a wiped Redis: %v, want 503 (sale not loaded)", err)
+	}
+	if _, err := s.svc.Audit(context.Background(), "wipe"); !errors.Is(err, inventory.ErrUnavailable) {
+		t.Fatalf("audit on a wiped Redis: %v, want unavailable", err)
+	}
+	if _, err := s.order("never-started", 1, "b", ""); !errors.Is(err, inventory.ErrUnknownSKU) {
+		t.Fatalf("an unknown SKU: %v, want unknown", err)
+	}
+	s.start("wipe", 5)
+	if _, err := s.order("wipe", 1, "c", ""); err != nil {
+		t.Fatalf("after the sale restarted: %v", err)
+	}
+}
+
+// TestCheckDurable refuses a Redis without an fsynced append-only file.
+func TestCheckDurable(t *testing.T) {
+	ctx := context.Background()
+	durable := testredis.StartDurable(t)
+	if err := reservation.CheckDurable(ctx, durable.Client(t)); err != nil {
+		t.Fatalf("durable server refused: %v", err)
+	}
+	for _, args := range [][]string{nil, {"--appendonly", "yes", "--appendfsync", "everysec"}} {
+		err := reservation.CheckDurable(ctx, testredis.Start(t, args...).Client(t))
+		if !errors.Is(err, reservation.ErrNotDurable) {
+			t.Errorf("redis-server %v: %v, want ErrNotDurable", args, err)
+		}
+	}
+}
+
+// TestLoadIsNotUndoneByARetry: loading the loaded sale again keeps the
+// orders taken since; an older sale is refused.
+func TestLoadIsNotUndoneByARetry(t *testing.T) {
+	s := newSale(t, "postgres")
+	ctx := context.Background()
+	if err := s.res.Load(ctx, "load", 10, 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.res.Reserve(ctx, inventory.Reservation{Order: inventory.Order{ID: "o1", SKU: "load", Quantity: 4, UserID: "u"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.res.Load(ctx, "load", 10, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.res.Load(ctx, "load", 10, 6); err == nil {
+		t.Fatal("an older sale was loaded over a newer one")
+	}
+	tally, err := s.res.Tally(ctx, "load")
+	if err != nil || tally.Available != 6 || tally.Epoch != 7 {
+		t.Fatalf("tally %+v %v, want sale 7 with 6 left", tally, err)
+	}
+}

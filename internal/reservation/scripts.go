@@ -1,0 +1,93 @@
+package reservation
+
+import "github.com/redis/go-redis/v9"
+
+// Keys of one SKU S (after the prefix). Every key of a SKU carries the hash
+// tag {S}, so one script reaches them all on Redis Cluster too: a SKU lives
+// on one master.
+//
+//	{S}:sale      hash: epoch, initial, available, ordered, orders. Its
+//	              absence means "no sale here": never loaded, closed for a
+//	              restart, or lost with the server's data.
+//	{S}:epoch     the highest sale epoch ever loaded; Close leaves it, so a
+//	              late Load of an older sale is refused.
+//	{S}:keys      hash: idempotency key -> "fingerprint orderID".
+//	{S}:orders    stream: the accepted orders not yet in the database, one
+//	              entry each (id, q, u, k, h, e); consumer group "persist".
+//	{S}:placed:ID the sale epoch in which order ID was taken, for a few
+//	              minutes: a retry of the same call after a lost answer
+//	              finds it instead of taking the stock twice.
+
+// reserveScript checks, decrements and logs one order atomically.
+//
+// KEYS: sale, keys, orders, placed. ARGV: order id, quantity, user id,
+// idempotency key ("" for none), request fingerprint (hex), how long the
+// answer is kept (ms).
+//
+// Replies: {"ok", id} (taken now or by an earlier run of this very call),
+// {"replay", id} (the key's earlier order), {"conflict"}, {"soldout"},
+// {"unloaded"}.
+var reserveScript = redis.NewScript(`
+local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available')
+if not sale[1] then return {'unloaded'} end
+if redis.call('GET', KEYS[4]) == sale[1] then return {'ok', ARGV[1]} end
+local key, fp = ARGV[4], ARGV[5]
+if key ~= '' then
+  local prior = redis.call('HGET', KEYS[2], key)
+  if prior then
+    local sep = string.find(prior, ' ', 1, true)
+    if string.sub(prior, 1, sep - 1) ~= fp then return {'conflict'} end
+    return {'replay', string.sub(prior, sep + 1)}
+  end
+end
+local q = tonumber(ARGV[2])
+if tonumber(sale[2]) < q then return {'soldout'} end
+redis.call('HINCRBY', KEYS[1], 'available', -q)
+redis.call('HINCRBY', KEYS[1], 'ordered', q)
+redis.call('HINCRBY', KEYS[1], 'orders', 1)
+redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1])
+if key ~= '' then redis.call('HSET', KEYS[2], key, fp .. ' ' .. ARGV[1]) end
+redis.call('SET', KEYS[4], sale[1], 'PX', ARGV[6])
+return {'ok', ARGV[1]}
+`)
+
+// loadScript opens a sale: it forgets the SKU's keys and unwritten orders
+// (the database refuses orders of an older sale anyway) and sets the stock.
+// Loading the epoch loaded already is a no-op, so a retried call cannot wipe
+// the orders taken since; an older epoch is refused.
+//
+// KEYS: sale, epoch, keys, orders. ARGV: epoch, units, consumer group.
+var loadScript = redis.NewScript(`
+local e = tonumber(ARGV[1])
+local loaded = tonumber(redis.call('GET', KEYS[2]) or '0')
+if e < loaded then
+  return redis.error_reply('STALE sale ' .. ARGV[1] .. ' is older than sale ' .. loaded .. ', loaded already')
+end
+if e == loaded and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then return 'OK' end
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[3], '$', 'MKSTREAM')
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', ARGV[2], 'ordered', 0, 'orders', 0)
+return 'OK'
+`)
+
+// tallyScript reads a sale's bookkeeping, its backlog and the age of its
+// oldest unwritten order, on the clock of the server that holds them.
+//
+// KEYS: sale, orders. Reply: {epoch, initial, available, ordered, orders,
+// backlog, age ms} or {} when no sale is loaded.
+var tallyScript = redis.NewScript(`
+local s = redis.call('HMGET', KEYS[1], 'epoch', 'initial', 'available', 'ordered', 'orders')
+if not s[1] then return {} end
+local backlog, age = 0, 0
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  backlog = redis.call('XLEN', KEYS[2])
+  local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+  if first then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    age = math.max(0, now - tonumber(string.match(first[1], '^(%d+)')))
+  end
+end
+return {tonumber(s[1]), tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5]), backlog, age}
+`)
