@@ -184,6 +184,9 @@ func splitList(s string) []string {
 	return out
 }
 
+// reserveStrategy counts the stock in a durable Redis of its own.
+const reserveStrategy = "redis-reserve"
+
 // needsRedis reports whether a strategy takes its lock in Redis, and so
 // needs REDIS_ADDRS (redis-lock uses the first address, redlock all).
 func needsRedis(strategy string) bool {
@@ -205,7 +208,7 @@ func needsZooKeeper(strategy string) bool {
 // isLockStrategy reports whether a strategy takes a lock outside the
 // database, and so reads LOCK_TTL.
 func isLockStrategy(strategy string) bool {
-	return needsRedis(strategy) || needsEtcd(strategy) || needsZooKeeper(strategy)
+	return strategy != reserveStrategy && (needsRedis(strategy) || needsEtcd(strategy) || needsZooKeeper(strategy))
 }
 
 // buyersPerUnit is the one ratio of buyers to units of every burst.

@@ -32,6 +32,8 @@ type demo struct {
 	runID string
 	rep   *report.Report
 	redis []string
+	// reserveRedis is redis-reserve's durable Redis.
+	reserveRedis []string
 	// etcd and zk are ETCD_ENDPOINTS and ZK_SERVERS for etcd-lock and
 	// zk-lock: the environment's, or the servers the demo started.
 	etcd []string
@@ -235,7 +237,11 @@ func (d *demo) serviceEnv(b backend, strategy string) []string {
 	if report.IsControl(strategy) && d.p.NaiveRaceWindow != "" {
 		env = append(env, "NAIVE_RACE_WINDOW="+d.p.NaiveRaceWindow)
 	}
-	if needsRedis(strategy) && len(d.redis) > 0 {
+	if strategy == reserveStrategy {
+		if len(d.reserveRedis) > 0 {
+			env = append(env, "REDIS_ADDRS="+d.reserveRedis[0])
+		}
+	} else if needsRedis(strategy) && len(d.redis) > 0 {
 		env = append(env, "REDIS_ADDRS="+strings.Join(d.redis, ","))
 	}
 	if needsEtcd(strategy) && len(d.etcd) > 0 {

@@ -256,6 +256,21 @@ type redisNodes struct {
 
 // startRedis starts n redis-servers on free ports, without persistence.
 func startRedis(ctx context.Context, n int, dir string) (*redisNodes, error) {
+	return startRedisNodes(ctx, n, dir, "redis", []string{"--save", "", "--appendonly", "no"})
+}
+
+// startDurableRedis starts one redis-server that fsyncs its append-only
+// file before every answer and never evicts: what redis-reserve requires.
+func startDurableRedis(ctx context.Context, dir string) (*redisNodes, error) {
+	dir = filepath.Join(dir, "redis-reserve")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return startRedisNodes(ctx, 1, dir, "redis-reserve",
+		[]string{"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"})
+}
+
+func startRedisNodes(ctx context.Context, n int, dir, name string, persistence []string) (*redisNodes, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server is not installed (make services installs it): %w", err)
@@ -268,10 +283,8 @@ func startRedis(ctx context.Context, n int, dir string) (*redisNodes, error) {
 			return nil, err
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		p, err := startProcess("redis "+addr, bin, []string{
-			"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--daemonize", "no", "--dir", dir,
-		}, os.Environ(), filepath.Join(dir, fmt.Sprintf("redis-%d.log", i+1)))
+		args := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--daemonize", "no", "--dir", dir}, persistence...)
+		p, err := startProcess(name+" "+addr, bin, args, os.Environ(), filepath.Join(dir, fmt.Sprintf("%s-%d.log", name, i+1)))
 		if err != nil {
 			r.stop()
 			return nil, err

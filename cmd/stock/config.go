@@ -45,6 +45,12 @@ type config struct {
 	// SkipPolicyCheck starts even where the Redis eviction policy cannot be
 	// read (CONFIG disabled or renamed): the operator vouches for noeviction.
 	SkipPolicyCheck bool
+
+	// redis-reserve: Durable refuses a Redis without an fsynced AOF
+	// (RESERVE_DURABILITY=aof); ClaimIdle is how long a dead consumer's
+	// orders wait before another instance writes them.
+	ReserveDurable   bool
+	ReserveClaimIdle time.Duration
 }
 
 // minAdminTokenLength is the shortest ADMIN_TOKEN the service accepts: the
@@ -54,7 +60,8 @@ const minAdminTokenLength = 16
 
 // strategyNames lists every value STRATEGY accepts.
 func strategyNames() []string {
-	return slices.Concat(inventory.SQLStrategyNames, []string{inventory.NameBatched}, inventory.LockStrategyNames)
+	return slices.Concat(inventory.SQLStrategyNames, []string{inventory.NameBatched}, inventory.LockStrategyNames,
+		[]string{inventory.NameRedisReserve})
 }
 
 func isLockStrategy(name string) bool { return slices.Contains(inventory.LockStrategyNames, name) }
@@ -100,6 +107,21 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LockRenewEvery:  duration("LOCK_RENEW_EVERY", 0, true),
 		FreezeHolder:    boolean("FREEZE_HOLDER", false),
 		SkipPolicyCheck: boolean("REDIS_SKIP_POLICY_CHECK", false),
+		// A dead consumer's orders wait this long: well past a healthy
+		// batch's write, well within what a buyer tolerates between the
+		// 201 and the order row.
+		ReserveClaimIdle: duration("RESERVE_CLAIM_IDLE", 5*time.Second, false),
+	}
+	switch d := str("RESERVE_DURABILITY", "aof"); d {
+	case "aof":
+		c.ReserveDurable = true
+	case "none":
+		c.ReserveDurable = false
+	default:
+		bad("RESERVE_DURABILITY=%q is not aof or none", d)
+	}
+	if (getenv("RESERVE_DURABILITY") != "" || getenv("RESERVE_CLAIM_IDLE") != "") && c.Strategy != inventory.NameRedisReserve {
+		bad("RESERVE_DURABILITY and RESERVE_CLAIM_IDLE apply only to STRATEGY=redis-reserve")
 	}
 	switch f := str("FENCING", "on"); f {
 	case "on":
@@ -182,6 +204,8 @@ func (c config) logAttrs() []any {
 		"fencing", c.Fencing,
 		"freeze_holder", c.FreezeHolder,
 		"redis_skip_policy_check", c.SkipPolicyCheck,
+		"reserve_durable", c.ReserveDurable,
+		"reserve_claim_idle", c.ReserveClaimIdle.String(),
 	}
 }
 

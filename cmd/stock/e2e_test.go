@@ -164,6 +164,8 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 	}
 	const units, buyers = 500, 2000
 	redisAddrs := startRedisServers(t, 5)
+	// redis-reserve refuses a Redis that could lose an accepted order.
+	durableRedis := testredis.StartDurable(t).Addr
 	coordination := coordinationEnv(t)
 	for _, engine := range store.Engines {
 		for _, strategy := range strategyNames() {
@@ -173,6 +175,9 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 					"REDIS_ADDRS=" + redisAddrs, "LOCK_WAIT=10s"}, coordination...)
 				if strategy == inventory.NameNaive {
 					env = append(env, "NAIVE_RACE_WINDOW=5ms")
+				}
+				if strategy == inventory.NameRedisReserve {
+					env = append(env, "REDIS_ADDRS="+durableRedis)
 				}
 				var instances []*process
 				for range 3 {
@@ -238,9 +243,46 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				if other := int64(buyers) - counts[http.StatusCreated] - counts[http.StatusConflict]; other != 0 {
 					t.Errorf("%d answers were neither 201 nor 409: %v", other, counts)
 				}
+				if strategy == inventory.NameRedisReserve {
+					written := waitDrained(t, instances[2].url, engine, url, "burst")
+					if written.Orders != counts[http.StatusCreated] || written.Available != 0 || !written.Consistent() {
+						t.Errorf("after the drain the database has %+v, want the %d orders answered 201", written, counts[http.StatusCreated])
+					}
+				}
 			})
 		}
 	}
+}
+
+// waitDrained waits until the audit of sku reports no order pending (every
+// accepted order written by the instances' consumers), then returns the
+// database's own audit.
+func waitDrained(t *testing.T, instanceURL, engine, databaseURL, sku string) inventory.Audit {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var a struct{ Pending int64 }
+		adminJSON(t, http.MethodGet, instanceURL+"/admin/audit/"+sku, "", &a)
+		if a.Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d orders still pending after 30s", a.Pending)
+		}
+		// Another process's consumers drain the stream: the audit is the
+		// only signal there is, so poll it.
+		time.Sleep(20 * time.Millisecond)
+	}
+	db, err := store.Open(context.Background(), databaseURL, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	written, err := db.Audit(context.Background(), sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return written
 }
 
 // coordinationEnv starts the coordination services the lock strategies

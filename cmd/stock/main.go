@@ -76,10 +76,14 @@ func openStore(ctx context.Context, cfg config) (store.Store, error) {
 }
 
 // buildStrategy returns the configured strategy and a function that releases
-// what it holds (Redis clients and listeners).
+// what it holds (Redis clients and listeners) and stops what it runs (the
+// reservation consumer).
 func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
 	if isLockStrategy(cfg.Strategy) {
 		return buildLockStrategy(cfg, db, m, m.Renewed, log)
+	}
+	if cfg.Strategy == inventory.NameRedisReserve {
+		return buildReserve(cfg, db, m, log)
 	}
 	if cfg.Strategy == inventory.NameBatched {
 		// No ROW_MAX_IN_FLIGHT: one transaction per SKU at a time in this

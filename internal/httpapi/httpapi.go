@@ -423,6 +423,12 @@ type auditResponse struct {
 	Ordered    int64  `json:"ordered"`
 	Orders     int64  `json:"orders"`
 	Consistent bool   `json:"consistent"`
+	// Pending counts accepted orders not yet in the database, LagSeconds
+	// the age of the oldest (redis-reserve; 0 for the others). Drift says
+	// how the database disagrees with where the stock is counted.
+	Pending    int64   `json:"pending"`
+	LagSeconds float64 `json:"lag_seconds"`
+	Drift      string  `json:"drift,omitempty"`
 }
 
 func (s *server) audit(c *gin.Context) {
@@ -433,5 +439,6 @@ func (s *server) audit(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, auditResponse{
 		SKU: a.SKU, Initial: a.Initial, Available: a.Available, Ordered: a.Ordered, Orders: a.Orders, Consistent: a.Consistent(),
+		Pending: a.Pending, LagSeconds: a.Lag.Seconds(), Drift: a.Drift,
 	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/redislock"
 	"github.com/flashsale/stock/internal/locking/zklock"
+	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 	"github.com/flashsale/stock/internal/testetcd"
@@ -60,6 +61,17 @@ func strategies() map[string]func(t *testing.T, db store.Store) inventory.Strate
 			locker := etcdlock.New(testetcd.Start(t).Client(t), etcdlock.WithPrefix(fmt.Sprintf("/%s/", t.Name())))
 			t.Cleanup(func() { _ = locker.Close() })
 			return inventory.NewLocked(inventory.NameEtcdLock, inventorylock.Adapt(locker))
+		},
+		inventory.NameRedisReserve: func(t *testing.T, db store.Store) inventory.Strategy {
+			srv := testredis.StartDurable(t)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = rdb.Close() })
+			res := reservation.New(rdb)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = res.NewConsumer(db).Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			return inventory.NewReserved(res, db)
 		},
 		inventory.NameZKLock: func(t *testing.T, _ store.Store) inventory.Strategy {
 			locker, err := zklock.New([]string{testzk.Start(t).Addr}, zklock.WithPrefix("/"+strings.ReplaceAll(t.Name(), "/", "-")),

@@ -29,6 +29,8 @@ type Metrics struct {
 	backendErrors *prometheus.CounterVec
 	batchSize     *prometheus.HistogramVec
 	batchTx       *prometheus.HistogramVec
+	reserveLag    prometheus.Histogram
+	reserveWrites *prometheus.CounterVec
 }
 
 var (
@@ -94,12 +96,21 @@ func New() *Metrics {
 			Help:    "Time of one batch's transaction (retries and the lookup after a lost commit answer included), by outcome.",
 			Buckets: latencyBuckets,
 		}, []string{"outcome"}),
+		reserveLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "stock_reserve_write_lag_seconds",
+			Help:    "redis-reserve: time from an order's acceptance in Redis (its 201) to its commit in the database.",
+			Buckets: latencyBuckets,
+		}),
+		reserveWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_reserve_batches_total",
+			Help: "redis-reserve: batches of streamed orders the consumer wrote to the database, by result (ok, failed: left pending and tried again).",
+		}, []string{"result"}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.orders, m.deduction, m.retries, m.lockWait, m.lockHold, m.locksLost, m.fencedOff, m.renewals, m.backendErrors,
-		m.batchSize, m.batchTx,
+		m.batchSize, m.batchTx, m.reserveLag, m.reserveWrites,
 	)
 	return m
 }
@@ -155,4 +166,17 @@ func (m *Metrics) Renewed(ok bool) {
 func (m *Metrics) BatchDone(size int, elapsed time.Duration, outcome string) {
 	m.batchSize.WithLabelValues(outcome).Observe(float64(size))
 	m.batchTx.WithLabelValues(outcome).Observe(elapsed.Seconds())
+}
+
+// Written implements reservation.Observer.
+func (m *Metrics) Written(_ string, lags []time.Duration) {
+	m.reserveWrites.WithLabelValues("ok").Inc()
+	for _, l := range lags {
+		m.reserveLag.Observe(l.Seconds())
+	}
+}
+
+// Failed implements reservation.Observer.
+func (m *Metrics) Failed(string) {
+	m.reserveWrites.WithLabelValues("failed").Inc()
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNotDurable: a Redis that would lose an acknowledged order in a crash.
+// ErrNotDurable: a Redis that would lose an acknowledged order in a crash,
+// or evict one under memory pressure.
 var ErrNotDurable = errors.New("redis is not durable")
 
 // CheckDurable checks that every server that holds reservations (the one
@@ -19,19 +20,44 @@ var ErrNotDurable = errors.New("redis is not durable")
 // of the machine. (Redis 7.0 has no WAITAOF; WAIT to a replica is not
 // durability on disk either.)
 func CheckDurable(ctx context.Context, rdb redis.UniversalClient) error {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return checkServer(ctx, c)
-		})
-	}
-	return checkServer(ctx, rdb)
+	return forEachServer(ctx, rdb, checkAOF)
 }
 
-func checkServer(ctx context.Context, c redis.Cmdable) error {
-	addr := "redis"
-	if cl, ok := c.(*redis.Client); ok {
-		addr = cl.Options().Addr
+// CheckNoEviction checks that every server that holds reservations runs
+// with maxmemory-policy noeviction: an evicted stream entry is an order
+// answered 201 and never written, an evicted sale a SKU that fails closed.
+// A full Redis must refuse new orders instead.
+func CheckNoEviction(ctx context.Context, rdb redis.UniversalClient) error {
+	return forEachServer(ctx, rdb, func(ctx context.Context, c redis.Cmdable) error {
+		v, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			return fmt.Errorf("%w: %s: cannot read its maxmemory-policy (CONFIG GET): %w", ErrNotDurable, addrOf(c), err)
+		}
+		if p := v["maxmemory-policy"]; p != "noeviction" {
+			return fmt.Errorf("%w: %s has maxmemory-policy %q, which may evict accepted orders; it needs noeviction", ErrNotDurable, addrOf(c), p)
+		}
+		return nil
+	})
+}
+
+func forEachServer(ctx context.Context, rdb redis.UniversalClient, check func(context.Context, redis.Cmdable) error) error {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return check(ctx, c)
+		})
 	}
+	return check(ctx, rdb)
+}
+
+func addrOf(c redis.Cmdable) string {
+	if cl, ok := c.(*redis.Client); ok {
+		return cl.Options().Addr
+	}
+	return "redis"
+}
+
+func checkAOF(ctx context.Context, c redis.Cmdable) error {
+	addr := addrOf(c)
 	settings, err := c.ConfigGet(ctx, "append*").Result()
 	if err != nil {
 		return fmt.Errorf("%w: %s: cannot read its configuration (CONFIG GET): %w", ErrNotDurable, addr, err)

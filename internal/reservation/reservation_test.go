@@ -462,6 +462,13 @@ func TestCheckDurable(t *testing.T) {
 			t.Errorf("redis-server %v: %v, want ErrNotDurable", args, err)
 		}
 	}
+	if err := reservation.CheckNoEviction(ctx, durable.Client(t)); err != nil {
+		t.Fatalf("noeviction server refused: %v", err)
+	}
+	lru := testredis.StartDurable(t, "--maxmemory-policy", "allkeys-lru")
+	if err := reservation.CheckNoEviction(ctx, lru.Client(t)); !errors.Is(err, reservation.ErrNotDurable) {
+		t.Errorf("allkeys-lru: %v, want ErrNotDurable", err)
+	}
 }
 
 // TestLoadIsNotUndoneByARetry: loading the loaded sale again keeps the

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/metrics"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/store"
+)
+
+// buildReserve connects to the reservation Redis (the first of
+// REDIS_ADDRS), refuses one that could lose or evict an accepted order, and
+// starts this instance's consumer of the order streams. The returned stop
+// function ends the consumer (it finishes the batch in hand) and closes the
+// client.
+func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
+	rdb := redis.NewClient(&redis.Options{
+		Addr:        cfg.RedisAddrs[0],
+		DialTimeout: time.Second,
+		// Orders carry deadlines; go-redis honours them only so.
+		ContextTimeoutEnabled: true,
+		// No retries by the client: Reserve retries its own script, which
+		// is safe to repeat; a retried Load is refused or a no-op.
+		MaxRetries: -1,
+		// Every order holds a connection for one round trip: a pool
+		// larger than go-redis' default (10 per CPU) would only queue at
+		// Redis instead of here.
+		PoolSize: 64,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("reservation redis %s: %w", cfg.RedisAddrs[0], err)
+	}
+	if err := reservation.CheckNoEviction(ctx, rdb); err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("%w (start it with --maxmemory-policy noeviction)", err)
+	}
+	if cfg.ReserveDurable {
+		if err := reservation.CheckDurable(ctx, rdb); err != nil {
+			_ = rdb.Close()
+			return nil, nil, fmt.Errorf("%w: start it with --appendonly yes --appendfsync always, or set RESERVE_DURABILITY=none for a demo that may lose orders", err)
+		}
+	} else {
+		log.Warn("RESERVE_DURABILITY=none: orders are answered 201 before Redis has them on disk. " +
+			"A crash of Redis or of the machine loses them, and the database never sees them. Never use it for a real sale.")
+	}
+	res := reservation.New(rdb)
+	consumer := res.NewConsumer(db, reservation.WithClaimIdle(cfg.ReserveClaimIdle),
+		reservation.WithConsumerLogger(log), reservation.WithConsumerObserver(m))
+	runCtx, stopConsumer := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- consumer.Run(runCtx) }()
+	log.Info("reservation consumer started", "consumer", consumer.Name(), "redis", cfg.RedisAddrs[0])
+	stop := func() {
+		stopConsumer()
+		if err := <-stopped; err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("reservation consumer", "err", err)
+		}
+		_ = rdb.Close()
+	}
+	return inventory.NewReserved(res, db), stop, nil
+}

@@ -1,0 +1,339 @@
+package reservation_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/store"
+)
+
+// gatedSales is the real database as inventory.EpochSales, except that
+// StartSaleEpoch reports the epoch it committed and then waits for release
+// before it returns, and Audit (when auditRead is set) reports its read and
+// waits for auditRelease: a test holds a StartSale or an Audit between its
+// database step and its Redis step.
+type gatedSales struct {
+	store.Store
+	started chan int64
+	release chan struct{}
+
+	auditRead    chan struct{}
+	auditRelease chan struct{}
+}
+
+func (g *gatedSales) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64, error) {
+	e, err := g.Store.StartSaleEpoch(ctx, sku, n)
+	if err == nil && g.started != nil {
+		g.started <- e
+		<-g.release
+	}
+	return e, err
+}
+
+func (g *gatedSales) Audit(ctx context.Context, sku string) (inventory.Audit, error) {
+	a, err := g.Store.Audit(ctx, sku)
+	if g.auditRead != nil {
+		g.auditRead <- struct{}{}
+		<-g.auditRelease
+	}
+	return a, err
+}
+
+// persisted is one PersistReserved call as a sink saw it.
+type persisted struct {
+	epoch  int64
+	orders []inventory.Order
+	err    error
+}
+
+// watchedSink is the real database as a Sink that reports every batch.
+type watchedSink struct {
+	reservation.Sink
+	calls chan persisted
+}
+
+func (w *watchedSink) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
+	n, err := w.Sink.PersistReserved(ctx, sku, epoch, orders, keys)
+	w.calls <- persisted{epoch: epoch, orders: append([]inventory.Order(nil), orders...), err: err}
+	return n, err
+}
+
+// batchWith waits for the sink's batch that holds order id.
+func batchWith(t *testing.T, calls <-chan persisted, id string) persisted {
+	t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		select {
+		case p := <-calls:
+			for _, o := range p.orders {
+				if o.ID == id {
+					return p
+				}
+			}
+		case <-deadline.C:
+			t.Fatalf("no consumer batch held order %s in 30s", id)
+		}
+	}
+}
+
+// TestReviewRacingStartSalesReopenASupersededSale: two StartSale calls race
+// and the later one fails after its database step (its caller gave up).
+// The earlier one's Load reopens the SKU in Redis with a sale the database
+// has already left behind, so orders keep being answered 201 and every one
+// of them is dropped by the consumer as stale: lost, though no sale was
+// restarted after them (the only newer sale never opened), and against the
+// documented "a failure leaves the SKU closed (503)".
+//
+//	A: Close            B: Close
+//	A: StartSaleEpoch=2 B: StartSaleEpoch=3
+//	A: Load(2) ok (Redis had loaded 1)
+//	B: Load(3) fails (context ended)
+//	order -> 201 in sale 2; the database is in sale 3 -> ErrStaleSale, dropped
+func TestReviewRacingStartSalesReopenASupersededSale(t *testing.T) {
+	s := newSale(t, "postgres")
+	const sku = "race-start"
+	s.start(sku, 10) // sale 1
+
+	gateA := &gatedSales{Store: s.db, started: make(chan int64), release: make(chan struct{})}
+	gateB := &gatedSales{Store: s.db, started: make(chan int64), release: make(chan struct{})}
+	adminA := inventory.NewReserved(s.res, gateA)
+	adminB := inventory.NewReserved(s.res, gateB)
+
+	doneA := make(chan error, 1)
+	go func() { doneA <- adminA.StartSale(context.Background(), sku, 10) }()
+	epochA := <-gateA.started
+
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	doneB := make(chan error, 1)
+	go func() { doneB <- adminB.StartSale(ctxB, sku, 10) }()
+	epochB := <-gateB.started
+
+	close(gateA.release)
+	if err := <-doneA; err != nil {
+		t.Fatalf("StartSale A (sale %d): %v", epochA, err)
+	}
+	cancelB() // B's caller gives up between its database step and its Load
+	close(gateB.release)
+	errB := <-doneB
+	if errB == nil {
+		t.Fatalf("StartSale B (sale %d) succeeded; the test needs it to fail at Load", epochB)
+	}
+	t.Logf("StartSale A opened sale %d; StartSale B committed sale %d in the database, then failed: %v", epochA, epochB, errB)
+
+	sink := &watchedSink{Sink: s.db, calls: make(chan persisted, 64)}
+	s.consume(sink)
+	o, err := s.order(sku, 1, "buyer", "")
+	if err != nil {
+		// Closed (503) is a correct answer here.
+		t.Logf("order refused: %v", err)
+		return
+	}
+	p := batchWith(t, sink.calls, o.ID)
+	_, found, ferr := s.db.FindOrder(context.Background(), o.ID)
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	if !found {
+		t.Errorf("order %s was answered 201 in sale %d, but the database (sale %d) dropped it: %v", o.ID, p.epoch, epochB, p.err)
+	}
+}
+
+// lossyDialer returns a go-redis Dialer whose connections lose the first
+// script reply (an array) read after hook is armed: the reply arrives, the
+// hook runs, then the connection breaks before go-redis sees the reply.
+func lossyDialer(hook *atomic.Pointer[func()]) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyConn{Conn: c, hook: hook}, nil
+	}
+}
+
+type lossyConn struct {
+	net.Conn
+	hook *atomic.Pointer[func()]
+}
+
+func (c *lossyConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && p[0] == '*' {
+		if h := c.hook.Swap(nil); h != nil {
+			(*h)()
+			_ = c.Conn.Close()
+			return 0, io.ErrUnexpectedEOF
+		}
+	}
+	return n, err
+}
+
+// cancellingSales fails StartSaleEpoch as a StartSale whose caller gave up
+// (or whose database was unreachable) does, after Close.
+type cancellingSales struct {
+	store.Store
+}
+
+func (c cancellingSales) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	return c.Store.StartSaleEpoch(ctx, sku, n)
+}
+
+// TestReviewRetryAfterLostAnswerIsNotOutcomeUnknown: Reserve's first run
+// takes the order and its answer is lost; before the retry, a StartSale
+// closes the sale in Redis and then fails in the database. The retry finds
+// no sale and Reserve answers ErrSaleNotLoaded, a definite 503 ("nothing
+// happened"), not ErrOutcomeUnknown, yet the order the first run took is in
+// the stream of the still-current sale and the consumer writes it: a
+// phantom.
+func TestReviewRetryAfterLostAnswerIsNotOutcomeUnknown(t *testing.T) {
+	s := newSale(t, "postgres")
+	const sku = "phantom"
+	s.start(sku, 5)
+
+	var hook atomic.Pointer[func()]
+	lossy := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, Dialer: lossyDialer(&hook)})
+	t.Cleanup(func() { _ = lossy.Close() })
+	svc := inventory.NewService(s.db, inventory.NewReserved(reservation.New(lossy), s.db))
+
+	var startErr error
+	restart := func() {
+		startErr = inventory.NewReserved(s.res, cancellingSales{s.db}).StartSale(context.Background(), sku, 5)
+	}
+	hook.Store(&restart)
+	_, err := svc.PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: 2, UserID: "buyer"})
+	if hook.Load() != nil {
+		t.Fatal("the script's reply was never read: the hook did not run")
+	}
+	t.Logf("the StartSale between the two runs: %v", startErr)
+	if err == nil {
+		t.Fatal("the order succeeded; the test expects the retry to find the sale closed")
+	}
+	t.Logf("the order was answered: %v", err)
+
+	s.consume(s.db)
+	db := s.drained(sku, 1)
+	if db.Orders > 0 && !errors.Is(err, inventory.ErrOutcomeUnknown) {
+		t.Errorf("the order was answered %q (a 503 that is not \"outcome unknown\"), yet the database holds it: %+v", err, db)
+	}
+}
+
+// TestReviewAuditDriftWhileSaleRestarts: Audit reads the database (the old
+// sale, its orders written), then a StartSale completes, then Audit reads
+// Redis's tally (the new sale, nothing ordered). Nothing disagrees, yet the
+// audit reports a drift, because the two reads belong to different sales
+// and the audit does not compare their epochs.
+func TestReviewAuditDriftWhileSaleRestarts(t *testing.T) {
+	s := newSale(t, "postgres")
+	const sku = "audit-restart"
+	s.consume(s.db)
+	s.start(sku, 10)
+	if _, err := s.order(sku, 3, "buyer", ""); err != nil {
+		t.Fatal(err)
+	}
+	s.drained(sku, 1)
+
+	gate := &gatedSales{Store: s.db, auditRead: make(chan struct{}), auditRelease: make(chan struct{})}
+	auditor := inventory.NewReserved(s.res, gate)
+	type result struct {
+		a   inventory.Audit
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := auditor.Audit(context.Background(), sku)
+		done <- result{a, err}
+	}()
+	<-gate.auditRead
+	s.start(sku, 10) // a restart, complete, between the audit's two reads
+	close(gate.auditRelease)
+	r := <-done
+	if r.err != nil {
+		t.Logf("audit failed (acceptable): %v", r.err)
+		return
+	}
+	if r.a.Drift != "" {
+		t.Errorf("false drift while a sale restarted: %q (audit %+v)", r.a.Drift, r.a)
+	}
+}
+
+// TestReviewRedisRollbackOversells: a Redis that comes back with an older
+// state (a failover to an asynchronous replica, a restored backup or disk
+// snapshot) still has the sale loaded, with the units the consumer has
+// already written to the database. It sells them again: the database ends
+// with more units ordered than the sale had, and a negative stock. It lost
+// data, yet it neither fails closed nor refuses.
+func TestReviewRedisRollbackOversells(t *testing.T) {
+	s := newSale(t, "postgres")
+	const sku = "rollback"
+	ctx := context.Background()
+	s.consume(s.db)
+	s.start(sku, 5)
+
+	dirs, err := s.rdb.ConfigGet(ctx, "dir").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := dirs["dir"]
+	backup := t.TempDir()
+	// A consistent copy of the data (appendfsync always): the state right
+	// after the sale was loaded, as a replica or a backup would hold it.
+	s.redis.Stop()
+	copyDir(t, dir, backup)
+	s.redis.Restart(t)
+
+	if _, err := s.order(sku, 5, "first", ""); err != nil {
+		t.Fatal(err)
+	}
+	s.drained(sku, 1)
+
+	// The failover / restore: Redis comes back with the older state.
+	s.redis.Stop()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyDir(t, backup, dir)
+	s.redis.Restart(t)
+
+	o, err := s.order(sku, 5, "second", "")
+	if err != nil {
+		t.Logf("after the rollback the order was refused (correct): %v", err)
+		return
+	}
+	db := s.drained(sku, 2)
+	if db.Available < 0 || db.Ordered > db.Initial {
+		t.Errorf("after a Redis rollback order %s was answered 201 and the database oversold: %+v", o.ID, db)
+	}
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	out, err := exec.Command("cp", "-a", from+"/.", to).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cp %s %s: %v: %s", from, to, err, strings.TrimSpace(string(out)))
+	}
+}
+
