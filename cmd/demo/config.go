@@ -42,7 +42,7 @@ type plan struct {
 	BurstStock, BurstBuyers, BurstVUs int
 	BurstMaxDuration                  time.Duration
 	// BurstMinSeconds sizes the burst of a strategy whose rate is not
-	// bounded by one transaction per order (batched): its stock is at
+	// bounded by one transaction per order (batched, redis-reserve): its stock is at
 	// least this long at the load generators' ceiling, so that its burst
 	// measures selling, not start-up. Every strategy keeps the buyers per
 	// unit of BURST_BUYERS/BURST_STOCK.
@@ -234,7 +234,7 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 		{Name: "rounds", Value: strconv.Itoa(p.Rounds), Note: "ceilings, then every strategy's burst and steady run; the strategies take turns round by round, the report shows medians"},
 		{Name: "burst", Value: fmt.Sprintf("STOCK=%d BUYERS=%d VUS=%d MAX_DURATION=%s", p.BurstStock, p.BurstBuyers, p.BurstVUs, p.BurstMaxDuration), Note: "shared-iterations: one order of 1 unit per buyer"},
 		{Name: "buyers per unit", Value: strconv.FormatFloat(p.buyersPerUnit(), 'f', -1, 64), Note: "BURST_BUYERS/BURST_STOCK, the same for every strategy"},
-		{Name: "BURST_MIN_SECONDS", Value: p.BurstMinSeconds.String(), Note: "batched's stock is at least this long at k6's /healthz ceiling (its rate is not bounded by one commit per order), with the same buyers per unit; the others keep BURST_STOCK"},
+		{Name: "BURST_MIN_SECONDS", Value: p.BurstMinSeconds.String(), Note: "batched's and redis-reserve's stock is at least this long at k6's /healthz ceiling (their rates are not bounded by one commit per order), with the same buyers per unit; the others keep BURST_STOCK"},
 		{Name: "GO_BURST_STRATEGIES", Value: strings.Join(p.GoBurstStrategies, ","), Note: "get the same burst from the Go client (cmd/demo, HTTP/1.1 keep-alive, as many workers as k6's VUs), on a SKU of their own"},
 		{Name: "steady", Value: fmt.Sprintf("DURATION=%s MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs), Note: "constant-arrival-rate, all VUs pre-allocated"},
 	}

@@ -53,7 +53,7 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logg
 		log.Warn("RESERVE_DURABILITY=none: orders are answered 201 before Redis has them on disk. " +
 			"A crash of Redis or of the machine loses them, and the database never sees them. Never use it for a real sale.")
 	}
-	res := reservation.New(rdb)
+	res := reservation.New(rdb, db, reservation.WithLogger(log))
 	consumer := res.NewConsumer(db, reservation.WithClaimIdle(cfg.ReserveClaimIdle),
 		reservation.WithConsumerLogger(log), reservation.WithConsumerObserver(m))
 	runCtx, stopConsumer := context.WithCancel(context.Background())

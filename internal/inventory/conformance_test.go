@@ -66,7 +66,7 @@ func strategies() map[string]func(t *testing.T, db store.Store) inventory.Strate
 			srv := testredis.StartDurable(t)
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
-			res := reservation.New(rdb)
+			res := reservation.New(rdb, db)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { defer close(done); _ = res.NewConsumer(db).Run(ctx) }()

@@ -191,6 +191,9 @@ type Audit struct {
 	// Ordered is the sum of the order quantities, Orders their count.
 	Ordered int64
 	Orders  int64
+	// Sale is the number of the SKU's current sale in the database
+	// (sale_epoch): it grows with every StartSale.
+	Sale int64
 	// Pending counts the accepted orders not yet written to the database,
 	// Lag the age of the oldest of them: both stay 0 for the strategies
 	// that write each order in its own transaction (redis-reserve).

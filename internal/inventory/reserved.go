@@ -55,12 +55,14 @@ type Reservations interface {
 	// the order an earlier request with the same key created. It returns
 	// only once the order is durable.
 	Reserve(ctx context.Context, r Reservation) (orderID string, err error)
-	// Close stops the SKU's sale in the store: Reserve fails with
-	// ErrSaleNotLoaded until Load.
-	Close(ctx context.Context, sku string) error
+	// Close stops the SKU's sale in the store, announcing sale epoch:
+	// Reserve fails with ErrSaleNotLoaded until Load, and no sale older
+	// than epoch can be loaded any more.
+	Close(ctx context.Context, sku string, epoch int64) error
 	// Load opens sale epoch of the SKU with n units, forgetting the keys
 	// and the unwritten orders of earlier sales. It refuses an epoch lower
-	// than one it has loaded already.
+	// than one closed or loaded already; loading the open sale again
+	// changes nothing.
 	Load(ctx context.Context, sku string, n, epoch int64) error
 	// Tally reads the SKU's bookkeeping (ErrSaleNotLoaded when it has
 	// none).
@@ -73,8 +75,10 @@ type Reservations interface {
 // sales that carry a number, and the audit of the orders written so far.
 type EpochSales interface {
 	// StartSaleEpoch starts a sale as Store.StartSale does and returns its
-	// number, which grows with every sale of the SKU.
-	StartSaleEpoch(ctx context.Context, sku string, n int64) (epoch int64, err error)
+	// number, which grows with every sale of the SKU. beforeCommit runs
+	// with that number inside the transaction, the SKU's row locked; its
+	// error rolls the sale back.
+	StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(ctx context.Context, epoch int64) error) (epoch int64, err error)
 	// Audit reads the SKU's stock and the sum of its orders, as
 	// Store.Audit does.
 	Audit(ctx context.Context, sku string) (Audit, error)
@@ -140,18 +144,28 @@ func (r *Reserved) takeOrder(o *batchOrder) (Order, error) {
 	return placed, nil
 }
 
-// StartSale starts the sale in the database and loads it into the store:
-// first the store stops selling the SKU, then the database starts the sale
-// and numbers it, then the store opens that sale. An order reserved in the
-// old sale and still on its way to the database is refused there by the
-// number (ErrStaleSale); none of the new sale can be taken before the
-// database has forgotten the old one. A failure leaves the SKU closed
-// (503) until a StartSale succeeds.
+// StartSale starts the sale in the database and loads it into the store.
+// The database's transaction numbers the new sale and, before it commits,
+// closes the SKU in the store under that number; after the commit the store
+// opens the sale. So:
+//   - no order of the new sale is taken before the database has forgotten
+//     the old one (the store is closed until then), and an order of the old
+//     sale still on its way to the database is refused there by its number
+//     (ErrStaleSale);
+//   - two StartSales of one SKU queue on the row lock, and the store refuses
+//     to open a sale older than one announced since: without the close
+//     under the row lock, a slow StartSale could open sale e after a faster
+//     one had moved the database to e+1, and every order taken in e would
+//     be answered 201 and then dropped as stale.
+//
+// A failure leaves the SKU closed (503) until a StartSale succeeds.
 func (r *Reserved) StartSale(ctx context.Context, sku string, n int64) error {
-	if err := r.res.Close(ctx, sku); err != nil {
-		return fmt.Errorf("close the sale in the reservation store: %w", err)
-	}
-	epoch, err := r.db.StartSaleEpoch(ctx, sku, n)
+	epoch, err := r.db.StartSaleEpoch(ctx, sku, n, func(ctx context.Context, epoch int64) error {
+		if err := r.res.Close(ctx, sku, epoch); err != nil {
+			return fmt.Errorf("close the sale in the reservation store: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -162,30 +176,43 @@ func (r *Reserved) StartSale(ctx context.Context, sku string, n int64) error {
 }
 
 // Audit counts every accepted order, written to the database yet or not,
-// from the store's tally, and checks the database against it: the database
-// was read first, so it can only be behind the store, never ahead.
+// from the store's tally, and checks the database against it. The database
+// is read first, so it can only be behind the store, never ahead; and both
+// reads must be of one sale: a sale restarted between them is read again
+// (a few times, then 503 busy), not reported as drift. Equal sale numbers
+// mean one sale throughout: the store is open for sale e only between the
+// database's commit of e and the close of e+1, which comes before the
+// database's commit of e+1.
 func (r *Reserved) Audit(ctx context.Context, sku string) (Audit, error) {
-	written, err := r.db.Audit(ctx, sku)
-	if err != nil {
-		return Audit{}, err
+	const attempts = 3
+	for range attempts {
+		written, err := r.db.Audit(ctx, sku)
+		if err != nil {
+			return Audit{}, err
+		}
+		t, err := r.res.Tally(ctx, sku)
+		if err != nil {
+			return Audit{}, err
+		}
+		if t.Epoch != written.Sale {
+			continue
+		}
+		a := Audit{
+			SKU: sku, Initial: t.Initial, Available: t.Available, Ordered: t.Ordered, Orders: t.Orders, Sale: t.Epoch,
+			Pending: t.Pending, Lag: t.Lag, Written: &written,
+		}
+		switch {
+		case written.Initial != t.Initial:
+			a.Drift = fmt.Sprintf("the database's sale has %d units, the reservation store's %d", written.Initial, t.Initial)
+		case !written.Consistent():
+			a.Drift = fmt.Sprintf("the database does not add up: initial %d, available %d, ordered %d", written.Initial, written.Available, written.Ordered)
+		case written.Ordered > t.Ordered || written.Orders > t.Orders:
+			a.Drift = fmt.Sprintf("the database has %d orders for %d units, more than the %d for %d the reservation store accepted: it lost accepted orders (restored from an older copy?)",
+				written.Orders, written.Ordered, t.Orders, t.Ordered)
+		}
+		return a, nil
 	}
-	t, err := r.res.Tally(ctx, sku)
-	if err != nil {
-		return Audit{}, err
-	}
-	a := Audit{
-		SKU: sku, Initial: t.Initial, Available: t.Available, Ordered: t.Ordered, Orders: t.Orders,
-		Pending: t.Pending, Lag: t.Lag, Written: &written,
-	}
-	switch {
-	case written.Initial != t.Initial:
-		a.Drift = fmt.Sprintf("the database's sale has %d units, the reservation store's %d", written.Initial, t.Initial)
-	case !written.Consistent():
-		a.Drift = fmt.Sprintf("the database does not add up: initial %d, available %d, ordered %d", written.Initial, written.Available, written.Ordered)
-	case written.Ordered > t.Ordered || written.Orders > t.Orders:
-		a.Drift = fmt.Sprintf("the database has %d orders for %d units, more than the %d for %d accepted", written.Orders, written.Ordered, t.Orders, t.Ordered)
-	}
-	return a, nil
+	return Audit{}, fmt.Errorf("%w: the sale of %q was restarted during each of %d audits", ErrBusy, sku, attempts)
 }
 
 // Level reports the store's stock: what orders can still take.

@@ -234,13 +234,15 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	_, err := s.StartSaleEpoch(ctx, sku, n)
+	_, err := s.StartSaleEpoch(ctx, sku, n, nil)
 	return err
 }
 
 // StartSaleEpoch starts a sale as StartSale does and returns its number
-// (sale_epoch), which grows by one with every sale of the SKU.
-func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64, error) {
+// (sale_epoch), which grows by one with every sale of the SKU. When
+// beforeCommit is not nil it runs with the new number inside the
+// transaction, while the row is locked, and its error rolls the sale back.
+func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
 	var epoch int64
 	err := s.inSQLTx(ctx, nil, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `
@@ -261,7 +263,10 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64,
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE sku = ?`, sku)
-		return err
+		if err != nil || beforeCommit == nil {
+			return err
+		}
+		return beforeCommit(ctx, epoch)
 	})
 	return epoch, wrap(ctx, err)
 }
@@ -272,7 +277,7 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 	a := inventory.Audit{SKU: sku}
 	opts := &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 	err := s.inSQLTx(ctx, opts, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT initial, available FROM stock WHERE sku = ?`, sku).Scan(&a.Initial, &a.Available)
+		err := tx.QueryRowContext(ctx, `SELECT initial, available, sale_epoch FROM stock WHERE sku = ?`, sku).Scan(&a.Initial, &a.Available, &a.Sale)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
 		}

@@ -175,13 +175,15 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	_, err := s.StartSaleEpoch(ctx, sku, n)
+	_, err := s.StartSaleEpoch(ctx, sku, n, nil)
 	return err
 }
 
 // StartSaleEpoch starts a sale as StartSale does and returns its number
-// (sale_epoch), which grows by one with every sale of the SKU.
-func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64, error) {
+// (sale_epoch), which grows by one with every sale of the SKU. When
+// beforeCommit is not nil it runs with the new number inside the
+// transaction, while the row is locked, and its error rolls the sale back.
+func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
 	var epoch int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `
@@ -197,7 +199,10 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64,
 			return err
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE sku = $1`, sku)
-		return err
+		if err != nil || beforeCommit == nil {
+			return err
+		}
+		return beforeCommit(ctx, epoch)
 	})
 	return epoch, wrap(ctx, err)
 }
@@ -207,7 +212,7 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64) (int64,
 func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) {
 	a := inventory.Audit{SKU: sku}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT initial, available FROM stock WHERE sku = $1`, sku).Scan(&a.Initial, &a.Available)
+		err := tx.QueryRow(ctx, `SELECT initial, available, sale_epoch FROM stock WHERE sku = $1`, sku).Scan(&a.Initial, &a.Available, &a.Sale)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
 		}

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -29,9 +30,17 @@ import (
 // Group is the consumer group of every SKU's stream.
 const Group = "persist"
 
+// Ledger is what a Store needs from the database to check a Redis that
+// restarted: the database's own audit of a SKU's current sale.
+type Ledger interface {
+	Audit(ctx context.Context, sku string) (inventory.Audit, error)
+}
+
 // Store is inventory.Reservations on one Redis server or one Redis Cluster.
 type Store struct {
 	rdb       redis.UniversalClient
+	ledger    Ledger
+	log       *slog.Logger
 	prefix    string
 	answerTTL time.Duration
 	retryWait time.Duration
@@ -41,6 +50,8 @@ type Store struct {
 	// consumer reads a new sale's stream at once instead of at its next
 	// listing of the SKUs on sale.
 	local sync.Map
+	// checking serialises this process's checks of a restarted Redis.
+	checking sync.Mutex
 }
 
 var _ inventory.Reservations = (*Store)(nil)
@@ -52,17 +63,22 @@ type Option func(*Store)
 // that share a sale must share the prefix.
 func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 
+// WithLogger sets the logger of the checks of a restarted Redis. Default
+// slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
+
 // WithAnswerTTL sets how long an order's answer is kept for a retry of the
 // same call whose first answer was lost. It must outlast an order's
 // deadline. Default 5 minutes.
 func WithAnswerTTL(d time.Duration) Option { return func(s *Store) { s.answerTTL = d } }
 
-// New returns a Store over rdb. rdb should not retry commands itself
-// (MaxRetries -1): Reserve retries its own script, which is safe to repeat,
-// and a retried Load would be refused or be a no-op.
-func New(rdb redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{rdb: rdb, prefix: "stock:", answerTTL: 5 * time.Minute, retryWait: 20 * time.Millisecond,
-		wake: make(chan struct{}, 1)}
+// New returns a Store over rdb that checks a restarted Redis against
+// ledger (the database). rdb should not retry commands itself (MaxRetries
+// -1): Reserve retries its own script, which is safe to repeat, and a
+// retried Load would be refused or be a no-op.
+func New(rdb redis.UniversalClient, ledger Ledger, opts ...Option) *Store {
+	s := &Store{rdb: rdb, ledger: ledger, log: slog.Default(), prefix: "stock:", answerTTL: 5 * time.Minute,
+		retryWait: 20 * time.Millisecond, wake: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -96,22 +112,35 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 	k := s.keys(r.Order.SKU)
 	keys := []string{k.sale, k.idem, k.orders, s.placedKey(r.Order.SKU, r.Order.ID)}
 	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds()}
-	for attempt := 0; ; attempt++ {
-		reply, err := reserveScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	// mayHaveRun: an earlier attempt may have reached Redis and taken the
+	// order. A retry's answer is then only about the retry: "ok" finds the
+	// first run's order, but any refusal (the sale closed meanwhile, a
+	// server error) leaves the first run's outcome unknown.
+	mayHaveRun := false
+	for {
+		reply, err := s.runReserve(ctx, keys, args)
 		if err == nil {
-			return s.answer(r, reply)
+			id, aerr := s.answer(r, reply)
+			if aerr != nil && mayHaveRun {
+				return "", fmt.Errorf("%w: an earlier attempt's answer was lost, and the retry was refused: %w", inventory.ErrOutcomeUnknown, aerr)
+			}
+			return id, aerr
 		}
-		var serverErr redis.Error
-		if errors.As(err, &serverErr) && !retriableServerError(err) {
+		var (
+			serverErr redis.Error
+			unchecked errUnchecked
+		)
+		refused := errors.As(err, &serverErr) && !retriableServerError(err) || isRefused(err) || errors.As(err, &unchecked)
+		switch {
+		case refused && mayHaveRun:
+			return "", fmt.Errorf("%w: an earlier attempt's answer was lost, and Redis refused the retry: %w", inventory.ErrOutcomeUnknown, err)
+		case refused:
 			// The server refused the script (out of memory, a read-only
-			// replica, a misconfigured cluster): it took nothing.
+			// replica) or the connection, or a restarted server could not
+			// be checked: the script took nothing.
 			return "", fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
 		}
-		if attempt == 0 && isRefused(err) {
-			// The connection was refused: the script never reached
-			// Redis, so nothing was taken.
-			return "", fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
-		}
+		mayHaveRun = true
 		t := time.NewTimer(s.retryWait)
 		select {
 		case <-t.C:
@@ -120,6 +149,80 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 			return "", fmt.Errorf("%w: no answer from Redis before the order's deadline: %w", inventory.ErrOutcomeUnknown, errors.Join(err, context.Cause(ctx)))
 		}
 	}
+}
+
+// runReserve runs the reserve script by its hash only. Redis forgets its
+// scripts when it restarts, so NOSCRIPT means a Redis that has not been
+// checked since it started: it may have come back from an older copy of its
+// data (a failover to a replica that lagged, a restored backup) and would
+// then sell again units the database already has orders for. The script is
+// loaded only once checkRestarted has compared every SKU on sale with the
+// database; until then no order is taken.
+func (s *Store) runReserve(ctx context.Context, keys []string, args []any) ([]string, error) {
+	reply, err := reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
+	if !isNoScript(err) {
+		return reply, err
+	}
+	if err := s.checkRestarted(ctx); err != nil {
+		return nil, err
+	}
+	return reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
+}
+
+// errUnchecked: a restarted Redis could not be checked against the
+// database, so the script was not run.
+type errUnchecked struct{ error }
+
+func (e errUnchecked) Error() string { return "redis restarted and could not be checked: " + e.error.Error() }
+func (e errUnchecked) Unwrap() error { return e.error }
+
+// checkRestarted compares each SKU on sale in a Redis that restarted with
+// the database, closes the sales Redis has lost acknowledged orders of
+// (the database has more orders of the sale than Redis ever accepted, or a
+// newer sale), then loads the reserve script. The orders of such a sale get
+// 503 until it is started again.
+func (s *Store) checkRestarted(ctx context.Context) error {
+	s.checking.Lock()
+	defer s.checking.Unlock()
+	if loaded, err := s.rdb.ScriptExists(ctx, reserveScript.Hash()).Result(); err == nil && len(loaded) == 1 && loaded[0] {
+		return nil // checked meanwhile, by this process or another
+	}
+	skus, err := s.rdb.SMembers(ctx, s.skusKey()).Result()
+	if err != nil {
+		return errUnchecked{err}
+	}
+	for _, sku := range skus {
+		written, err := s.ledger.Audit(ctx, sku)
+		if errors.Is(err, inventory.ErrUnknownSKU) {
+			continue
+		}
+		if err != nil {
+			return errUnchecked{err}
+		}
+		t, err := s.Tally(ctx, sku)
+		if errors.Is(err, inventory.ErrSaleNotLoaded) {
+			continue // no sale: it fails closed already
+		}
+		if err != nil {
+			return errUnchecked{err}
+		}
+		if written.Sale > t.Epoch || written.Sale == t.Epoch && (written.Orders > t.Orders || written.Ordered > t.Ordered) {
+			s.log.Error("redis came back without orders it had accepted (an older copy of its data): the sale is closed until it is started again",
+				"sku", sku, "redis_sale", t.Epoch, "redis_orders", t.Orders, "redis_ordered", t.Ordered,
+				"database_sale", written.Sale, "database_orders", written.Orders, "database_ordered", written.Ordered)
+			if err := s.Close(ctx, sku, written.Sale); err != nil {
+				return errUnchecked{err}
+			}
+		}
+	}
+	if err := reserveScript.Load(ctx, s.rdb).Err(); err != nil {
+		return errUnchecked{err}
+	}
+	return nil
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // answer turns the script's reply into the order id or the domain's error.
@@ -165,8 +268,9 @@ func isRefused(err error) bool {
 }
 
 // Close implements inventory.Reservations.
-func (s *Store) Close(ctx context.Context, sku string) error {
-	if err := s.rdb.Del(ctx, s.keys(sku).sale).Err(); err != nil {
+func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
+	k := s.keys(sku)
+	if err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Err(); err != nil {
 		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
 	return nil

@@ -9,8 +9,8 @@ import "github.com/redis/go-redis/v9"
 //	{S}:sale      hash: epoch, initial, available, ordered, orders. Its
 //	              absence means "no sale here": never loaded, closed for a
 //	              restart, or lost with the server's data.
-//	{S}:epoch     the highest sale epoch ever loaded; Close leaves it, so a
-//	              late Load of an older sale is refused.
+//	{S}:epoch     the highest sale epoch ever announced (Close) or loaded,
+//	              so a late Load of an older sale is refused.
 //	{S}:keys      hash: idempotency key -> "fingerprint orderID".
 //	{S}:orders    stream: the accepted orders not yet in the database, one
 //	              entry each (id, q, u, k, h, e); consumer group "persist".
@@ -51,21 +51,43 @@ redis.call('SET', KEYS[4], sale[1], 'PX', ARGV[6])
 return {'ok', ARGV[1]}
 `)
 
+// closeScript stops a SKU's sale and announces the next one: no sale older
+// than it can be loaded afterwards.
+//
+// KEYS: sale, epoch. ARGV: the announced epoch.
+var closeScript = redis.NewScript(`
+redis.call('DEL', KEYS[1])
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], ARGV[1]) end
+return 'OK'
+`)
+
 // loadScript opens a sale: it forgets the SKU's keys and unwritten orders
 // (the database refuses orders of an older sale anyway) and sets the stock.
-// Loading the epoch loaded already is a no-op, so a retried call cannot wipe
-// the orders taken since; an older epoch is refused.
+// Loading the sale that is open already is a no-op, so a retried call cannot
+// wipe the orders taken since; a sale older than one announced or loaded is
+// refused.
+//
+// The stream is emptied, not deleted: it keeps its last entry id, so every
+// entry of the new sale has an id above every entry of the old. A consumer
+// still holding old entries acknowledges and deletes them by id after the
+// load; were the stream deleted, a new entry taken in the same millisecond
+// as an old one could get the old one's id and be deleted unwritten. The
+// group is created anew, so no old entry stays pending in it.
 //
 // KEYS: sale, epoch, keys, orders. ARGV: epoch, units, consumer group.
 var loadScript = redis.NewScript(`
 local e = tonumber(ARGV[1])
 local loaded = tonumber(redis.call('GET', KEYS[2]) or '0')
 if e < loaded then
-  return redis.error_reply('STALE sale ' .. ARGV[1] .. ' is older than sale ' .. loaded .. ', loaded already')
+  return redis.error_reply('STALE sale ' .. ARGV[1] .. ' is older than sale ' .. loaded .. ', started since')
 end
 if e == loaded and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then return 'OK' end
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('SET', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('XTRIM', KEYS[4], 'MAXLEN', 0)
+  redis.call('XGROUP', 'DESTROY', KEYS[4], ARGV[3])
+end
 redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[3], '$', 'MKSTREAM')
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', ARGV[2], 'ordered', 0, 'orders', 0)
 return 'OK'
