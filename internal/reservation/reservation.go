@@ -173,7 +173,9 @@ func (s *Store) runReserve(ctx context.Context, keys []string, args []any) ([]st
 // database, so the script was not run.
 type errUnchecked struct{ error }
 
-func (e errUnchecked) Error() string { return "redis restarted and could not be checked: " + e.error.Error() }
+func (e errUnchecked) Error() string {
+	return "redis restarted and could not be checked: " + e.error.Error()
+}
 func (e errUnchecked) Unwrap() error { return e.error }
 
 // checkRestarted compares each SKU on sale in a Redis that restarted with
