@@ -64,6 +64,11 @@ type Scenario struct {
 	MaxSchedules int
 	Samples      int
 	Seed         uint64
+	// Reserved: the strategy takes orders into the Explorer's reservation
+	// store (WithReservations), and a writer entity moves them into the
+	// database one batch a step; the sale is started through the
+	// strategy, and the checks run once the writer has moved everything.
+	Reserved bool
 }
 
 // Env is what one schedule gives the strategy under test: the scheduler's
@@ -74,6 +79,10 @@ type Env struct {
 	Locker inventory.Locker
 	Store  inventory.BatchStore
 	Queue  inventory.QueueObserver
+	// Reservations and Sales are the reservation store, each call of a
+	// buyer a step, and the database's side of it (Scenario.Reserved).
+	Reservations inventory.Reservations
+	Sales        inventory.EpochSales
 }
 
 // Faults are what the scheduler may inject into one schedule.
@@ -134,6 +143,14 @@ type Explorer struct {
 	blocked Blocked
 	runs    int
 	prefix  string
+	res     *Reservations
+}
+
+// WithReservations gives the explorer a reservation store, for scenarios
+// with Reserved set.
+func (x *Explorer) WithReservations(r Reservations) *Explorer {
+	x.res = &r
+	return x
 }
 
 // New returns an Explorer over db, a real store whose transactions tell
@@ -274,15 +291,26 @@ type answer struct {
 func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs []choice) (int, error)) (result, error) {
 	x.runs++
 	sku := fmt.Sprintf("%s%d", x.prefix, x.runs)
-	if err := x.store.StartSale(ctx, sku, sc.Stock); err != nil {
-		return result{}, err
-	}
 	s := newScheduler(x.blocked, sc.Faults)
 	st := &store{Store: x.store, s: s, inserted: map[int][]string{}}
-	svc := inventory.NewService(st, sc.Strategy(Env{Locker: &locker{s: s}, Store: st, Queue: queue{s}}),
+	env := Env{Locker: &locker{s: s}, Store: st, Queue: queue{s}}
+	var w *writer
+	if sc.Reserved {
+		if x.res == nil {
+			return result{}, errors.New("explore: a Reserved scenario needs WithReservations")
+		}
+		w = newWriter(s, x.res.Write, len(sc.Quantities))
+		env.Reservations, env.Sales = &reservations{Reservations: x.res.Store, st: st, w: w}, x.res.Sales
+	}
+	svc := inventory.NewService(st, sc.Strategy(env),
 		// The scheduler decides what happens when; no deadline may.
 		inventory.WithOrderTimeout(time.Minute),
 		inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	// Through the service: a strategy that counts stock elsewhere starts
+	// the sale there too. (No buyer's context: the steps pass through.)
+	if err := svc.StartSale(ctx, sku, sc.Stock); err != nil {
+		return result{}, err
+	}
 
 	answers := make([]answer, len(sc.Quantities))
 	buyers := make([]*entity, len(sc.Quantities))
@@ -296,8 +324,14 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs
 		go func() {
 			o, err := svc.PlaceOrder(withEntity(ctx, e), req)
 			answers[i] = answer{order: o, err: err}
+			if w != nil {
+				w.buyerDone()
+			}
 			s.events <- event{e: e, kind: evDone}
 		}()
+	}
+	if w != nil {
+		go w.run(ctx, sku)
 	}
 	returned := make([]int64, len(buyers))
 	// A schedule that cannot go on (a replay that diverged, a step named
@@ -337,6 +371,9 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs
 		res.outcomes = append(res.outcomes, inventory.Outcome(a.err))
 	}
 	res.audit, res.problems = x.check(ctx, sc, sku, st, answers, returned, s)
+	if w != nil {
+		res.problems = append(res.problems, x.checkReserved(ctx, svc, sku, w)...)
+	}
 	return res, nil
 }
 
@@ -397,6 +434,28 @@ func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store
 		}
 	}
 	return a, problems
+}
+
+// checkReserved holds a strategy that counts stock in a reservation store
+// to its own audit once the writer has moved every accepted order: it adds
+// up, nothing is pending, and it agrees with the database's.
+func (x *Explorer) checkReserved(ctx context.Context, svc *inventory.Service, sku string, w *writer) []string {
+	var problems []string
+	if w.err != nil {
+		problems = append(problems, w.err.Error())
+	}
+	a, err := svc.Audit(ctx, sku)
+	if err != nil {
+		return append(problems, fmt.Sprintf("the strategy's audit: %v", err))
+	}
+	written, err := x.store.Audit(ctx, sku)
+	if err != nil {
+		return append(problems, fmt.Sprintf("audit: %v", err))
+	}
+	if !a.Consistent() || a.Pending != 0 || a.Orders != written.Orders || a.Ordered != written.Ordered || a.Available != written.Available {
+		problems = append(problems, fmt.Sprintf("after every order was written, the reservation store's audit %+v and the database's %+v disagree", a, written))
+	}
+	return problems
 }
 
 // checkRetry holds the answers to one request sent several times under one

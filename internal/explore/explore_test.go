@@ -14,13 +14,25 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/explore"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/testredis"
 )
 
-// open returns an Explorer over a fresh database of the engine.
+// open returns an Explorer over a fresh database of the engine, with a
+// reservation store on a durable redis-server of its own (redis-reserve).
 func open(t *testing.T, engine string) *explore.Explorer {
+	t.Helper()
+	return openWith(t, engine, func(db store.Store) reservation.Sink { return db })
+}
+
+// openWith is open with the database side of redis-reserve's writer given
+// by sink (a control may break it).
+func openWith(t *testing.T, engine string, sink func(store.Store) reservation.Sink) *explore.Explorer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -38,7 +50,11 @@ func open(t *testing.T, engine string) *explore.Explorer {
 		t.Fatalf("observe lock waits on %s: %v", engine, err)
 	}
 	t.Cleanup(waits.Close)
-	return explore.New(db, waits.Blocked)
+	rdb := redis.NewClient(&redis.Options{Addr: testredis.StartDurable(t).Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	res := reservation.New(rdb, db)
+	consumer := res.NewConsumer(sink(db), reservation.WithConsumerLogger(slog.New(slog.DiscardHandler)))
+	return explore.New(db, waits.Blocked).WithReservations(explore.Reservations{Store: res, Sales: db, Write: consumer.WriteOnce})
 }
 
 // seed is EXPLORE_SEED, or a new one each run: the report prints it, so a
@@ -75,9 +91,23 @@ type candidate struct {
 	strategy func(explore.Env) inventory.Strategy
 	faults   explore.Faults
 	unsafe   bool
+	reserved bool // takes orders into the reservation store
 }
 
+// candidates lists the strategies the harness runs: all of them, or only
+// the one EXPLORE_STRATEGY names.
 func candidates() []candidate {
+	only := os.Getenv("EXPLORE_STRATEGY")
+	var cs []candidate
+	for _, c := range allCandidates() {
+		if only == "" || c.name == only {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+func allCandidates() []candidate {
 	commitLost := explore.Faults{Max: 1, LostCommitAnswer: true}
 	lockFaults := explore.Faults{Max: 1, LostCommitAnswer: true, LeaseExpiry: true}
 	return []candidate{
@@ -107,6 +137,13 @@ func candidates() []candidate {
 			strategy: func(env explore.Env) inventory.Strategy {
 				return inventory.NewBatched(env.Store, inventory.WithQueueObserver(env.Queue),
 					inventory.WithBatchLogger(slog.New(slog.DiscardHandler)))
+			}},
+		// Orders are taken by one script in Redis; a writer entity moves
+		// them into the database, a batch a step, between the buyers'
+		// steps. A lost answer: the script ran, the buyer heard nothing.
+		{name: inventory.NameRedisReserve, faults: commitLost, reserved: true,
+			strategy: func(env explore.Env) inventory.Strategy {
+				return inventory.NewReserved(env.Reservations, env.Sales)
 			}},
 		// The controls: each must be caught overselling.
 		{name: inventory.NameNaive, unsafe: true, faults: commitLost,
@@ -157,6 +194,7 @@ func TestEverySchedule(t *testing.T) {
 						MaxSchedules: shape.max,
 						Samples:      shape.samples,
 						Seed:         s,
+						Reserved:     c.reserved,
 					}
 					r, err := x.Explore(ctx, sc)
 					if err != nil {
@@ -208,6 +246,7 @@ func TestEveryScheduleOfARetry(t *testing.T) {
 						MaxSchedules: scaled(t, 250),
 						Samples:      scaled(t, 50),
 						Seed:         s,
+						Reserved:     c.reserved,
 					}
 					r, err := x.Explore(ctx, sc)
 					if err != nil {
@@ -305,6 +344,38 @@ func TestHarnessRefusesUnexplainedAnswers(t *testing.T) {
 		if !r.Exhaustive || r.Schedules < 10 || r.Failed != r.Schedules {
 			t.Errorf("%s: %d of %d schedules broke a rule, want all", sc.Name, r.Failed, r.Schedules)
 		}
+	}
+}
+
+// droppingSink takes every batch of orders and writes none: a consumer that
+// acknowledges before it has written.
+type droppingSink struct{}
+
+func (droppingSink) PersistReserved(_ context.Context, _ string, _ int64, orders []inventory.Order, _ []inventory.IdempotencyRecord) (int, error) {
+	return len(orders), nil
+}
+
+// TestHarnessCatchesAWriterThatLosesOrders: the control of the reservation
+// scenarios. With a writer that acknowledges orders without writing them,
+// every schedule in which an order is answered 201 must break a rule.
+func TestHarnessCatchesAWriterThatLosesOrders(t *testing.T) {
+	x := openWith(t, "postgres", func(store.Store) reservation.Sink { return droppingSink{} })
+	sc := explore.Scenario{Name: "redis-reserve whose writer drops orders", Stock: 1, Quantities: []int64{1, 1}, Reserved: true,
+		Faults: explore.Faults{Max: 1, LostCommitAnswer: true},
+		Strategy: func(env explore.Env) inventory.Strategy {
+			return inventory.NewReserved(env.Reservations, env.Sales)
+		},
+		MaxSchedules: 100}
+	r, err := x.Explore(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if !r.Exhaustive || r.Schedules < 5 || r.Failed != r.Schedules {
+		t.Errorf("%s: %d of %d schedules broke a rule, want all", sc.Name, r.Failed, r.Schedules)
+	}
+	if r.Failed > 0 {
+		t.Logf("caught, as it must be: %s", r.Failures[0])
 	}
 }
 

@@ -109,7 +109,7 @@ func (c choice) String() string {
 	case c.loseLease:
 		return "lock expires"
 	case c.loseAnswer:
-		return c.e.name + ": commit, answer lost"
+		return c.e.name + ": " + c.e.at + ", answer lost"
 	case c.rollBack:
 		return c.e.name + ": rolled back"
 	}
@@ -246,7 +246,7 @@ func (s *scheduler) choices() []choice {
 			continue
 		}
 		cs = append(cs, choice{e: e})
-		if e.at == stepCommit && s.mayLoseAnswer && s.faultsLeft > 0 {
+		if (e.at == stepCommit || e.at == stepReserve) && s.mayLoseAnswer && s.faultsLeft > 0 {
 			cs = append(cs, choice{e: e, loseAnswer: true})
 		}
 		if e.at == stepLateCommit {
@@ -289,6 +289,12 @@ func (s *scheduler) do(ctx context.Context, c choice) error {
 		}
 	case c.rollBack:
 		g.abort = true
+	case c.loseAnswer && e.at == stepReserve:
+		// The script runs; its answer never reaches the buyer.
+		s.faultsLeft--
+		s.faultsUsed++
+		g.loseAnswer = true
+		s.lostAnswer[e.buyer] = true
 	case c.loseAnswer:
 		s.faultsLeft--
 		s.faultsUsed++

@@ -197,10 +197,26 @@ func (r *Reserved) Audit(ctx context.Context, sku string) (Audit, error) {
 		if t.Epoch != written.Sale {
 			continue
 		}
-		a := Audit{
-			SKU: sku, Initial: t.Initial, Available: t.Available, Ordered: t.Ordered, Orders: t.Orders, Sale: t.Epoch,
-			Pending: t.Pending, Lag: t.Lag, Written: &written,
+		if t.Pending == 0 && (written.Ordered < t.Ordered || written.Orders < t.Orders) {
+			// Nothing was pending when the store was read, so every order
+			// it had accepted by then was in the database: a read of the
+			// database now must hold them all (and maybe more).
+			later, err := r.db.Audit(ctx, sku)
+			if err != nil {
+				return Audit{}, err
+			}
+			if later.Sale != t.Epoch {
+				continue
+			}
+			if later.Ordered < t.Ordered || later.Orders < t.Orders {
+				a := r.audit(sku, t, later)
+				a.Drift = fmt.Sprintf("nothing is pending, yet the database has %d orders for %d units of the %d for %d accepted: accepted orders were lost on their way to the database",
+					later.Orders, later.Ordered, t.Orders, t.Ordered)
+				return a, nil
+			}
+			written = later
 		}
+		a := r.audit(sku, t, written)
 		switch {
 		case written.Initial != t.Initial:
 			a.Drift = fmt.Sprintf("the database's sale has %d units, the reservation store's %d", written.Initial, t.Initial)
@@ -213,6 +229,14 @@ func (r *Reserved) Audit(ctx context.Context, sku string) (Audit, error) {
 		return a, nil
 	}
 	return Audit{}, fmt.Errorf("%w: the sale of %q was restarted during each of %d audits", ErrBusy, sku, attempts)
+}
+
+// audit is the audit of the store's tally t, with the database's beside it.
+func (r *Reserved) audit(sku string, t Tally, written Audit) Audit {
+	return Audit{
+		SKU: sku, Initial: t.Initial, Available: t.Available, Ordered: t.Ordered, Orders: t.Orders, Sale: t.Epoch,
+		Pending: t.Pending, Lag: t.Lag, Written: &written,
+	}
 }
 
 // Level reports the store's stock: what orders can still take.

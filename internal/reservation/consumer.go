@@ -170,6 +170,38 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
+// WriteOnce writes one batch of sku's stream: this consumer's pending
+// entries if it has some, else new ones, as Run would. It returns how many
+// entries it took off the stream (written, or dropped as a restarted
+// sale's). For callers that decide when the consumer moves (the schedule
+// explorer) instead of Run.
+func (c *Consumer) WriteOnce(ctx context.Context, sku string) (int, error) {
+	stream := c.store.keys(sku).orders
+	for _, from := range []string{"0", ">"} {
+		streams, err := c.store.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: Group, Consumer: c.name, Streams: []string{stream, from}, Count: c.batch, Block: -1,
+		}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		var msgs []redis.XMessage
+		for _, st := range streams {
+			msgs = append(msgs, st.Messages...)
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if !c.write(ctx, sku, msgs) {
+			return 0, fmt.Errorf("reservation consumer: the batch of %d orders of %q was not written", len(msgs), sku)
+		}
+		return len(msgs), nil
+	}
+	return 0, nil
+}
+
 // wait returns after d, when this process takes an order, or when ctx ends.
 func (c *Consumer) wait(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

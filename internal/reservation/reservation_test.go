@@ -525,3 +525,31 @@ func TestNewSaleEntriesSortAfterOldOnes(t *testing.T) {
 		t.Fatalf("the new sale's entry %s does not sort after the old sale's %s", entries[0].ID, future)
 	}
 }
+
+// droppingSink takes batches without writing them: a consumer that
+// acknowledges before it has written.
+type droppingSink struct{}
+
+func (droppingSink) PersistReserved(_ context.Context, _ string, _ int64, orders []inventory.Order, _ []inventory.IdempotencyRecord) (int, error) {
+	return len(orders), nil
+}
+
+// TestAuditFindsOrdersLostOnTheirWay: once nothing is pending, the database
+// must hold every accepted order; the audit reports drift when it does not.
+func TestAuditFindsOrdersLostOnTheirWay(t *testing.T) {
+	s := newSale(t, "postgres")
+	s.consume(droppingSink{})
+	s.start("lost-way", 5)
+	if _, err := s.order("lost-way", 2, "u", ""); err != nil {
+		t.Fatal(err)
+	}
+	s.seen.waitFor(t, 1)
+	a, err := s.svc.Audit(context.Background(), "lost-way")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Consistent() || a.Drift == "" || a.Pending != 0 {
+		t.Fatalf("audit %+v: want drift (nothing pending, the order not in the database)", a)
+	}
+	t.Log(a.Drift)
+}
