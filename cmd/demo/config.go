@@ -184,8 +184,15 @@ func splitList(s string) []string {
 	return out
 }
 
-// reserveStrategy counts the stock in a durable Redis of its own.
-const reserveStrategy = "redis-reserve"
+// The strategies that count the stock in a durable Redis of their own.
+const (
+	reserveStrategy = "redis-reserve"
+	watchStrategy   = "redis-watch"
+)
+
+func isReserved(strategy string) bool {
+	return strategy == reserveStrategy || strategy == watchStrategy
+}
 
 // needsRedis reports whether a strategy takes its lock in Redis, and so
 // needs REDIS_ADDRS (redis-lock uses the first address, redlock all).
@@ -208,7 +215,7 @@ func needsZooKeeper(strategy string) bool {
 // isLockStrategy reports whether a strategy takes a lock outside the
 // database, and so reads LOCK_TTL.
 func isLockStrategy(strategy string) bool {
-	return strategy != reserveStrategy && (needsRedis(strategy) || needsEtcd(strategy) || needsZooKeeper(strategy))
+	return !isReserved(strategy) && (needsRedis(strategy) || needsEtcd(strategy) || needsZooKeeper(strategy))
 }
 
 // buyersPerUnit is the one ratio of buyers to units of every burst.

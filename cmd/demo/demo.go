@@ -32,7 +32,7 @@ type demo struct {
 	runID string
 	rep   *report.Report
 	redis []string
-	// reserveRedis is redis-reserve's durable Redis.
+	// reserveRedis is redis-reserve's and redis-watch's durable Redis.
 	reserveRedis []string
 	// etcd and zk are ETCD_ENDPOINTS and ZK_SERVERS for etcd-lock and
 	// zk-lock: the environment's, or the servers the demo started.
@@ -128,7 +128,7 @@ func (d *demo) measureLoadGen(ctx context.Context) {
 // rather than start-up. Without k6's ceiling, the Go client's stands in.
 func (d *demo) burstStock(strategy string) int64 {
 	stock := int64(d.p.BurstStock)
-	if strategy != "batched" && strategy != reserveStrategy {
+	if strategy != "batched" && !isReserved(strategy) {
 		return stock
 	}
 	ceiling := 0.0
@@ -238,7 +238,7 @@ func (d *demo) serviceEnv(b backend, strategy string) []string {
 	if report.IsControl(strategy) && d.p.NaiveRaceWindow != "" {
 		env = append(env, "NAIVE_RACE_WINDOW="+d.p.NaiveRaceWindow)
 	}
-	if strategy == reserveStrategy {
+	if isReserved(strategy) {
 		if len(d.reserveRedis) > 0 {
 			env = append(env, "REDIS_ADDRS="+d.reserveRedis[0])
 		}

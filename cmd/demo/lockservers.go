@@ -45,22 +45,22 @@ func (d *demo) startLockServices(ctx context.Context, out io.Writer) (stop func(
 		return u
 	}
 
-	if slices.Contains(d.p.Strategies, reserveStrategy) {
+	if u := users(isReserved); len(u) > 0 {
 		if len(d.p.RedisAddrs) > 0 {
 			d.reserveRedis = d.p.RedisAddrs[:1]
-			d.lockServices = append(d.lockServices, lockService{Var: "REDIS_ADDRS", Users: []string{reserveStrategy}, Addrs: d.reserveRedis})
+			d.lockServices = append(d.lockServices, lockService{Var: "REDIS_ADDRS", Users: u, Addrs: d.reserveRedis})
 		} else if node, err := startDurableRedis(ctx, d.dir); err != nil {
-			d.rep.Notes = append(d.rep.Notes, reserveStrategy+" skipped: the demo's durable redis-server could not start: "+err.Error())
-			skip = append(skip, reserveStrategy)
+			d.rep.Notes = append(d.rep.Notes, strings.Join(u, ", ")+" skipped: the demo's durable redis-server could not start: "+err.Error())
+			skip = append(skip, u...)
 		} else {
 			stops = append(stops, node.stop)
 			d.reserveRedis = node.addrs
-			d.lockServices = append(d.lockServices, lockService{Var: "REDIS_ADDRS", Users: []string{reserveStrategy}, Addrs: d.reserveRedis,
+			d.lockServices = append(d.lockServices, lockService{Var: "REDIS_ADDRS", Users: u, Addrs: d.reserveRedis,
 				Started: "one redis-server with appendonly yes, appendfsync always, noeviction"})
-			fmt.Fprintf(out, "started a durable redis-server for %s: %s\n", reserveStrategy, node.addrs[0])
+			fmt.Fprintf(out, "started a durable redis-server for %s: %s\n", strings.Join(u, ", "), node.addrs[0])
 		}
 	}
-	if u := users(func(s string) bool { return needsRedis(s) && s != reserveStrategy }); len(u) > 0 {
+	if u := users(func(s string) bool { return needsRedis(s) && !isReserved(s) }); len(u) > 0 {
 		if len(d.p.RedisAddrs) > 0 {
 			d.redis = d.p.RedisAddrs
 			d.lockServices = append(d.lockServices, lockService{Var: "REDIS_ADDRS", Users: u, Addrs: d.redis})

@@ -102,6 +102,7 @@ func TestComposeFileMatchesTheCode(t *testing.T) {
 		{composeToken, "STRATEGY=etcd-lock"},
 		{composeToken, "STRATEGY=zk-lock"},
 		{composeToken, "STRATEGY=redis-reserve"},
+		{composeToken, "STRATEGY=redis-watch"},
 		{composeToken, "STRATEGY=for-update", "DATABASE_URL=mysql://root@mysql:3306/stock"},
 	} {
 		p := loadCompose(t, env...)

@@ -46,7 +46,7 @@ type config struct {
 	// read (CONFIG disabled or renamed): the operator vouches for noeviction.
 	SkipPolicyCheck bool
 
-	// redis-reserve: Durable refuses a Redis without an fsynced AOF
+	// redis-reserve and redis-watch: Durable refuses a Redis without an fsynced AOF
 	// (RESERVE_DURABILITY=aof); ClaimIdle is how long a dead consumer's
 	// orders wait before another instance writes them.
 	ReserveDurable   bool
@@ -61,10 +61,14 @@ const minAdminTokenLength = 16
 // strategyNames lists every value STRATEGY accepts.
 func strategyNames() []string {
 	return slices.Concat(inventory.SQLStrategyNames, []string{inventory.NameBatched}, inventory.LockStrategyNames,
-		[]string{inventory.NameRedisReserve})
+		inventory.ReservedStrategyNames)
 }
 
 func isLockStrategy(name string) bool { return slices.Contains(inventory.LockStrategyNames, name) }
+
+func isReservedStrategy(name string) bool {
+	return slices.Contains(inventory.ReservedStrategyNames, name)
+}
 
 func isRedisLockStrategy(name string) bool {
 	return name == inventory.NameRedisLock || name == inventory.NameRedlock
@@ -120,8 +124,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		bad("RESERVE_DURABILITY=%q is not aof or none", d)
 	}
-	if (getenv("RESERVE_DURABILITY") != "" || getenv("RESERVE_CLAIM_IDLE") != "") && c.Strategy != inventory.NameRedisReserve {
-		bad("RESERVE_DURABILITY and RESERVE_CLAIM_IDLE apply only to STRATEGY=redis-reserve")
+	if (getenv("RESERVE_DURABILITY") != "" || getenv("RESERVE_CLAIM_IDLE") != "") && !isReservedStrategy(c.Strategy) {
+		bad("RESERVE_DURABILITY and RESERVE_CLAIM_IDLE apply only to STRATEGY=redis-reserve or redis-watch")
 	}
 	switch f := str("FENCING", "on"); f {
 	case "on":

@@ -176,7 +176,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				if strategy == inventory.NameNaive {
 					env = append(env, "NAIVE_RACE_WINDOW=5ms")
 				}
-				if strategy == inventory.NameRedisReserve {
+				if isReservedStrategy(strategy) {
 					env = append(env, "REDIS_ADDRS="+durableRedis)
 				}
 				var instances []*process
@@ -243,7 +243,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				if other := int64(buyers) - counts[http.StatusCreated] - counts[http.StatusConflict]; other != 0 {
 					t.Errorf("%d answers were neither 201 nor 409: %v", other, counts)
 				}
-				if strategy == inventory.NameRedisReserve {
+				if isReservedStrategy(strategy) {
 					written := waitDrained(t, instances[2].url, engine, url, "burst")
 					if written.Orders != counts[http.StatusCreated] || written.Available != 0 || !written.Consistent() {
 						t.Errorf("after the drain the database has %+v, want the %d orders answered 201", written, counts[http.StatusCreated])

@@ -82,7 +82,7 @@ func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, log *slog.Log
 	if isLockStrategy(cfg.Strategy) {
 		return buildLockStrategy(cfg, db, m, m.Renewed, log)
 	}
-	if cfg.Strategy == inventory.NameRedisReserve {
+	if isReservedStrategy(cfg.Strategy) {
 		return buildReserve(cfg, db, m, log)
 	}
 	if cfg.Strategy == inventory.NameBatched {

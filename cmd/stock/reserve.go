@@ -15,7 +15,7 @@ import (
 	"github.com/flashsale/stock/internal/store"
 )
 
-// buildReserve connects to the reservation Redis (the first of
+// buildReserve (redis-reserve, redis-watch) connects to the reservation Redis (the first of
 // REDIS_ADDRS), refuses one that could lose or evict an accepted order, and
 // starts this instance's consumer of the order streams. The returned stop
 // function ends the consumer (it finishes the batch in hand) and closes the
@@ -53,7 +53,14 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logg
 		log.Warn("RESERVE_DURABILITY=none: orders are answered 201 before Redis has them on disk. " +
 			"A crash of Redis or of the machine loses them, and the database never sees them. Never use it for a real sale.")
 	}
-	res := reservation.New(rdb, db, reservation.WithLogger(log))
+	opts := []reservation.Option{reservation.WithLogger(log)}
+	var strategyOpts []inventory.ReservedOption
+	if cfg.Strategy == inventory.NameRedisWatch {
+		// The optimistic variant is bounded like version-cas.
+		opts = append(opts, reservation.WithOptimisticTransactions(cfg.CASMaxAttempts, cfg.CASMaxInFlight))
+		strategyOpts = append(strategyOpts, inventory.WithReservedName(inventory.NameRedisWatch))
+	}
+	res := reservation.New(rdb, db, opts...)
 	consumer := res.NewConsumer(db, reservation.WithClaimIdle(cfg.ReserveClaimIdle),
 		reservation.WithConsumerLogger(log), reservation.WithConsumerObserver(m))
 	runCtx, stopConsumer := context.WithCancel(context.Background())
@@ -67,5 +74,5 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logg
 		}
 		_ = rdb.Close()
 	}
-	return inventory.NewReserved(res, db), stop, nil
+	return inventory.NewReserved(res, db, strategyOpts...), stop, nil
 }

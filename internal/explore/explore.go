@@ -64,11 +64,12 @@ type Scenario struct {
 	MaxSchedules int
 	Samples      int
 	Seed         uint64
-	// Reserved: the strategy takes orders into the Explorer's reservation
-	// store (WithReservations), and a writer entity moves them into the
-	// database one batch a step; the sale is started through the
+	// Reserved names the Explorer's reservation store (WithReservations)
+	// the strategy takes orders into; a writer entity moves them into the
+	// database one batch a step, the sale is started through the
 	// strategy, and the checks run once the writer has moved everything.
-	Reserved bool
+	// "" for the strategies that write the database themselves.
+	Reserved string
 }
 
 // Env is what one schedule gives the strategy under test: the scheduler's
@@ -143,13 +144,16 @@ type Explorer struct {
 	blocked Blocked
 	runs    int
 	prefix  string
-	res     *Reservations
+	res     map[string]Reservations
 }
 
-// WithReservations gives the explorer a reservation store, for scenarios
-// with Reserved set.
-func (x *Explorer) WithReservations(r Reservations) *Explorer {
-	x.res = &r
+// WithReservations gives the explorer a reservation store under a name,
+// for scenarios whose Reserved names it.
+func (x *Explorer) WithReservations(name string, r Reservations) *Explorer {
+	if x.res == nil {
+		x.res = map[string]Reservations{}
+	}
+	x.res[name] = r
 	return x
 }
 
@@ -295,12 +299,13 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs
 	st := &store{Store: x.store, s: s, inserted: map[int][]string{}}
 	env := Env{Locker: &locker{s: s}, Store: st, Queue: queue{s}}
 	var w *writer
-	if sc.Reserved {
-		if x.res == nil {
-			return result{}, errors.New("explore: a Reserved scenario needs WithReservations")
+	if sc.Reserved != "" {
+		r, ok := x.res[sc.Reserved]
+		if !ok {
+			return result{}, fmt.Errorf("explore: no reservation store %q (WithReservations)", sc.Reserved)
 		}
-		w = newWriter(s, x.res.Write, len(sc.Quantities))
-		env.Reservations, env.Sales = &reservations{Reservations: x.res.Store, st: st, w: w}, x.res.Sales
+		w = newWriter(s, r.Write, len(sc.Quantities))
+		env.Reservations, env.Sales = &reservations{Reservations: r.Store, st: st, w: w}, r.Sales
 	}
 	svc := inventory.NewService(st, sc.Strategy(env),
 		// The scheduler decides what happens when; no deadline may.

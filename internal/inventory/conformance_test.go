@@ -63,15 +63,11 @@ func strategies() map[string]func(t *testing.T, db store.Store) inventory.Strate
 			return inventory.NewLocked(inventory.NameEtcdLock, inventorylock.Adapt(locker))
 		},
 		inventory.NameRedisReserve: func(t *testing.T, db store.Store) inventory.Strategy {
-			srv := testredis.StartDurable(t)
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = rdb.Close() })
-			res := reservation.New(rdb, db)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = res.NewConsumer(db).Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
-			return inventory.NewReserved(res, db)
+			return inventory.NewReserved(reservedStore(t, db), db)
+		},
+		inventory.NameRedisWatch: func(t *testing.T, db store.Store) inventory.Strategy {
+			return inventory.NewReserved(reservedStore(t, db, reservation.WithOptimisticTransactions(50, 2)), db,
+				inventory.WithReservedName(inventory.NameRedisWatch))
 		},
 		inventory.NameZKLock: func(t *testing.T, _ store.Store) inventory.Strategy {
 			locker, err := zklock.New([]string{testzk.Start(t).Addr}, zklock.WithPrefix("/"+strings.ReplaceAll(t.Name(), "/", "-")),
@@ -83,6 +79,20 @@ func strategies() map[string]func(t *testing.T, db store.Store) inventory.Strate
 			return inventory.NewLocked(inventory.NameZKLock, inventorylock.Adapt(locker))
 		},
 	}
+}
+
+// reservedStore is a reservation store on a durable redis-server of the
+// test's own, with a consumer writing into db until the test ends.
+func reservedStore(t *testing.T, db store.Store, opts ...reservation.Option) *reservation.Store {
+	srv := testredis.StartDurable(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	res := reservation.New(rdb, db, opts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = res.NewConsumer(db).Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return res
 }
 
 // outcome is one buyer's answer.

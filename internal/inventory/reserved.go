@@ -7,8 +7,17 @@ import (
 	"time"
 )
 
-// NameRedisReserve is the redis-reserve strategy's STRATEGY value.
-const NameRedisReserve = "redis-reserve"
+// Names of the strategies that count stock in Redis: redis-reserve takes an
+// order with one atomic script, redis-watch with WATCH, a read, a check and
+// MULTI/EXEC (the seeds' optimistic transaction). Both keep the same keys,
+// so instances of both may share a sale.
+const (
+	NameRedisReserve = "redis-reserve"
+	NameRedisWatch   = "redis-watch"
+)
+
+// ReservedStrategyNames lists them.
+var ReservedStrategyNames = []string{NameRedisReserve, NameRedisWatch}
 
 var (
 	// ErrSaleNotLoaded: the reservation store has no sale for the SKU: it
@@ -100,13 +109,26 @@ type EpochSales interface {
 // stock is not consulted by the orders, so a SQL strategy writing the same
 // SKU would sell the same units again.
 type Reserved struct {
-	res Reservations
-	db  EpochSales
+	name string
+	res  Reservations
+	db   EpochSales
 }
 
+// ReservedOption configures NewReserved.
+type ReservedOption func(*Reserved)
+
+// WithReservedName sets the name recorded on orders (NameRedisWatch for a
+// store that takes orders with optimistic transactions). Default
+// NameRedisReserve.
+func WithReservedName(name string) ReservedOption { return func(r *Reserved) { r.name = name } }
+
 // NewReserved returns the redis-reserve strategy over res and db.
-func NewReserved(res Reservations, db EpochSales) *Reserved {
-	return &Reserved{res: res, db: db}
+func NewReserved(res Reservations, db EpochSales, opts ...ReservedOption) *Reserved {
+	r := &Reserved{name: NameRedisReserve, res: res, db: db}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 var (
@@ -118,12 +140,12 @@ var (
 )
 
 // Name implements Strategy.
-func (*Reserved) Name() string { return NameRedisReserve }
+func (r *Reserved) Name() string { return r.name }
 
 // Deduct implements Strategy; the Service calls takeOrder instead, which
 // owns the whole order.
 func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
-	return fmt.Errorf("%w: %s takes whole orders, not deductions in a transaction", ErrUnavailable, NameRedisReserve)
+	return fmt.Errorf("%w: %s takes whole orders, not deductions in a transaction", ErrUnavailable, r.name)
 }
 
 // takeOrder reserves the order in the store.

@@ -403,7 +403,10 @@ func decode(sku string, m redis.XMessage) (reserved, error) {
 	}
 	r := reserved{
 		streamID: m.ID, epoch: epoch, accepted: time.UnixMilli(ms),
-		order: inventory.Order{ID: field("id"), SKU: sku, Quantity: q, UserID: field("u"), Strategy: inventory.NameRedisReserve},
+		order: inventory.Order{ID: field("id"), SKU: sku, Quantity: q, UserID: field("u"), Strategy: field("s")},
+	}
+	if r.order.Strategy == "" {
+		r.order.Strategy = inventory.NameRedisReserve
 	}
 	if r.order.ID == "" || r.order.UserID == "" {
 		return reserved{}, errors.New("order id or user id missing")

@@ -296,7 +296,11 @@ func TestAuditAcrossASaleRestartIsNoDrift(t *testing.T) {
 // checked against the database, and the sale is closed (found by review:
 // the database ended at -5).
 func TestRedisBackFromAnOlderCopyFailsClosed(t *testing.T) {
-	s := newSale(t, "postgres")
+	forEachMode(t, redisBackFromAnOlderCopyFailsClosed)
+}
+
+func redisBackFromAnOlderCopyFailsClosed(t *testing.T, m mode) {
+	s := newSaleIn(t, "postgres", m)
 	const sku = "rollback"
 	ctx := context.Background()
 	s.consume(s.db)

@@ -52,6 +52,11 @@ type Store struct {
 	local sync.Map
 	// checking serialises this process's checks of a restarted Redis.
 	checking sync.Mutex
+	// The optimistic variant (watch.go): attempts per order, and a gate
+	// per stripe of SKUs bounding the attempts in flight.
+	optimistic    bool
+	watchAttempts int
+	gates         [gateStripes]chan struct{}
 }
 
 var _ inventory.Reservations = (*Store)(nil)
@@ -111,14 +116,20 @@ func (s *Store) skusKey() string { return s.prefix + "reserve:skus" }
 func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, error) {
 	k := s.keys(r.Order.SKU)
 	keys := []string{k.sale, k.idem, k.orders, s.placedKey(r.Order.SKU, r.Order.ID)}
-	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds()}
+	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds(), r.Order.Strategy}
 	// mayHaveRun: an earlier attempt may have reached Redis and taken the
 	// order. A retry's answer is then only about the retry: "ok" finds the
 	// first run's order, but any refusal (the sale closed meanwhile, a
 	// server error) leaves the first run's outcome unknown.
 	mayHaveRun := false
 	for {
-		reply, err := s.runReserve(ctx, keys, args)
+		var reply []string
+		var err error
+		if s.optimistic {
+			reply, err = s.reserveWatching(ctx, r)
+		} else {
+			reply, err = s.runReserve(ctx, keys, args)
+		}
 		if err == nil {
 			id, aerr := s.answer(r, reply)
 			if aerr != nil && mayHaveRun {
@@ -245,6 +256,8 @@ func (s *Store) answer(r inventory.Reservation, reply []string) (string, error) 
 		return "", fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, r.Key)
 	case len(reply) == 1 && reply[0] == "soldout":
 		return "", inventory.ErrSoldOut
+	case len(reply) == 1 && reply[0] == "busy":
+		return "", fmt.Errorf("%w: every optimistic attempt on %q lost its race", inventory.ErrBusy, r.Order.SKU)
 	case len(reply) == 1 && reply[0] == "unloaded":
 		return "", fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, r.Order.SKU)
 	}

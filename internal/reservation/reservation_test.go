@@ -29,15 +29,37 @@ type sale struct {
 	seen  *written
 }
 
-func newSale(t *testing.T, engine string) *sale {
+// mode is how orders are taken: the script (redis-reserve) or WATCH and
+// MULTI/EXEC (redis-watch).
+type mode struct {
+	name string
+	opts []reservation.Option
+}
+
+var modes = []mode{
+	{inventory.NameRedisReserve, nil},
+	{inventory.NameRedisWatch, []reservation.Option{reservation.WithOptimisticTransactions(50, 2)}},
+}
+
+// forEachMode runs f as a subtest for each mode.
+func forEachMode(t *testing.T, f func(t *testing.T, m mode)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
+	}
+}
+
+// newSale is newSaleIn with the script.
+func newSale(t *testing.T, engine string) *sale { return newSaleIn(t, engine, modes[0]) }
+
+func newSaleIn(t *testing.T, engine string, m mode) *sale {
 	t.Helper()
 	srv := testredis.StartDurable(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	db := testdb.New(t, engine, 8)
-	res := reservation.New(rdb, db)
+	res := reservation.New(rdb, db, m.opts...)
 	return &sale{t: t, redis: srv, rdb: rdb, db: db, res: res,
-		svc: inventory.NewService(db, inventory.NewReserved(res, db)), seen: newWritten()}
+		svc: inventory.NewService(db, inventory.NewReserved(res, db, inventory.WithReservedName(m.name))), seen: newWritten()}
 }
 
 // consume runs a consumer until the test ends; its batches are counted in
@@ -123,10 +145,14 @@ func (w *written) waitFor(t *testing.T, n int64) {
 // answers, Redis's tally and, once the consumers have written every order,
 // the database all agree, with three consumers sharing the stream.
 func TestReserveRaceThenDrain(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) { raceThenDrain(t, m) })
+}
+
+func raceThenDrain(t *testing.T, m mode) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
-			s := newSale(t, engine)
+			s := newSaleIn(t, engine, m)
 			for range 3 {
 				s.consume(s.db)
 			}
@@ -200,7 +226,11 @@ func TestReserveRaceThenDrain(t *testing.T) {
 // TestNoOversellByOne: the script's comparison at the edge: the last unit
 // sells, the next request and a request for more than is left do not.
 func TestNoOversellByOne(t *testing.T) {
-	s := newSale(t, "postgres")
+	forEachMode(t, noOversellByOne)
+}
+
+func noOversellByOne(t *testing.T, m mode) {
+	s := newSaleIn(t, "postgres", m)
 	s.start("edge", 2)
 	if _, err := s.order("edge", 3, "a", ""); !errors.Is(err, inventory.ErrSoldOut) {
 		t.Fatalf("3 of 2: %v, want sold out", err)
@@ -221,10 +251,14 @@ func TestNoOversellByOne(t *testing.T) {
 // takes nothing more; the key with another body is a conflict; the database
 // gets one order and one key record.
 func TestIdempotencyInRedis(t *testing.T) {
+	forEachMode(t, idempotencyInRedis)
+}
+
+func idempotencyInRedis(t *testing.T, m mode) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
-			s := newSale(t, engine)
+			s := newSaleIn(t, engine, m)
 			s.consume(s.db)
 			s.start("idem", 10)
 			first, err := s.order("idem", 2, "u", "k-1")
@@ -249,7 +283,11 @@ func TestIdempotencyInRedis(t *testing.T) {
 // TestLostAnswerTakesStockOnce: the same call run twice (its first answer
 // lost) takes the stock once and logs the order once.
 func TestLostAnswerTakesStockOnce(t *testing.T) {
-	s := newSale(t, "postgres")
+	forEachMode(t, lostAnswerTakesStockOnce)
+}
+
+func lostAnswerTakesStockOnce(t *testing.T, m mode) {
+	s := newSaleIn(t, "postgres", m)
 	s.start("lost", 5)
 	r := inventory.Reservation{Order: inventory.Order{ID: "0193e7a4-0000-7000-8000-000000000001", SKU: "lost", Quantity: 2, UserID: "u", Strategy: inventory.NameRedisReserve}}
 	for range 2 {

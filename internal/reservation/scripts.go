@@ -13,7 +13,8 @@ import "github.com/redis/go-redis/v9"
 //	              so a late Load of an older sale is refused.
 //	{S}:keys      hash: idempotency key -> "fingerprint orderID".
 //	{S}:orders    stream: the accepted orders not yet in the database, one
-//	              entry each (id, q, u, k, h, e); consumer group "persist".
+//	              entry each (id, q, u, k, h, e, s: order id, quantity, user,
+//	              key, fingerprint, sale epoch, strategy); group "persist".
 //	{S}:placed:ID the sale epoch in which order ID was taken, for a few
 //	              minutes: a retry of the same call after a lost answer
 //	              finds it instead of taking the stock twice.
@@ -22,7 +23,7 @@ import "github.com/redis/go-redis/v9"
 //
 // KEYS: sale, keys, orders, placed. ARGV: order id, quantity, user id,
 // idempotency key ("" for none), request fingerprint (hex), how long the
-// answer is kept (ms).
+// answer is kept (ms), the strategy's name (recorded on the order).
 //
 // Replies: {"ok", id} (taken now or by an earlier run of this very call),
 // {"replay", id} (the key's earlier order), {"conflict"}, {"soldout"},
@@ -45,7 +46,7 @@ if tonumber(sale[2]) < q then return {'soldout'} end
 redis.call('HINCRBY', KEYS[1], 'available', -q)
 redis.call('HINCRBY', KEYS[1], 'ordered', q)
 redis.call('HINCRBY', KEYS[1], 'orders', 1)
-redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1])
+redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1], 's', ARGV[7])
 if key ~= '' then redis.call('HSET', KEYS[2], key, fp .. ' ' .. ARGV[1]) end
 redis.call('SET', KEYS[4], sale[1], 'PX', ARGV[6])
 return {'ok', ARGV[1]}

@@ -1,0 +1,144 @@
+package reservation_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/testredis"
+)
+
+// BenchmarkReserve: buyers concurrent goroutines place one-unit orders on
+// one SKU through one service (no HTTP), with redis-reserve (a durable
+// private redis-server, appendfsync always, and one consumer writing into a
+// pool of 16 connections) and, beside it in the same run, conditional as
+// the service runs it (ROW_MAX_IN_FLIGHT=4). The stock never runs out.
+// orders/s is the rate of answers; for redis-reserve written/s is the rate
+// at which the database had every order (from the first order to the last
+// row), and lag-p99-ms the 99th percentile from an order's acceptance to its
+// commit.
+//
+//	go test -run '^$' -bench Reserve -benchtime 4000x ./internal/reservation/
+func BenchmarkReserve(b *testing.B) {
+	for _, engine := range store.Engines {
+		for _, name := range []string{inventory.NameRedisReserve, inventory.NameConditional} {
+			for _, buyers := range []int{1, 16, 64, 256} {
+				b.Run(fmt.Sprintf("%s/%s/buyers=%d", engine, name, buyers), func(b *testing.B) {
+					benchOrders(b, engine, name, buyers)
+				})
+			}
+		}
+	}
+}
+
+func benchOrders(b *testing.B, engine, name string, buyers int) {
+	ctx := context.Background()
+	db := testdb.New(b, engine, 16)
+	var strategy inventory.Strategy = inventory.LimitRowWork(inventory.NewConditional(), 4)
+	seen := &lags{}
+	if name == inventory.NameRedisReserve {
+		rdb := redis.NewClient(&redis.Options{Addr: testredis.StartDurable(b).Addr, MaxRetries: -1, PoolSize: 64})
+		b.Cleanup(func() { _ = rdb.Close() })
+		res := reservation.New(rdb, db)
+		consumer := res.NewConsumer(db, reservation.WithConsumerObserver(seen))
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = consumer.Run(runCtx) }()
+		b.Cleanup(func() { cancel(); <-done })
+		strategy = inventory.NewReserved(res, db)
+	}
+	svc := inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second))
+	if err := svc.StartSale(ctx, "hot", inventory.MaxInitialStock); err != nil {
+		b.Fatal(err)
+	}
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	began := time.Now()
+	for range buyers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "hot", Quantity: 1, UserID: fmt.Sprint("u-", i)}); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	answered := time.Since(began)
+	if name == inventory.NameRedisReserve {
+		seen.waitFor(b, int64(b.N))
+	}
+	written := time.Since(began)
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Errorf("%d of %d orders failed", n, b.N)
+	}
+	b.ReportMetric(float64(b.N)/answered.Seconds(), "orders/s")
+	if name == inventory.NameRedisReserve {
+		b.ReportMetric(float64(b.N)/written.Seconds(), "written/s")
+		b.ReportMetric(float64(seen.p99().Microseconds())/1000, "lag-p99-ms")
+	}
+}
+
+// lags records every order's time from acceptance to commit.
+type lags struct {
+	mu     sync.Mutex
+	all    []time.Duration
+	change chan struct{}
+}
+
+func (l *lags) Written(_ string, ls []time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, ls...)
+	if l.change != nil {
+		close(l.change)
+		l.change = nil
+	}
+}
+
+func (l *lags) Failed(string) {}
+
+func (l *lags) waitFor(b *testing.B, n int64) {
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		have := int64(len(l.all))
+		if l.change == nil {
+			l.change = make(chan struct{})
+		}
+		change := l.change
+		l.mu.Unlock()
+		if have >= n {
+			return
+		}
+		select {
+		case <-change:
+		case <-deadline.C:
+			b.Fatalf("the consumer wrote %d of %d orders in a minute", have, n)
+		}
+	}
+}
+
+func (l *lags) p99() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.all) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), l.all...)
+	slices.Sort(s)
+	return s[len(s)*99/100]
+}

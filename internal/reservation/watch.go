@@ -1,0 +1,207 @@
+package reservation
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// The optimistic variant (redis-watch): the seeds' WATCH, read, check, then
+// MULTI/EXEC. It keeps every key, answer and stream entry of the script, so
+// the consumer, the audit and instances running the script can share a sale
+// with it. The invariant: EXEC applies the decrement only if no watched key
+// (the sale, the keys) changed since the read that decided it, so each
+// decrement was checked against the stock it leaves. Without the WATCH, two
+// orders would both read the last unit and both decrement it.
+
+// errUnverified: the reserve script is missing, so Redis restarted and has
+// not been checked against the database yet (see checkRestarted).
+var errUnverified = errors.New("redis restarted: not checked against the database yet")
+
+// gateStripes is how many semaphores the SKUs share, by hash.
+const gateStripes = 64
+
+// WithOptimisticTransactions makes Reserve take orders with WATCH, a read,
+// a check in Go, then MULTI/EXEC (redis-watch), instead of the script. An
+// EXEC that finds a watched key changed takes nothing and the attempt runs
+// again after a random backoff up to base·2^attempt (capped at 25ms), at
+// most attempts times (then 503 busy); each process lets at most inFlight
+// attempts on one SKU run at once (0: no bound), because all but one of the
+// attempts that run together on a SKU lose. Default: the script.
+func WithOptimisticTransactions(attempts, inFlight int) Option {
+	return func(s *Store) {
+		s.optimistic, s.watchAttempts = true, max(1, attempts)
+		if inFlight > 0 {
+			for i := range s.gates {
+				s.gates[i] = make(chan struct{}, inFlight)
+			}
+		}
+	}
+}
+
+// reserveWatching answers as the reserve script does; {"busy"} when every
+// attempt lost its race, or the order's deadline came while it waited.
+func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([]string, error) {
+	checked := false
+	for attempt := 0; attempt < s.watchAttempts; attempt++ {
+		reply, err := s.watchOnce(ctx, r)
+		switch {
+		case errors.Is(err, errUnverified) && !checked:
+			if err := s.checkRestarted(ctx); err != nil {
+				return nil, err
+			}
+			checked = true
+			continue
+		case !errors.Is(err, redis.TxFailedErr):
+			return reply, err
+		}
+		if pause(ctx, backoff(attempt)) != nil {
+			return []string{"busy"}, nil
+		}
+	}
+	return []string{"busy"}, nil
+}
+
+// watchOnce is one attempt, once the SKU's gate lets it in.
+func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]string, error) {
+	if gate := s.gate(r.Order.SKU); gate != nil {
+		select {
+		case gate <- struct{}{}:
+			defer func() { <-gate }()
+		case <-ctx.Done():
+			return []string{"busy"}, nil
+		}
+	}
+	k := s.keys(r.Order.SKU)
+	placed := s.placedKey(r.Order.SKU, r.Order.ID)
+	fp := hex.EncodeToString(r.Fingerprint)
+	var reply []string
+	err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		var (
+			sale   *redis.SliceCmd
+			prior  *redis.StringCmd
+			done   *redis.StringCmd
+			loaded *redis.BoolSliceCmd
+		)
+		_, _ = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			sale = p.HMGet(ctx, k.sale, "epoch", "available")
+			if r.Key != "" {
+				prior = p.HGet(ctx, k.idem, r.Key)
+			}
+			done = p.Get(ctx, placed)
+			loaded = p.ScriptExists(ctx, reserveScript.Hash())
+			return nil
+		})
+		cmds := []redis.Cmder{sale, done, loaded}
+		if prior != nil {
+			cmds = append(cmds, prior)
+		}
+		for _, c := range cmds {
+			if c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
+				return c.Err()
+			}
+		}
+		if ex := loaded.Val(); len(ex) != 1 || !ex[0] {
+			return errUnverified
+		}
+		vals := sale.Val()
+		epoch, _ := vals[0].(string)
+		if epoch == "" {
+			reply = []string{"unloaded"}
+			return nil
+		}
+		if done.Val() == epoch {
+			reply = []string{"ok", r.Order.ID}
+			return nil
+		}
+		if prior != nil && prior.Err() == nil {
+			fpOf, id, _ := cut(prior.Val())
+			if fpOf != fp {
+				reply = []string{"conflict"}
+			} else {
+				reply = []string{"replay", id}
+			}
+			return nil
+		}
+		availableText, _ := vals[1].(string)
+		available, err := strconv.ParseInt(availableText, 10, 64)
+		if err != nil {
+			return fmt.Errorf("the sale's available is %q: %w", availableText, err)
+		}
+		if available < r.Order.Quantity {
+			reply = []string{"soldout"}
+			return nil
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HIncrBy(ctx, k.sale, "available", -r.Order.Quantity)
+			p.HIncrBy(ctx, k.sale, "ordered", r.Order.Quantity)
+			p.HIncrBy(ctx, k.sale, "orders", 1)
+			p.XAdd(ctx, &redis.XAddArgs{Stream: k.orders, Values: []any{
+				"id", r.Order.ID, "q", r.Order.Quantity, "u", r.Order.UserID, "k", r.Key, "h", fp, "e", epoch, "s", r.Order.Strategy,
+			}})
+			if r.Key != "" {
+				p.HSet(ctx, k.idem, r.Key, fp+" "+r.Order.ID)
+			}
+			p.Set(ctx, placed, epoch, s.answerTTL)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		reply = []string{"ok", r.Order.ID}
+		return nil
+	}, k.sale, k.idem)
+	return reply, err
+}
+
+// cut splits "fingerprint orderID".
+func cut(v string) (fp, id string, ok bool) {
+	for i := 0; i < len(v); i++ {
+		if v[i] == ' ' {
+			return v[:i], v[i+1:], true
+		}
+	}
+	return v, "", false
+}
+
+// gate returns the semaphore of sku's stripe, or nil when attempts are not
+// bounded.
+func (s *Store) gate(sku string) chan struct{} {
+	if s.gates[0] == nil {
+		return nil
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sku))
+	return s.gates[h.Sum32()%gateStripes]
+}
+
+// backoff is a random wait up to 1ms·2^attempt, capped at 25ms ("full
+// jitter", so that losers do not collide again in step).
+func backoff(attempt int) time.Duration {
+	ceiling := 25 * time.Millisecond
+	if attempt < 5 {
+		ceiling = min(ceiling, time.Millisecond<<attempt)
+	}
+	return rand.N(ceiling + 1)
+}
+
+// pause waits d or until ctx ends (then it returns ctx's error).
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
