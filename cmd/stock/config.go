@@ -51,6 +51,9 @@ type config struct {
 	// orders wait before another instance writes them.
 	ReserveDurable   bool
 	ReserveClaimIdle time.Duration
+	// RedisCluster: REDIS_ADDRS are the seeds of one Redis Cluster
+	// (REDIS_MODE=cluster), not independent servers.
+	RedisCluster bool
 }
 
 // minAdminTokenLength is the shortest ADMIN_TOKEN the service accepts: the
@@ -123,6 +126,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 		c.ReserveDurable = false
 	default:
 		bad("RESERVE_DURABILITY=%q is not aof or none", d)
+	}
+	switch m := str("REDIS_MODE", "standalone"); m {
+	case "standalone":
+	case "cluster":
+		c.RedisCluster = true
+		if !isReservedStrategy(c.Strategy) {
+			bad("REDIS_MODE=cluster applies only to STRATEGY=redis-reserve or redis-watch: the Redis locks need independent servers")
+		}
+	default:
+		bad("REDIS_MODE=%q is not standalone or cluster", m)
 	}
 	if (getenv("RESERVE_DURABILITY") != "" || getenv("RESERVE_CLAIM_IDLE") != "") && !isReservedStrategy(c.Strategy) {
 		bad("RESERVE_DURABILITY and RESERVE_CLAIM_IDLE apply only to STRATEGY=redis-reserve or redis-watch")
@@ -210,6 +223,7 @@ func (c config) logAttrs() []any {
 		"redis_skip_policy_check", c.SkipPolicyCheck,
 		"reserve_durable", c.ReserveDurable,
 		"reserve_claim_idle", c.ReserveClaimIdle.String(),
+		"redis_cluster", c.RedisCluster,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,30 +16,36 @@ import (
 	"github.com/flashsale/stock/internal/store"
 )
 
-// buildReserve (redis-reserve, redis-watch) connects to the reservation Redis (the first of
-// REDIS_ADDRS), refuses one that could lose or evict an accepted order, and
+// buildReserve (redis-reserve, redis-watch) connects to the reservation
+// Redis (the first of REDIS_ADDRS, or with REDIS_MODE=cluster the cluster
+// they seed), refuses one that could lose or evict an accepted order, and
 // starts this instance's consumer of the order streams. The returned stop
 // function ends the consumer (it finishes the batch in hand) and closes the
 // client.
 func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
-	rdb := redis.NewClient(&redis.Options{
-		Addr:        cfg.RedisAddrs[0],
-		DialTimeout: time.Second,
-		// Orders carry deadlines; go-redis honours them only so.
-		ContextTimeoutEnabled: true,
-		// No retries by the client: Reserve retries its own script, which
-		// is safe to repeat; a retried Load is refused or a no-op.
-		MaxRetries: -1,
-		// Every order holds a connection for one round trip: a pool
-		// larger than go-redis' default (10 per CPU) would only queue at
-		// Redis instead of here.
-		PoolSize: 64,
-	})
+	// Orders carry deadlines; go-redis honours them only with
+	// ContextTimeoutEnabled. No retries by the client: Reserve retries its
+	// own script, which is safe to repeat; a retried Load is refused or a
+	// no-op. Every order holds a connection for one round trip: a pool
+	// larger than go-redis' default (10 per CPU) would only queue at Redis
+	// instead of here.
+	var rdb redis.UniversalClient
+	where := cfg.RedisAddrs[0]
+	if cfg.RedisCluster {
+		// A cluster redirects (MOVED, ASK) before it runs anything, so
+		// following redirections is safe; the client does it.
+		where = "cluster " + strings.Join(cfg.RedisAddrs, ",")
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisAddrs, DialTimeout: time.Second,
+			ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 64})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddrs[0], DialTimeout: time.Second,
+			ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 64})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("reservation redis %s: %w", cfg.RedisAddrs[0], err)
+		return nil, nil, fmt.Errorf("reservation redis %s: %w", where, err)
 	}
 	if err := reservation.CheckNoEviction(ctx, rdb); err != nil {
 		_ = rdb.Close()
@@ -66,7 +73,7 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logg
 	runCtx, stopConsumer := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	go func() { stopped <- consumer.Run(runCtx) }()
-	log.Info("reservation consumer started", "consumer", consumer.Name(), "redis", cfg.RedisAddrs[0])
+	log.Info("reservation consumer started", "consumer", consumer.Name(), "redis", where)
 	stop := func() {
 		stopConsumer()
 		if err := <-stopped; err != nil && !errors.Is(err, context.Canceled) {

@@ -19,19 +19,21 @@ import (
 )
 
 // BenchmarkReserve: buyers concurrent goroutines place one-unit orders on
-// one SKU through one service (no HTTP), with redis-reserve (a durable
-// private redis-server, appendfsync always, and one consumer writing into a
-// pool of 16 connections) and, beside it in the same run, conditional as
-// the service runs it (ROW_MAX_IN_FLIGHT=4). The stock never runs out.
-// orders/s is the rate of answers; for redis-reserve written/s is the rate
-// at which the database had every order (from the first order to the last
-// row), and lag-p99-ms the 99th percentile from an order's acceptance to its
-// commit.
+// one SKU through one service (no HTTP), with redis-reserve and redis-watch
+// (a durable private redis-server, appendfsync always, and one consumer
+// writing into a pool of 16 connections; redis-watch with CAS_MAX_ATTEMPTS
+// 50 and CAS_MAX_IN_FLIGHT 2, as the service runs it) and, beside them in
+// the same run, conditional as the service runs it (ROW_MAX_IN_FLIGHT=4).
+// The stock never runs out. orders/s is the rate of answers; for the Redis
+// strategies written/s is the rate at which the database had every order
+// (from the first order to the last row), and lag-p99-ms the 99th
+// percentile from an order's acceptance to its commit.
 //
-//	go test -run '^$' -bench Reserve -benchtime 4000x ./internal/reservation/
+//	go test -run '^$' -bench Reserve -benchtime 20000x -count 3 ./internal/reservation/ | tee testdata/bench-reserve.txt
+//	benchstat -col /... testdata/bench-reserve.txt (see testdata/bench-reserve-benchstat.txt)
 func BenchmarkReserve(b *testing.B) {
 	for _, engine := range store.Engines {
-		for _, name := range []string{inventory.NameRedisReserve, inventory.NameConditional} {
+		for _, name := range []string{inventory.NameRedisReserve, inventory.NameRedisWatch, inventory.NameConditional} {
 			for _, buyers := range []int{1, 16, 64, 256} {
 				b.Run(fmt.Sprintf("%s/%s/buyers=%d", engine, name, buyers), func(b *testing.B) {
 					benchOrders(b, engine, name, buyers)
@@ -46,16 +48,21 @@ func benchOrders(b *testing.B, engine, name string, buyers int) {
 	db := testdb.New(b, engine, 16)
 	var strategy inventory.Strategy = inventory.LimitRowWork(inventory.NewConditional(), 4)
 	seen := &lags{}
-	if name == inventory.NameRedisReserve {
+	reserved := name != inventory.NameConditional
+	if reserved {
 		rdb := redis.NewClient(&redis.Options{Addr: testredis.StartDurable(b).Addr, MaxRetries: -1, PoolSize: 64})
 		b.Cleanup(func() { _ = rdb.Close() })
-		res := reservation.New(rdb, db)
+		var opts []reservation.Option
+		if name == inventory.NameRedisWatch {
+			opts = append(opts, reservation.WithOptimisticTransactions(50, 2))
+		}
+		res := reservation.New(rdb, db, opts...)
 		consumer := res.NewConsumer(db, reservation.WithConsumerObserver(seen))
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = consumer.Run(runCtx) }()
 		b.Cleanup(func() { cancel(); <-done })
-		strategy = inventory.NewReserved(res, db)
+		strategy = inventory.NewReserved(res, db, inventory.WithReservedName(name))
 	}
 	svc := inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second))
 	if err := svc.StartSale(ctx, "hot", inventory.MaxInitialStock); err != nil {
@@ -76,7 +83,7 @@ func benchOrders(b *testing.B, engine, name string, buyers int) {
 	}
 	wg.Wait()
 	answered := time.Since(began)
-	if name == inventory.NameRedisReserve {
+	if reserved {
 		seen.waitFor(b, int64(b.N))
 	}
 	written := time.Since(began)
@@ -85,7 +92,7 @@ func benchOrders(b *testing.B, engine, name string, buyers int) {
 		b.Errorf("%d of %d orders failed", n, b.N)
 	}
 	b.ReportMetric(float64(b.N)/answered.Seconds(), "orders/s")
-	if name == inventory.NameRedisReserve {
+	if reserved {
 		b.ReportMetric(float64(b.N)/written.Seconds(), "written/s")
 		b.ReportMetric(float64(seen.p99().Microseconds())/1000, "lag-p99-ms")
 	}
@@ -141,4 +148,55 @@ func (l *lags) p99() time.Duration {
 	s := append([]time.Duration(nil), l.all...)
 	slices.Sort(s)
 	return s[len(s)*99/100]
+}
+
+// BenchmarkReserveCluster: 256 goroutines place one-unit orders round robin
+// on 64 SKUs through one service (no HTTP; redis-reserve, one consumer
+// writing into PostgreSQL) on a Redis Cluster of one master and of three
+// masters, side by side. A SKU lives on one master: more masters carry more
+// SKUs, never one SKU faster. orders/s is the rate of answers.
+//
+//	go test -run '^$' -bench ReserveCluster -benchtime 40000x -count 3 ./internal/reservation/
+func BenchmarkReserveCluster(b *testing.B) {
+	for _, masters := range []int{1, 3} {
+		b.Run(fmt.Sprintf("masters=%d", masters), func(b *testing.B) {
+			ctx := context.Background()
+			cluster := testredis.StartCluster(b, masters)
+			cc := cluster.Client(b)
+			db := testdb.New(b, "postgres", 16)
+			res := reservation.New(cc, db)
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); _ = res.NewConsumer(db).Run(runCtx) }()
+			b.Cleanup(func() { cancel(); <-done })
+			svc := inventory.NewService(db, inventory.NewReserved(res, db), inventory.WithOrderTimeout(30*time.Second))
+			const skus = 64
+			for i := range skus {
+				if err := svc.StartSale(ctx, fmt.Sprintf("s-%d", i), inventory.MaxInitialStock); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next, failed atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			began := time.Now()
+			for range 256 {
+				wg.Go(func() {
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						sku := fmt.Sprintf("s-%d", i%skus)
+						if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: fmt.Sprint("u-", i)}); err != nil {
+							failed.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(began)
+			b.StopTimer()
+			if n := failed.Load(); n > 0 {
+				b.Errorf("%d of %d orders failed", n, b.N)
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "orders/s")
+		})
+	}
 }

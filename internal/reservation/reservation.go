@@ -282,8 +282,15 @@ func isRefused(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// Close implements inventory.Reservations.
+// Close implements inventory.Reservations. It lists the SKU for the
+// consumers and the restart check first: a sale must never be open in Redis
+// without being listed, or its orders would never be written (a failed
+// listing after the load left them unread) and a restarted Redis would not
+// be checked for it (found by review, with the listing after the load).
 func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
+	if err := s.rdb.SAdd(ctx, s.skusKey(), sku).Err(); err != nil {
+		return fmt.Errorf("%w: list %q for the consumers: %w", inventory.ErrUnavailable, sku, err)
+	}
 	k := s.keys(sku)
 	if err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Err(); err != nil {
 		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
@@ -299,9 +306,6 @@ func (s *Store) Load(ctx context.Context, sku string, n, epoch int64) error {
 			return fmt.Errorf("load %q: %w", sku, err)
 		}
 		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
-	}
-	if err := s.rdb.SAdd(ctx, s.skusKey(), sku).Err(); err != nil {
-		return fmt.Errorf("%w: list %q for the consumers: %w", inventory.ErrUnavailable, sku, err)
 	}
 	return nil
 }
