@@ -46,7 +46,7 @@ func main() {
 func run() (int, error) {
 	bin := flag.String("bin", "bin/stock", "the service binary (built without -race)")
 	out := flag.String("out", "reports/faults", "where the report folders go")
-	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all seven)")
+	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all eight)")
 	short := flag.Bool("short", false, "run the short forms (a few seconds of load each)")
 	flag.Parse()
 
@@ -132,8 +132,8 @@ func scenarioFilter(list string) (func(int) bool, error) {
 	var want []int
 	for _, s := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 7 {
-			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 7", s)
+		if err != nil || n < 1 || n > 8 {
+			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 8", s)
 		}
 		want = append(want, n)
 	}

@@ -51,6 +51,9 @@ type config struct {
 	// orders wait before another instance writes them.
 	ReserveDurable   bool
 	ReserveClaimIdle time.Duration
+	// ReconcileEvery is how often one instance compares Redis with the
+	// database for every SKU on sale (0: never).
+	ReconcileEvery time.Duration
 	// RedisCluster: REDIS_ADDRS are the seeds of one Redis Cluster
 	// (REDIS_MODE=cluster), not independent servers.
 	RedisCluster bool
@@ -118,6 +121,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// batch's write, well within what a buyer tolerates between the
 		// 201 and the order row.
 		ReserveClaimIdle: duration("RESERVE_CLAIM_IDLE", 5*time.Second, false),
+		ReconcileEvery:   duration("RESERVE_RECONCILE_EVERY", 30*time.Second, true),
 	}
 	switch d := str("RESERVE_DURABILITY", "aof"); d {
 	case "aof":
@@ -137,8 +141,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		bad("REDIS_MODE=%q is not standalone or cluster", m)
 	}
-	if (getenv("RESERVE_DURABILITY") != "" || getenv("RESERVE_CLAIM_IDLE") != "") && !isReservedStrategy(c.Strategy) {
-		bad("RESERVE_DURABILITY and RESERVE_CLAIM_IDLE apply only to STRATEGY=redis-reserve or redis-watch")
+	if (getenv("RESERVE_DURABILITY") != "" || getenv("RESERVE_CLAIM_IDLE") != "" || getenv("RESERVE_RECONCILE_EVERY") != "") && !isReservedStrategy(c.Strategy) {
+		bad("RESERVE_DURABILITY, RESERVE_CLAIM_IDLE and RESERVE_RECONCILE_EVERY apply only to STRATEGY=redis-reserve or redis-watch")
 	}
 	switch f := str("FENCING", "on"); f {
 	case "on":
@@ -224,6 +228,7 @@ func (c config) logAttrs() []any {
 		"reserve_durable", c.ReserveDurable,
 		"reserve_claim_idle", c.ReserveClaimIdle.String(),
 		"redis_cluster", c.RedisCluster,
+		"reserve_reconcile_every", c.ReconcileEvery.String(),
 	}
 }
 

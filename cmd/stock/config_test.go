@@ -145,3 +145,44 @@ func TestBatchWaitAtLeastOrderTimeoutIsRefused(t *testing.T) {
 		t.Errorf("BATCH_WAIT=5s ORDER_TIMEOUT=3s: %v, want a refusal naming BATCH_WAIT", err)
 	}
 }
+
+// TestReservedConfiguration: redis-reserve and redis-watch default to a
+// durable standalone Redis; REDIS_MODE=cluster and RESERVE_* apply only to
+// them, and bad values are named.
+func TestReservedConfiguration(t *testing.T) {
+	base := map[string]string{"DATABASE_URL": "postgres://h/db"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, strategy := range inventory.ReservedStrategyNames {
+		c, err := loadConfig(env(with("STRATEGY", strategy)))
+		if err != nil || !c.ReserveDurable || c.RedisCluster || c.ReserveClaimIdle != 5*time.Second {
+			t.Errorf("%s defaults: %+v %v", strategy, c, err)
+		}
+		c, err = loadConfig(env(with("STRATEGY", strategy, "REDIS_MODE", "cluster", "RESERVE_DURABILITY", "none", "RESERVE_CLAIM_IDLE", "2s")))
+		if err != nil || c.ReserveDurable || !c.RedisCluster || c.ReserveClaimIdle != 2*time.Second {
+			t.Errorf("%s set: %+v %v", strategy, c, err)
+		}
+	}
+	for _, bad := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{with("STRATEGY", "redis-reserve", "REDIS_MODE", "sentinel"), `REDIS_MODE="sentinel" is not standalone or cluster`},
+		{with("STRATEGY", "redis-lock", "REDIS_MODE", "cluster"), "REDIS_MODE=cluster applies only to STRATEGY=redis-reserve or redis-watch"},
+		{with("STRATEGY", "redis-reserve", "RESERVE_DURABILITY", "fsync"), `RESERVE_DURABILITY="fsync" is not aof or none`},
+		{with("STRATEGY", "conditional", "RESERVE_CLAIM_IDLE", "1s"), "apply only to STRATEGY=redis-reserve or redis-watch"},
+		{with("STRATEGY", "conditional", "RESERVE_RECONCILE_EVERY", "1m"), "apply only to STRATEGY=redis-reserve or redis-watch"},
+	} {
+		if _, err := loadConfig(env(bad.env)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want %q", bad.env, err, bad.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,9 +20,10 @@ import (
 // buildReserve (redis-reserve, redis-watch) connects to the reservation
 // Redis (the first of REDIS_ADDRS, or with REDIS_MODE=cluster the cluster
 // they seed), refuses one that could lose or evict an accepted order, and
-// starts this instance's consumer of the order streams. The returned stop
-// function ends the consumer (it finishes the batch in hand) and closes the
-// client.
+// starts this instance's consumer of the order streams and its reconciler
+// (RESERVE_RECONCILE_EVERY; one instance at a time runs it). The returned
+// stop function ends both (the consumer finishes the batch in hand), waits
+// for them, and closes the client.
 func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
 	// Orders carry deadlines; go-redis honours them only with
 	// ContextTimeoutEnabled. No retries by the client: Reserve retries its
@@ -70,16 +72,23 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logg
 	res := reservation.New(rdb, db, opts...)
 	consumer := res.NewConsumer(db, reservation.WithClaimIdle(cfg.ReserveClaimIdle),
 		reservation.WithConsumerLogger(log), reservation.WithConsumerObserver(m))
-	runCtx, stopConsumer := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- consumer.Run(runCtx) }()
-	log.Info("reservation consumer started", "consumer", consumer.Name(), "redis", where)
-	stop := func() {
-		stopConsumer()
-		if err := <-stopped; err != nil && !errors.Is(err, context.Canceled) {
+	strategy := inventory.NewReserved(res, db, strategyOpts...)
+	runCtx, stopBackground := context.WithCancel(context.Background())
+	var background sync.WaitGroup
+	background.Go(func() {
+		if err := consumer.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("reservation consumer", "err", err)
 		}
+	})
+	log.Info("reservation consumer started", "consumer", consumer.Name(), "redis", where)
+	if cfg.ReconcileEvery > 0 {
+		reconciler := res.NewReconciler(strategy, cfg.ReconcileEvery, log, m)
+		background.Go(func() { reconciler.Run(runCtx) })
+	}
+	stop := func() {
+		stopBackground()
+		background.Wait()
 		_ = rdb.Close()
 	}
-	return inventory.NewReserved(res, db, strategyOpts...), stop, nil
+	return strategy, stop, nil
 }

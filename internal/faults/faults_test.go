@@ -44,6 +44,10 @@ func TestShortFaults(t *testing.T) {
 		// About 7 s: killed mid-batch, every transaction's rows checked as
 		// one batch (the MariaDB run is in make faults only).
 		{"1-kill-restart-batched", func() faults.Result { return env.KillRestart(ctx, "postgres", inventory.NameBatched) }},
+		// About 7 s: redis-reserve's instance killed with its consumer's
+		// batch possibly in hand; the rows are checked once drained.
+		{"1-kill-restart-redis-reserve", func() faults.Result { return env.KillRestart(ctx, "postgres", inventory.NameRedisReserve) }},
+		{"8-reserve-redis-restart", func() faults.Result { return env.ReserveRedisRestart(ctx, inventory.NameRedisReserve) }},
 		{"2-paused-holder/redis-lock/fencing-on", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
 		{"2-paused-holder/redis-lock/fencing-off", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
 		{"3-redlock-node-loss", func() faults.Result { return env.RedlockNodeLoss(ctx) }},

@@ -153,6 +153,9 @@ type Audit struct {
 	Ordered    int64  `json:"ordered"`
 	Orders     int64  `json:"orders"`
 	Consistent bool   `json:"consistent"`
+	// Pending: accepted orders not yet in the database (redis-reserve,
+	// redis-watch).
+	Pending int64 `json:"pending"`
 }
 
 // StartSale starts a sale of n units of sku through the first instance that

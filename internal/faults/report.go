@@ -9,10 +9,12 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 )
 
-// All runs the scenarios that want (nil: all seven), in order, and returns
+// All runs the scenarios that want (nil: all eight), in order, and returns
 // one result per run. Scenario 5 runs on e.Postgres and e.MariaDB.
 // Scenario 7 is the coordination services': etcd-lock and zk-lock with
-// their cluster's leader killed, and their paused holder.
+// their cluster's leader killed, and their paused holder. Scenario 8 is the
+// Redis reservation's: its Redis restarted with its AOF, the database down
+// while Redis sells.
 func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 	steps := []struct {
 		scenario int
@@ -24,6 +26,8 @@ func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameBatched) }},
 		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameEtcdLock) }},
 		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameZKLock) }},
+		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameRedisReserve) }},
+		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameRedisWatch) }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "on") }},
@@ -40,6 +44,10 @@ func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 		{7, func() Result { return e.CoordinatorLeaderKill(ctx, inventory.NameZKLock) }},
 		{7, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "on") }},
 		{7, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "off") }},
+		{8, func() Result { return e.ReserveRedisRestart(ctx, inventory.NameRedisReserve) }},
+		{8, func() Result { return e.ReserveRedisRestart(ctx, inventory.NameRedisWatch) }},
+		{8, func() Result { return e.ReserveDatabaseDown(ctx, e.Postgres, inventory.NameRedisReserve) }},
+		{8, func() Result { return e.ReserveDatabaseDown(ctx, e.MariaDB, inventory.NameRedisReserve) }},
 	}
 	var results []Result
 	for _, s := range steps {

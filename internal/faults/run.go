@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/history"
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // Env is what the scenarios need from their surroundings.
@@ -279,6 +280,11 @@ func (r *run) check(ctx context.Context, marks []phaseMark) error {
 		skus = append(skus, sku)
 	}
 	sort.Strings(skus)
+	if isReserved(r.res.Config.Strategy) {
+		if err := r.waitDrained(ctx, skus); err != nil {
+			return err
+		}
+	}
 	auditOrdered := map[string]int64{}
 	for _, sku := range skus {
 		a, err := r.cluster.Audit(ctx, sku)
@@ -606,4 +612,43 @@ func inFlight(orders []*order, instance int, t0, t1 time.Duration) int {
 
 func seconds(d time.Duration) float64 {
 	return float64(d.Round(time.Millisecond)) / float64(time.Second)
+}
+
+// isReserved: the strategy counts stock in Redis and writes orders to the
+// database afterwards (redis-reserve, redis-watch).
+func isReserved(strategy string) bool {
+	return strategy == inventory.NameRedisReserve || strategy == inventory.NameRedisWatch
+}
+
+// startReservationRedis starts the run's durable Redis for the reserved
+// strategies and returns the REDIS_ADDRS that points at it.
+func (r *run) startReservationRedis() (string, error) {
+	node, err := startDurableRedisNode()
+	if err != nil {
+		return "", err
+	}
+	r.redis = append(r.redis, node)
+	r.cleanups = append(r.cleanups, func() { stopRedisNodes([]*redisNode{node}) })
+	return "REDIS_ADDRS=" + node.Addr, nil
+}
+
+// waitDrained waits until no SKU has accepted orders still on their way to
+// the database, so that the rows can be checked against every answer. The
+// instances' consumers drain the streams; the audit is the only signal, so
+// it is polled, for at most 30 seconds.
+func (r *run) waitDrained(ctx context.Context, skus []string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, sku := range skus {
+		for {
+			a, err := r.cluster.Audit(ctx, sku)
+			if err == nil && a.Pending == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: orders still on their way to the database after 30s (audit %+v, %v)", sku, a, err)
+			}
+			pause(ctx, 50*time.Millisecond)
+		}
+	}
+	return nil
 }

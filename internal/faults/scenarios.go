@@ -87,6 +87,15 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 		}
 		env = append(env, coEnv, "LOCK_TTL=1s")
 	}
+	if isReserved(strategy) {
+		// The killed instance's consumer may hold a batch read and not
+		// yet written: another instance claims it after a second.
+		rEnv, err := r.startReservationRedis()
+		if err != nil {
+			return r.abort(err)
+		}
+		env = append(env, rEnv, "RESERVE_CLAIM_IDLE=1s")
+	}
 	if err := r.setUp(ctx, 0, env...); err != nil {
 		return r.abort(setUpErr(strategy, err))
 	}

@@ -60,6 +60,41 @@ func startRedisNodes(n int) ([]*redisNode, error) {
 	return nodes, nil
 }
 
+// durableArgs make a redis-server fsync its append-only file before every
+// answer.
+var durableArgs = []string{"--appendonly", "yes", "--appendfsync", "always"}
+
+// restartDurable starts a killed durable server again on its port, with
+// its append-only file: everything it answered is back.
+func (r *redisNode) restartDurable() error {
+	srv, err := testredis.Spawn(r.dir, r.port, durableArgs...)
+	if err != nil {
+		return err
+	}
+	r.srv = srv
+	return nil
+}
+
+// startDurableRedisNode starts a redis-server that fsyncs its append-only
+// file before every answer (redis-reserve, redis-watch).
+func startDurableRedisNode() (*redisNode, error) {
+	dir, err := os.MkdirTemp("", "faults-redis-")
+	if err != nil {
+		return nil, err
+	}
+	srv, err := testredis.Spawn(dir, 0, durableArgs...)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		if errors.Is(err, testredis.ErrNoRedis) {
+			return nil, fmt.Errorf("%w: %w", ErrMissing, err)
+		}
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(srv.Addr)
+	p, _ := strconv.Atoi(port)
+	return &redisNode{Addr: srv.Addr, dir: dir, port: p, srv: srv}, nil
+}
+
 // kill crashes the server (SIGKILL by its PID).
 func (r *redisNode) kill() { r.srv.Stop() }
 

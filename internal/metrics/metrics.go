@@ -31,6 +31,8 @@ type Metrics struct {
 	batchTx       *prometheus.HistogramVec
 	reserveLag    prometheus.Histogram
 	reserveWrites *prometheus.CounterVec
+	driftSKUs     prometheus.Gauge
+	reconciles    prometheus.Counter
 }
 
 var (
@@ -105,12 +107,20 @@ func New() *Metrics {
 			Name: "stock_reserve_batches_total",
 			Help: "redis-reserve: batches of streamed orders the consumer wrote to the database, by result (ok, failed: left pending and tried again).",
 		}, []string{"result"}),
+		driftSKUs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stock_reserve_drift_skus",
+			Help: "redis-reserve, redis-watch: SKUs whose Redis and database disagreed at the last reconciliation this instance ran.",
+		}),
+		reconciles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stock_reserve_reconciliations_total",
+			Help: "redis-reserve, redis-watch: reconciliations this instance ran (one instance at a time runs one).",
+		}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.orders, m.deduction, m.retries, m.lockWait, m.lockHold, m.locksLost, m.fencedOff, m.renewals, m.backendErrors,
-		m.batchSize, m.batchTx, m.reserveLag, m.reserveWrites,
+		m.batchSize, m.batchTx, m.reserveLag, m.reserveWrites, m.driftSKUs, m.reconciles,
 	)
 	return m
 }
@@ -179,4 +189,10 @@ func (m *Metrics) Written(_ string, lags []time.Duration) {
 // Failed implements reservation.Observer.
 func (m *Metrics) Failed(string) {
 	m.reserveWrites.WithLabelValues("failed").Inc()
+}
+
+// Reconciled implements reservation.ReconcileObserver.
+func (m *Metrics) Reconciled(_, drifting int) {
+	m.reconciles.Inc()
+	m.driftSKUs.Set(float64(drifting))
 }

@@ -1,0 +1,112 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ReserveRedisRestart is scenario 8's first run: the durable Redis that
+// holds redis-reserve's stock and accepted orders is killed mid-load
+// (SIGKILL) and restarted with its append-only file. Orders get 503 while it
+// is gone; afterwards the instances find the reserve script gone (a
+// restart), check Redis against the database, and sell again; and nothing
+// answered 201 is lost: every such order is a row once the streams drain.
+func (e *Env) ReserveRedisRestart(ctx context.Context, strategy string) Result {
+	d, rate := e.scale(16*time.Second, 8*time.Second), e.scaleRate(500, 200)
+	r := e.newRun(8, "8-reserve-redis-restart/postgres/"+strategy,
+		"the durable Redis of "+strategy+" killed mid-load, then restarted with its append-only file",
+		Config{Engine: "postgres", Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
+	rEnv, err := r.startReservationRedis()
+	if err != nil {
+		return r.abort(err)
+	}
+	if err := r.setUp(ctx, 0, rEnv, "RESERVE_CLAIM_IDLE=1s"); err != nil {
+		return r.abort(err)
+	}
+	skus := skuNames("s8", 4)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	r.startLoad(ctx, skus, sqlSpec(rate, d))
+	node := r.redis[len(r.redis)-1]
+	pause(ctx, d/4)
+	tk := r.event("kill -9 the reservation Redis")
+	node.kill()
+	pause(ctx, d/8)
+	tr := r.event("restart the reservation Redis with its append-only file")
+	if err := node.restartDurable(); err != nil {
+		return r.abort(err)
+	}
+	r.afterLoad = func(orders []*order) {
+		if gone := figures(orders, tk+time.Second, tr); gone.Created > 0 {
+			r.fail("%d orders started while Redis was down were answered 201", gone.Created)
+		} else if gone.Responses503 == 0 {
+			r.warn("no 503 while Redis was down")
+		}
+		r.res.Figures.RecoverySeconds = recovery(orders, tr, -1)
+		if rec := r.res.Figures.RecoverySeconds; rec == nil || *rec > 5 {
+			r.warn("no sale within 5s of the Redis restart")
+		}
+	}
+	return r.finish(ctx, phaseMark{"Redis up", 0}, phaseMark{"Redis gone", tk}, phaseMark{"restarted with its AOF", tr})
+}
+
+// ReserveDatabaseDown is scenario 8's second run: the database (a private
+// server) crashes mid-load while redis-reserve keeps selling from Redis.
+// Orders keep being answered 201 while it is down (they wait in the
+// streams); once it is back the consumers write them all, and every 201 is
+// a row.
+func (e *Env) ReserveDatabaseDown(ctx context.Context, server *DBServer, strategy string) Result {
+	d, rate := e.scale(16*time.Second, 8*time.Second), e.scaleRate(500, 200)
+	engine := "postgres"
+	if server != nil {
+		engine = server.Engine
+	}
+	r := e.newRun(8, fmt.Sprintf("8-reserve-database-down/%s/%s", engine, strategy),
+		"the database crashed (kill -9) mid-load and restarted while "+strategy+" sells from Redis",
+		Config{Engine: engine, Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
+	if server == nil {
+		return r.abort(fmt.Errorf("%w: no private %s server", ErrMissing, engine))
+	}
+	url, err := server.NewDatabase(ctx, "faults_"+randomHex(4))
+	if err != nil {
+		return r.abort(err)
+	}
+	r.dbURL = url
+	rEnv, err := r.startReservationRedis()
+	if err != nil {
+		return r.abort(err)
+	}
+	if err := r.setUp(ctx, 0, rEnv, "RESERVE_CLAIM_IDLE=1s"); err != nil {
+		return r.abort(err)
+	}
+	skus := skuNames("s8d", 4)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	r.startLoad(ctx, skus, sqlSpec(rate, d))
+	pause(ctx, d/4)
+	tk := r.event("kill -9 the %s server", engine)
+	if err := server.Crash(); err != nil {
+		return r.abort(err)
+	}
+	pause(ctx, d/4)
+	tr := r.event("start the %s server (crash recovery)", engine)
+	if err := server.Start(ctx); err != nil {
+		return r.abort(err)
+	}
+	r.afterLoad = func(orders []*order) {
+		down := figures(orders, tk+time.Second, tr)
+		if down.Created == 0 {
+			r.fail("no order was answered 201 while the database was down: %s should sell from Redis", strategy)
+		}
+		if down.Responses503 > 0 {
+			r.warn("%d answers were 503 while the database was down", down.Responses503)
+		}
+		r.note("%d orders answered 201 while the database was down, written after its restart", down.Created)
+	}
+	return r.finish(ctx, phaseMark{"database up", 0}, phaseMark{"database down", tk}, phaseMark{"restarted", tr})
+}
