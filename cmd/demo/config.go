@@ -116,7 +116,7 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	p.BurstVUs = integer("BURST_VUS", defVUs, 1, 2000)
 	p.BurstMaxDuration = duration("BURST_MAX_DURATION", defMax)
 	p.BurstMinSeconds = duration("BURST_MIN_SECONDS", 3*time.Second)
-	p.GoBurstStrategies = splitList(str("GO_BURST_STRATEGIES", "batched,conditional"))
+	p.GoBurstStrategies = splitList(str("GO_BURST_STRATEGIES", "batched,conditional,redis-reserve"))
 	p.Rounds = integer("BURST_ROUNDS", defRounds, 1, 9)
 	p.SteadyDuration = duration("STEADY_DURATION", defSteady)
 	p.SteadyMaxVUs = integer("STEADY_MAX_VUS", defSteadyVUs, 1, 2000)

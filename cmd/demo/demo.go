@@ -411,6 +411,10 @@ func (d *demo) runScenario(ctx context.Context, f *fleet, r *report.Run) {
 		planned = r.Duration
 	}
 	runDir := filepath.Join(d.dir, filepath.FromSlash(r.Dir))
+	var backlog *backlogSampler
+	if isReserved(r.Strategy) && r.Scenario == report.Burst {
+		backlog = d.sampleBacklog(ctx, f, r.SKU)
+	}
 	res := d.k6.run(ctx, k6Job{
 		Label:           fmt.Sprintf("%s · %s · %s", r.Backend, r.Strategy, r.Scenario),
 		Script:          "flashsale.js",
@@ -438,7 +442,13 @@ func (d *demo) runScenario(ctx context.Context, f *fleet, r *report.Run) {
 	} else {
 		r.Audit = audit
 	}
+	if backlog != nil {
+		r.Reserve = d.drain(ctx, f, r.SKU, backlog.stop())
+	}
 	r.Metrics = scrapeMetrics(ctx, f, runDir, r.Dir)
+	if r.Reserve != nil {
+		d.reserveLag(runDir, r)
+	}
 	// The histograms count from the instances' start: right after the
 	// burst, the first run of fresh instances, they are the burst's.
 	if r.Strategy == "batched" && r.Scenario == report.Burst {

@@ -96,8 +96,31 @@ type histogram struct {
 // ParseBatchMetrics reads the Prometheus text of one or more instances and
 // returns the batch histograms, nil when there is no batch in them.
 func ParseBatchMetrics(texts ...io.Reader) (*Batches, error) {
-	size := histogram{buckets: map[float64]float64{}}
-	tx := histogram{buckets: map[float64]float64{}}
+	hs, err := readHistograms(texts, "stock_batch_size_", "stock_batch_tx_seconds_")
+	if err != nil {
+		return nil, err
+	}
+	size, tx := hs["stock_batch_size_"], hs["stock_batch_tx_seconds_"]
+	if size.count == 0 {
+		return nil, nil
+	}
+	b := &Batches{Count: int64(size.count), Orders: size.sum, Mean: size.sum / size.count}
+	b.P50Bound, b.P99Bound, b.Max = size.quantile(0.5), size.quantile(0.99), size.quantile(1)
+	if tx.count > 0 {
+		b.TxMean = time.Duration(tx.sum / tx.count * float64(time.Second))
+		b.TxP99Bound = time.Duration(tx.quantile(0.99) * float64(time.Second))
+	}
+	return b, nil
+}
+
+// readHistograms adds up, over every instance's Prometheus text and every
+// label set, the histograms whose series names start with the prefixes
+// (such as "stock_batch_size_"): one per prefix, empty when absent.
+func readHistograms(texts []io.Reader, prefixes ...string) (map[string]*histogram, error) {
+	hs := map[string]*histogram{}
+	for _, p := range prefixes {
+		hs[p] = &histogram{buckets: map[float64]float64{}}
+	}
 	for _, t := range texts {
 		sc := bufio.NewScanner(t)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -105,12 +128,13 @@ func ParseBatchMetrics(texts ...io.Reader) (*Batches, error) {
 			line := sc.Text()
 			var h *histogram
 			var rest string
-			switch {
-			case strings.HasPrefix(line, "stock_batch_size_"):
-				h, rest = &size, strings.TrimPrefix(line, "stock_batch_size_")
-			case strings.HasPrefix(line, "stock_batch_tx_seconds_"):
-				h, rest = &tx, strings.TrimPrefix(line, "stock_batch_tx_seconds_")
-			default:
+			for _, p := range prefixes {
+				if strings.HasPrefix(line, p) {
+					h, rest = hs[p], strings.TrimPrefix(line, p)
+					break
+				}
+			}
+			if h == nil {
 				continue
 			}
 			sp := strings.LastIndexByte(rest, ' ')
@@ -145,16 +169,7 @@ func ParseBatchMetrics(texts ...io.Reader) (*Batches, error) {
 			return nil, err
 		}
 	}
-	if size.count == 0 {
-		return nil, nil
-	}
-	b := &Batches{Count: int64(size.count), Orders: size.sum, Mean: size.sum / size.count}
-	b.P50Bound, b.P99Bound, b.Max = size.quantile(0.5), size.quantile(0.99), size.quantile(1)
-	if tx.count > 0 {
-		b.TxMean = time.Duration(tx.sum / tx.count * float64(time.Second))
-		b.TxP99Bound = time.Duration(tx.quantile(0.99) * float64(time.Second))
-	}
-	return b, nil
+	return hs, nil
 }
 
 // quantile is the upper bound of the bucket holding quantile q.

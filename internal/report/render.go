@@ -87,14 +87,17 @@ type page struct {
 	// BatchRows line up every burst with both load generators and its
 	// batch sizes.
 	BatchRows []batchRow
-	Backends  []backendView
-	Burst     []tableRow
-	Steady    []tableRow
-	Strats    []Strategy
-	RunLinks  []runLink
-	BurstLoad string
-	StdyLoad  string
-	Duration  string
+	// ReserveRows: the bursts of the strategies that answer before the
+	// database has the order (redis-reserve, redis-watch).
+	ReserveRows []reserveRow
+	Backends    []backendView
+	Burst       []tableRow
+	Steady      []tableRow
+	Strats      []Strategy
+	RunLinks    []runLink
+	BurstLoad   string
+	StdyLoad    string
+	Duration    string
 	// Busy: the load average exceeded the core count before the run.
 	Busy bool
 	// Scope is "6 strategies × 2 backends".
@@ -194,6 +197,7 @@ func buildPage(r *Report) page {
 		}
 	}
 	p.BatchRows = batchRows(r, burst)
+	p.ReserveRows = reserveRows(r, burst)
 	if len(steady) > 0 {
 		run := steady[0].Run
 		rates := map[string]int{}

@@ -202,8 +202,11 @@ type Run struct {
 	Dashboard string   `json:"dashboard,omitempty"`
 	Metrics   []string `json:"metrics,omitempty"`
 	// Batches sums the batched strategy's batch histograms from Metrics.
-	Batches  *Batches `json:"batches,omitempty"`
-	ExitCode int      `json:"exit_code"`
+	Batches *Batches `json:"batches,omitempty"`
+	// Reserve is a redis-reserve or redis-watch burst's way to the
+	// database.
+	Reserve  *Reservations `json:"reserve,omitempty"`
+	ExitCode int           `json:"exit_code"`
 	// Error is set when the runner could not complete the run (an
 	// instance died, k6 did not start, the audit did not answer).
 	Error string        `json:"error,omitempty"`
@@ -222,6 +225,9 @@ type Audit struct {
 	Ordered    int64  `json:"ordered"`
 	Orders     int64  `json:"orders"`
 	Consistent bool   `json:"consistent"`
+	// Pending counts accepted orders not yet in the database
+	// (redis-reserve, redis-watch).
+	Pending int64 `json:"pending,omitempty"`
 }
 
 // IsControl reports whether a strategy is the unsafe control, whose
