@@ -84,18 +84,8 @@ func (e *Env) ReserveDatabaseDown(ctx context.Context, server *DBServer, strateg
 	}
 	skus := skuNames("s8d", 4)
 	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)
-	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
-		return r.abort(err)
-	}
-	r.startLoad(ctx, skus, sqlSpec(rate, d))
-	pause(ctx, d/4)
-	tk := r.event("kill -9 the %s server", engine)
-	if err := server.Crash(); err != nil {
-		return r.abort(err)
-	}
-	pause(ctx, d/4)
-	tr := r.event("start the %s server (crash recovery)", engine)
-	if err := server.Start(ctx); err != nil {
+	tk, tr, err := r.loadThroughDatabaseCrash(ctx, server, skus, sqlSpec(rate, d), d/4, d/4)
+	if err != nil {
 		return r.abort(err)
 	}
 	r.afterLoad = func(orders []*order) {

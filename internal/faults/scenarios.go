@@ -644,6 +644,25 @@ func (e *Env) RedisRestart(ctx context.Context) Result {
 	return r.finish(ctx, phaseMark{"Redis up", 0}, phaseMark{"Redis gone", tk}, phaseMark{"restarted empty", tr})
 }
 
+// loadThroughDatabaseCrash starts the sales of skus and the load, crashes
+// the private database server after crashAfter (SIGKILL), and starts it
+// again after down. It returns the load clock's times of the crash and of
+// the start.
+func (r *run) loadThroughDatabaseCrash(ctx context.Context, server *DBServer, skus []string, spec loadSpec, crashAfter, down time.Duration) (crashed, started time.Duration, err error) {
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return 0, 0, err
+	}
+	r.startLoad(ctx, skus, spec)
+	pause(ctx, crashAfter)
+	crashed = r.event("kill -9 the %s server", server.Engine)
+	if err := server.Crash(); err != nil {
+		return 0, 0, err
+	}
+	pause(ctx, down)
+	started = r.event("start the %s server (crash recovery)", server.Engine)
+	return crashed, started, server.Start(ctx)
+}
+
 // DatabaseRestart is scenario 5: the database (a private server) is
 // crashed with SIGKILL mid-load and started again (crash recovery): 503s
 // while it is gone, the instances' pools recover by themselves within
@@ -669,18 +688,8 @@ func (e *Env) DatabaseRestart(ctx context.Context, server *DBServer) Result {
 	}
 	skus := skuNames("s5", 4)
 	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.6)
-	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
-		return r.abort(err)
-	}
-	r.startLoad(ctx, skus, sqlSpec(rate, d))
-	pause(ctx, d/4)
-	tk := r.event("kill -9 the %s server", engine)
-	if err := server.Crash(); err != nil {
-		return r.abort(err)
-	}
-	pause(ctx, 3*time.Second)
-	tr := r.event("start the %s server (crash recovery)", engine)
-	if err := server.Start(ctx); err != nil {
+	tk, tr, err := r.loadThroughDatabaseCrash(ctx, server, skus, sqlSpec(rate, d), d/4, 3*time.Second)
+	if err != nil {
 		return r.abort(err)
 	}
 	tu := r.event("the %s server answers", engine)
