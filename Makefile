@@ -69,13 +69,15 @@ clean:
 
 # The fault scenarios (internal/faults, cmd/faults): kill -9, paused lock
 # holders, lost Redis servers, a crashed database, retried idempotent orders,
-# each against three instances under load; about 6 minutes. Writes
-# reports/faults/<timestamp>/faults.{md,json} and reports/faults/latest, and
-# fails when a safe configuration oversold or lost data. `make test` runs the
-# short form of scenarios 1-3 (TestShortFaults).
+# killed etcd/ZooKeeper leaders, the Redis reservation's Redis restarted and
+# its database crashed, each against three instances under load; about 11
+# minutes. Writes reports/faults/<timestamp>/faults.{md,json} and
+# reports/faults/latest, and fails when a safe configuration oversold or
+# lost data. `make test` runs short forms (TestShortFaults).
 # The schedule explorer (internal/explore) with a budget 20 times that of
 # make test: about 5 minutes here, exhaustive for 3 buyers of every strategy
-# but version-cas and the lock strategies. EXPLORE_SEED=<n> replays a sample.
+# but version-cas and the lock strategies. EXPLORE_SEED=<n> replays a sample;
+# EXPLORE_STRATEGY=<name> runs one strategy.
 .PHONY: explore
 explore: services
 	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run TestEverySchedule -v ./internal/explore/
