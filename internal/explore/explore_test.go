@@ -50,9 +50,16 @@ func openWith(t *testing.T, engine string, sink func(store.Store) reservation.Si
 		t.Fatalf("observe lock waits on %s: %v", engine, err)
 	}
 	t.Cleanup(waits.Close)
+	return withReservations(t, explore.New(db, waits.Blocked), db, sink)
+}
+
+// withReservations gives x the reservation stores of redis-reserve and
+// redis-watch, on a durable redis-server of the test's own, their writers
+// writing into sink(db).
+func withReservations(t *testing.T, x *explore.Explorer, db store.Store, sink func(store.Store) reservation.Sink) *explore.Explorer {
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: testredis.StartDurable(t).Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	x := explore.New(db, waits.Blocked)
 	for name, opts := range map[string][]reservation.Option{
 		inventory.NameRedisReserve: nil,
 		inventory.NameRedisWatch:   {reservation.WithOptimisticTransactions(50, 2)},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashsale/stock/internal/explore"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 )
@@ -42,7 +43,7 @@ func openSnapshotIsolation(t *testing.T) *explore.Explorer {
 		t.Fatalf("observe waits: %v", err)
 	}
 	t.Cleanup(waits.Close)
-	return explore.New(db, waits.Blocked)
+	return withReservations(t, explore.New(db, waits.Blocked), db, func(db store.Store) reservation.Sink { return db })
 }
 
 // TestSnapshotIsolationStaleRead: "the version check validates the read"
@@ -102,7 +103,7 @@ func TestSnapshotIsolationEverySchedule(t *testing.T) {
 		}
 		for _, stock := range []int64{1, 2} {
 			sc := explore.Scenario{Name: fmt.Sprintf("%s, snapshot isolation, 2 buyers for %d", c.name, stock), Stock: stock,
-				Quantities: []int64{1, 1}, Strategy: c.strategy, Faults: c.faults, MaxSchedules: 2000}
+				Quantities: []int64{1, 1}, Strategy: c.strategy, Faults: c.faults, MaxSchedules: 2000, Reserved: c.reserved}
 			r, err := x.Explore(ctx, sc)
 			if err != nil {
 				t.Fatalf("%s: %v", sc.Name, err)
