@@ -122,13 +122,13 @@ func (d *demo) measureLoadGen(ctx context.Context) {
 
 // burstStock is the units of a strategy's burst: BURST_STOCK, and for
 // batched and redis-reserve, whose rates are not bounded by one commit per
-// order, at least
+// order (redis-watch's is, by its optimistic retries), at least
 // BURST_MIN_SECONDS at k6's /healthz ceiling (k6 sends the burst, and no
 // burst through k6 can be faster), so that its burst measures selling
 // rather than start-up. Without k6's ceiling, the Go client's stands in.
 func (d *demo) burstStock(strategy string) int64 {
 	stock := int64(d.p.BurstStock)
-	if strategy != "batched" && !isReserved(strategy) {
+	if strategy != "batched" && strategy != reserveStrategy {
 		return stock
 	}
 	ceiling := 0.0
