@@ -197,7 +197,7 @@ func isReserved(strategy string) bool {
 // needsRedis reports whether a strategy takes its lock in Redis, and so
 // needs REDIS_ADDRS (redis-lock uses the first address, redlock all).
 func needsRedis(strategy string) bool {
-	return strings.Contains(strategy, "redis") || strings.Contains(strategy, "redlock")
+	return strings.Contains(strategy, "redis") || strings.Contains(strategy, "redlock") || strategy == "legacy-getset"
 }
 
 // needsEtcd reports whether a strategy takes its lock in etcd, and so needs

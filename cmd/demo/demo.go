@@ -235,7 +235,7 @@ func (d *demo) serviceEnv(b backend, strategy string) []string {
 		"LOG_LEVEL=warn",
 		"MIGRATE=true",
 	}
-	if report.IsControl(strategy) && d.p.NaiveRaceWindow != "" {
+	if strategy == "naive" && d.p.NaiveRaceWindow != "" {
 		env = append(env, "NAIVE_RACE_WINDOW="+d.p.NaiveRaceWindow)
 	}
 	if isReserved(strategy) {

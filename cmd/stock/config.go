@@ -67,7 +67,7 @@ const minAdminTokenLength = 16
 // strategyNames lists every value STRATEGY accepts.
 func strategyNames() []string {
 	return slices.Concat(inventory.SQLStrategyNames, []string{inventory.NameBatched}, inventory.LockStrategyNames,
-		inventory.ReservedStrategyNames)
+		inventory.ReservedStrategyNames, []string{inventory.NameLegacyGetset})
 }
 
 func isLockStrategy(name string) bool { return slices.Contains(inventory.LockStrategyNames, name) }
@@ -161,10 +161,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.Strategy == inventory.NameRedlock && (len(c.RedisAddrs) < 3 || len(c.RedisAddrs)%2 == 0) {
 		bad("STRATEGY=redlock needs an odd number of at least 3 independent servers in REDIS_ADDRS, got %d", len(c.RedisAddrs))
 	}
-	if c.SkipPolicyCheck && !isRedisLockStrategy(c.Strategy) {
+	if c.SkipPolicyCheck && !isRedisLockStrategy(c.Strategy) && c.Strategy != inventory.NameLegacyGetset {
 		bad("REDIS_SKIP_POLICY_CHECK applies only to STRATEGY=redis-lock or redlock")
 	}
-	if (c.FreezeHolder || !c.Fencing) && !isLockStrategy(c.Strategy) {
+	if c.Strategy == inventory.NameLegacyGetset {
+		// The legacy lock has no token to fence with: its writes are
+		// never fenced, which is what it is here to show.
+		if getenv("FENCING") == "on" {
+			bad("STRATEGY=legacy-getset has no fencing token: FENCING=on cannot apply")
+		}
+		c.Fencing = false
+	} else if (c.FreezeHolder || !c.Fencing) && !isLockStrategy(c.Strategy) {
 		bad("FREEZE_HOLDER and FENCING apply only to the lock strategies (%s)", strings.Join(inventory.LockStrategyNames, ", "))
 	}
 	if !slices.Contains(strategyNames(), c.Strategy) {

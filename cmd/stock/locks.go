@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locking/getsetlock"
 	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/redislock"
 )
@@ -40,13 +41,15 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 		backend, err = buildEtcdLocker(cfg, renewed)
 	case inventory.NameZKLock:
 		backend, err = buildZKLocker(cfg)
+	case inventory.NameLegacyGetset:
+		backend, err = buildLegacyLocker(cfg, log)
 	default:
 		backend, err = buildRedisLocker(cfg, renewed, log)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if !cfg.Fencing {
+	if !cfg.Fencing && cfg.Strategy != inventory.NameLegacyGetset {
 		log.Warn("FENCING=off: a lock holder that was paused past its lock's TTL can still write and oversell. " +
 			"This setting exists only to demonstrate what fencing prevents.")
 	}
@@ -242,4 +245,26 @@ func freezeSelf(log *slog.Logger) {
 	}
 	<-continued
 	log.Warn("continued after the freeze")
+}
+
+// buildLegacyLocker connects the SETNX + GETSET control lock to the first
+// Redis of REDIS_ADDRS. It refuses an evicting Redis as the other Redis
+// locks do, though nothing it keeps could save it.
+func buildLegacyLocker(cfg config, log *slog.Logger) (lockBackend, error) {
+	client := redis.NewClient(&redis.Options{Addr: cfg.RedisAddrs[0], DialTimeout: time.Second,
+		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	if err := pingRedis(context.Background(), []*redis.Client{client}, false); err != nil {
+		_ = client.Close()
+		return lockBackend{}, err
+	}
+	if err := checkEvictionPolicy(context.Background(), []*redis.Client{client}, cfg.SkipPolicyCheck, log); err != nil {
+		_ = client.Close()
+		return lockBackend{}, err
+	}
+	locker := getsetlock.New(client, getsetlock.WithTTL(cfg.LockTTL), getsetlock.WithWait(cfg.LockWait))
+	return lockBackend{
+		locker: inventorylock.Adapt(locker),
+		ping:   func(ctx context.Context) error { return client.Ping(ctx).Err() },
+		close:  func() { _ = client.Close() },
+	}, nil
 }

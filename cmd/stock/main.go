@@ -82,6 +82,9 @@ func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, log *slog.Log
 	if isLockStrategy(cfg.Strategy) {
 		return buildLockStrategy(cfg, db, m, m.Renewed, log)
 	}
+	if cfg.Strategy == inventory.NameLegacyGetset {
+		return buildLockStrategy(cfg, db, m, m.Renewed, log)
+	}
 	if isReservedStrategy(cfg.Strategy) {
 		return buildReserve(cfg, db, m, log)
 	}
@@ -114,6 +117,11 @@ func buildSQLStrategy(cfg config) (inventory.Strategy, error) {
 
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	log.Info("starting", cfg.logAttrs()...)
+	if cfg.Strategy == inventory.NameLegacyGetset {
+		log.Warn("STRATEGY=legacy-getset IS UNSAFE BY DESIGN: the SETNX + GETSET lock of the old articles, with no owner, " +
+			"no fencing token and expiry judged by each instance's clock. A paused holder, a skewed clock or a late release " +
+			"lets two orders hold the lock at once and oversell. It is a control; never use it for a real sale.")
+	}
 	if cfg.Strategy == inventory.NameNaive {
 		log.Warn("STRATEGY=naive OVERSELLS BY DESIGN: it reads, checks and writes without any lock. " +
 			"It is the control that shows what the safe strategies prevent; never use it for a real sale.")

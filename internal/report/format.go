@@ -71,6 +71,11 @@ var strategies = map[string]Strategy{
 		How:    "The stock lives in Redis (a private one with appendonly yes and appendfsync always: the service refuses anything less). One Lua script per order checks the sale, the idempotency key and the stock, decrements it and appends the order to the SKU's Redis Stream, atomically; the 201 goes out once Redis has it on disk. A consumer in every instance reads the stream (XREADGROUP), writes the orders to the database in batches (the order id is the primary key, so a replay writes nothing; a restarted sale's orders are refused by its number) and acknowledges them after the commit.",
 		Expect: "Safe: one atomic script per order on one counter. No database transaction per order and no row lock in the answer's path, so it should beat every database strategy by a wide margin; the database catches up behind it (the audit's pending and lag_seconds).",
 	},
+	"legacy-getset": {
+		Name: "legacy-getset", Safe: false,
+		How:    "The lock of the old articles around the same read-check-write, without fencing: SETNX key <expiry time>; when taken, GET it and, if that time has passed, GETSET a new one and compare; DEL to release. No owner, no renewal, no loss signal, no token; expiry judged by each instance's clock; waiters poll every 1–10 ms.",
+		Expect: "A control. It holds while nothing goes wrong, so a burst may sell exactly; a paused holder, a clock ahead or a late release lets two orders hold the lock at once and oversell (make test shows each). Polling makes it slow under contention.",
+	},
 	"redis-watch": {
 		Name: "redis-watch", Safe: true,
 		How:    "The same Redis, keys, stream and consumer as redis-reserve, but each order is the seeds' optimistic transaction: WATCH the sale and the keys, read, check in Go, then MULTI / HINCRBY / XADD / EXEC. EXEC takes nothing when another order changed a watched key meanwhile, and the order tries again after a jittered backoff, up to CAS_MAX_ATTEMPTS, with at most CAS_MAX_IN_FLIGHT attempts per SKU in flight per instance.",

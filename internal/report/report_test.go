@@ -508,7 +508,7 @@ func TestRounds(t *testing.T) {
 // strategies) has a description; the unsafe control is the only one marked
 // unsafe.
 func TestDescribeStrategy(t *testing.T) {
-	all := []string{"naive", "for-update", "version-cas", "conditional", "batched", "redis-lock", "redlock", "etcd-lock", "zk-lock", "redis-reserve", "redis-watch"}
+	all := []string{"naive", "for-update", "version-cas", "conditional", "batched", "redis-lock", "redlock", "etcd-lock", "zk-lock", "redis-reserve", "redis-watch", "legacy-getset"}
 	for _, name := range all {
 		s := DescribeStrategy(name)
 		if s.Unknown || s.Name != name || s.How == "" || s.Expect == "" {
