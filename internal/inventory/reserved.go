@@ -80,6 +80,21 @@ type Reservations interface {
 	Ping(ctx context.Context) error
 }
 
+// SaleRecheck is the transaction of a check of the reservation store
+// against the database (a Redis that restarted or failed over): the SKU's
+// stock row is locked throughout.
+type SaleRecheck interface {
+	// Audit reads the sale as it stands in this transaction (Sale is its
+	// number).
+	Audit(ctx context.Context) (Audit, error)
+	// Write records accepted orders not written yet, as the consumer
+	// does, whatever their sale number.
+	Write(ctx context.Context, orders []Order, keys []IdempotencyRecord) error
+	// Renumber gives the sale a new number; its stock and orders stay.
+	// Batches of older numbers are refused from the commit on.
+	Renumber(ctx context.Context, to int64) error
+}
+
 // EpochSales is what the redis-reserve strategy needs from the database:
 // sales that carry a number, and the audit of the orders written so far.
 type EpochSales interface {

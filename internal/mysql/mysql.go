@@ -239,7 +239,8 @@ func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 }
 
 // StartSaleEpoch starts a sale as StartSale does and returns its number
-// (sale_epoch), which grows by one with every sale of the SKU. When
+// (sale_epoch): the next multiple of 2^20, so that the sale can be
+// renumbered (RecheckSale adds one) and still be told from the next. When
 // beforeCommit is not nil it runs with the new number inside the
 // transaction, while the row is locked, and its error rolls the sale back.
 func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
@@ -247,10 +248,10 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeC
 	err := s.inSQLTx(ctx, nil, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
-			VALUES (?, ?, ?, 0, 0, 1, CURRENT_TIMESTAMP(6))
+			VALUES (?, ?, ?, 0, 0, 1048576, CURRENT_TIMESTAMP(6))
 			ON DUPLICATE KEY UPDATE
 				initial = ?, available = ?, version = version + 1,
-				sale_epoch = sale_epoch + 1, updated_at = CURRENT_TIMESTAMP(6)`,
+				sale_epoch = (sale_epoch DIV 1048576 + 1) * 1048576, updated_at = CURRENT_TIMESTAMP(6)`,
 			sku, n, n, n, n); err != nil {
 			return err
 		}

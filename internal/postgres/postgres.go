@@ -180,7 +180,8 @@ func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 }
 
 // StartSaleEpoch starts a sale as StartSale does and returns its number
-// (sale_epoch), which grows by one with every sale of the SKU. When
+// (sale_epoch): the next multiple of 2^20, so that the sale can be
+// renumbered (RecheckSale adds one) and still be told from the next. When
 // beforeCommit is not nil it runs with the new number inside the
 // transaction, while the row is locked, and its error rolls the sale back.
 func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
@@ -188,10 +189,10 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeC
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `
 			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
-			VALUES ($1, $2, $2, 0, 0, 1, now())
+			VALUES ($1, $2, $2, 0, 0, 1048576, now())
 			ON CONFLICT (sku) DO UPDATE
 			SET initial = $2, available = $2, version = stock.version + 1,
-				sale_epoch = stock.sale_epoch + 1, updated_at = now()
+				sale_epoch = (stock.sale_epoch / 1048576 + 1) * 1048576, updated_at = now()
 			RETURNING sale_epoch`, sku, n).Scan(&epoch); err != nil {
 			return err
 		}

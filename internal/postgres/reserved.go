@@ -16,11 +16,13 @@ import (
 // records. It returns how many orders it wrote; orders already there (a
 // redelivered batch) are skipped, so a replay writes nothing.
 //
-// The stock row is locked first and its sale_epoch compared: a sale started
-// since (StartSale also writes the row) makes the batch stale
-// (inventory.ErrStaleSale), and nothing is written. The deduction is
-// unconditional: Redis accepted these orders against the same initial
-// stock, so the database can only follow it, never refuse it.
+// The stock row is locked first and its sale_epoch compared: a sale
+// started or renumbered since makes the batch stale
+// (inventory.ErrStaleSale), and nothing is written; a batch of a number the
+// database does not have yet (a renumbering not committed yet) is
+// ErrUnavailable, to be tried again. The deduction is unconditional: Redis
+// accepted these orders against the same initial stock, so the database
+// can only follow it, never refuse it.
 func (s *Store) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
 	written := 0
 	err := s.inTx(ctx, func(ctx context.Context, t *tx) error {
@@ -32,46 +34,101 @@ func (s *Store) PersistReserved(ctx context.Context, sku string, epoch int64, or
 		if err != nil {
 			return wrap(ctx, err)
 		}
-		if current != epoch {
+		switch {
+		case epoch < current:
 			return fmt.Errorf("%w: %q is in sale %d, the orders are of sale %d", inventory.ErrStaleSale, sku, current, epoch)
+		case epoch > current:
+			return fmt.Errorf("%w: %q is in sale %d, the orders are of sale %d, not committed yet", inventory.ErrUnavailable, sku, current, epoch)
 		}
-		ids, skus, users, strategies := make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders))
-		quantities := make([]int64, len(orders))
-		for i, o := range orders {
-			ids[i], skus[i], quantities[i], users[i], strategies[i] = o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy
-		}
-		// The row lock above serialises the writers of this SKU's
-		// orders, so ON CONFLICT only ever meets orders committed before.
-		var total int64
-		if err := t.tx.QueryRow(ctx, `
-			WITH written AS (
-				INSERT INTO orders (id, sku, quantity, user_id, strategy)
-				SELECT * FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[])
-				ON CONFLICT (id) DO NOTHING
-				RETURNING quantity
-			)
-			SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM written`,
-			ids, skus, quantities, users, strategies).Scan(&written, &total); err != nil {
-			return wrap(ctx, err)
-		}
-		if total > 0 {
-			if _, err := t.tx.Exec(ctx, `
-				UPDATE stock SET available = available - $2, version = version + 1
-				WHERE sku = $1`, sku, total); err != nil {
-				return wrap(ctx, err)
-			}
-		}
-		if len(keys) > 0 {
-			// A key that exists already belongs to an order written
-			// before (this batch's earlier delivery): nothing to add.
-			if _, err := t.InsertIdempotencyRecords(ctx, keys); err != nil {
-				return err
-			}
-		}
-		return nil
+		written, err = t.writeReserved(ctx, sku, orders, keys)
+		return err
 	})
 	if err != nil {
 		return 0, err
 	}
 	return written, nil
+}
+
+// writeReserved inserts the orders not written yet, deducts their total and
+// stores their idempotency records; the caller holds the stock row's lock,
+// which serialises the writers of the SKU's orders, so ON CONFLICT only
+// ever meets orders committed before.
+func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
+	ids, skus, users, strategies := make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders))
+	quantities := make([]int64, len(orders))
+	for i, o := range orders {
+		ids[i], skus[i], quantities[i], users[i], strategies[i] = o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy
+	}
+	var written int
+	var total int64
+	if err := t.tx.QueryRow(ctx, `
+		WITH written AS (
+			INSERT INTO orders (id, sku, quantity, user_id, strategy)
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[])
+			ON CONFLICT (id) DO NOTHING
+			RETURNING quantity
+		)
+		SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM written`,
+		ids, skus, quantities, users, strategies).Scan(&written, &total); err != nil {
+		return 0, wrap(ctx, err)
+	}
+	if total > 0 {
+		if _, err := t.tx.Exec(ctx, `
+			UPDATE stock SET available = available - $2, version = version + 1
+			WHERE sku = $1`, sku, total); err != nil {
+			return 0, wrap(ctx, err)
+		}
+	}
+	if len(keys) > 0 {
+		// A key that exists already belongs to an order written before
+		// (this batch's earlier delivery): nothing to add.
+		if _, err := t.InsertIdempotencyRecords(ctx, keys); err != nil {
+			return 0, err
+		}
+	}
+	return written, nil
+}
+
+// RecheckSale runs check in one transaction that holds the SKU's stock row
+// locked, so no batch of the SKU commits meanwhile and checks of several
+// instances queue; it commits when check returns nil. check may read the
+// sale's audit (Sale is its number), write orders as PersistReserved does
+// (without comparing numbers), and renumber the sale (its stock and orders
+// stay). ErrUnknownSKU when there is no row.
+func (s *Store) RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r inventory.SaleRecheck) error) error {
+	return s.inTx(ctx, func(ctx context.Context, t *tx) error {
+		var current int64
+		err := t.tx.QueryRow(ctx, `SELECT sale_epoch FROM stock WHERE sku = $1 FOR UPDATE`, sku).Scan(&current)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
+		}
+		if err != nil {
+			return wrap(ctx, err)
+		}
+		return check(ctx, pgRecheck{t: t, sku: sku})
+	})
+}
+
+type pgRecheck struct {
+	t   *tx
+	sku string
+}
+
+func (r pgRecheck) Audit(ctx context.Context) (inventory.Audit, error) {
+	a := inventory.Audit{SKU: r.sku}
+	if err := r.t.tx.QueryRow(ctx, `SELECT initial, available, sale_epoch FROM stock WHERE sku = $1`, r.sku).Scan(&a.Initial, &a.Available, &a.Sale); err != nil {
+		return a, wrap(ctx, err)
+	}
+	err := r.t.tx.QueryRow(ctx, `SELECT COALESCE(SUM(quantity), 0), COUNT(*) FROM orders WHERE sku = $1`, r.sku).Scan(&a.Ordered, &a.Orders)
+	return a, wrap(ctx, err)
+}
+
+func (r pgRecheck) Write(ctx context.Context, orders []inventory.Order, keys []inventory.IdempotencyRecord) error {
+	_, err := r.t.writeReserved(ctx, r.sku, orders, keys)
+	return err
+}
+
+func (r pgRecheck) Renumber(ctx context.Context, to int64) error {
+	_, err := r.t.tx.Exec(ctx, `UPDATE stock SET sale_epoch = $2 WHERE sku = $1`, r.sku, to)
+	return wrap(ctx, err)
 }

@@ -30,11 +30,21 @@ import (
 // Group is the consumer group of every SKU's stream.
 const Group = "persist"
 
-// Ledger is what a Store needs from the database to check a Redis that
-// restarted: the database's own audit of a SKU's current sale.
+// Ledger is what a Store needs from the database to check a Redis whose
+// data may have changed under it (a restart, a failover): one transaction
+// with the SKU's stock row locked, to write the orders still in its stream,
+// compare, and renumber the sale (inventory.SaleRecheck).
 type Ledger interface {
-	Audit(ctx context.Context, sku string) (inventory.Audit, error)
+	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r inventory.SaleRecheck) error) error
 }
+
+// A sale's number (sale_epoch) is the sale's own number times saleStride
+// plus how often it was renumbered: StartSale moves to the next multiple,
+// a check of a restarted Redis adds one. Two numbers belong to one sale
+// when they agree above the stride.
+const saleStride = 1 << 20
+
+func sameSale(a, b int64) bool { return a/saleStride == b/saleStride }
 
 // Store is inventory.Reservations on one Redis server or one Redis Cluster.
 type Store struct {
@@ -128,7 +138,7 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 		if s.optimistic {
 			reply, err = s.reserveWatching(ctx, r)
 		} else {
-			reply, err = s.runReserve(ctx, keys, args)
+			reply, err = s.runReserve(ctx, r.Order.SKU, keys, args)
 		}
 		if err == nil {
 			id, aerr := s.answer(r, reply)
@@ -136,6 +146,14 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 				return "", fmt.Errorf("%w: an earlier attempt's answer was lost, and the retry was refused: %w", inventory.ErrOutcomeUnknown, aerr)
 			}
 			return id, aerr
+		}
+		if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
+			// go-redis' cluster client sends a command again by itself
+			// after a broken connection (to the same node, then another),
+			// so whatever error comes back, an earlier send may have run
+			// (found by TestClusterSellsOnEveryMasterThroughARestart: a
+			// refused connection answered 503 for an order that existed).
+			mayHaveRun = true
 		}
 		var (
 			serverErr redis.Error
@@ -163,37 +181,44 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 }
 
 // runReserve runs the reserve script by its hash only. Redis forgets its
-// scripts when it restarts, so NOSCRIPT means a Redis that has not been
-// checked since it started: it may have come back from an older copy of its
-// data (a failover to a replica that lagged, a restored backup) and would
-// then sell again units the database already has orders for. The script is
-// loaded only once checkRestarted has compared every SKU on sale with the
-// database; until then no order is taken.
-func (s *Store) runReserve(ctx context.Context, keys []string, args []any) ([]string, error) {
+// scripts when it restarts, so NOSCRIPT means a server that has not been
+// checked since it started: every SKU on sale is checked before the script
+// is loaded again (checkRestarted). The script itself answers "unchecked"
+// when the server's replication id is not the one the sale was checked
+// under (a promotion, a resynchronisation): that SKU is checked, then the
+// order runs again. Until then no order is taken.
+func (s *Store) runReserve(ctx context.Context, sku string, keys []string, args []any) ([]string, error) {
 	reply, err := reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
-	if !isNoScript(err) {
+	switch {
+	case isNoScript(err):
+		if err := s.checkRestarted(ctx); err != nil {
+			return nil, err
+		}
+	case err == nil && len(reply) == 1 && reply[0] == "unchecked":
+		if err := s.recheck(ctx, sku); err != nil {
+			return nil, err
+		}
+	default:
 		return reply, err
 	}
-	if err := s.checkRestarted(ctx); err != nil {
-		return nil, err
+	reply, err = reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
+	if err == nil && len(reply) == 1 && reply[0] == "unchecked" {
+		return nil, errUnchecked{fmt.Errorf("sale %q still unchecked after its check", sku)}
 	}
-	return reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
+	return reply, err
 }
 
-// errUnchecked: a restarted Redis could not be checked against the
-// database, so the script was not run.
+// errUnchecked: a Redis whose data may have changed could not be checked
+// against the database, so the script was not run.
 type errUnchecked struct{ error }
 
 func (e errUnchecked) Error() string {
-	return "redis restarted and could not be checked: " + e.error.Error()
+	return "redis not checked against the database: " + e.error.Error()
 }
 func (e errUnchecked) Unwrap() error { return e.error }
 
-// checkRestarted compares each SKU on sale in a Redis that restarted with
-// the database, closes the sales Redis has lost acknowledged orders of
-// (the database has more orders of the sale than Redis ever accepted, or a
-// newer sale), then loads the reserve script. The orders of such a sale get
-// 503 until it is started again.
+// checkRestarted checks every SKU on sale in a Redis that restarted (see
+// recheck), then loads the reserve script.
 func (s *Store) checkRestarted(ctx context.Context) error {
 	s.checking.Lock()
 	defer s.checking.Unlock()
@@ -205,33 +230,129 @@ func (s *Store) checkRestarted(ctx context.Context) error {
 		return errUnchecked{err}
 	}
 	for _, sku := range skus {
-		written, err := s.ledger.Audit(ctx, sku)
-		if errors.Is(err, inventory.ErrUnknownSKU) {
-			continue
-		}
-		if err != nil {
-			return errUnchecked{err}
-		}
-		t, err := s.Tally(ctx, sku)
-		if errors.Is(err, inventory.ErrSaleNotLoaded) {
-			continue // no sale: it fails closed already
-		}
-		if err != nil {
-			return errUnchecked{err}
-		}
-		if written.Sale > t.Epoch || written.Sale == t.Epoch && (written.Orders > t.Orders || written.Ordered > t.Ordered) {
-			s.log.Error("redis came back without orders it had accepted (an older copy of its data): the sale is closed until it is started again",
-				"sku", sku, "redis_sale", t.Epoch, "redis_orders", t.Orders, "redis_ordered", t.Ordered,
-				"database_sale", written.Sale, "database_orders", written.Orders, "database_ordered", written.Ordered)
-			if err := s.Close(ctx, sku, written.Sale); err != nil {
-				return errUnchecked{err}
-			}
+		if err := s.recheckLocked(ctx, sku); err != nil {
+			return err
 		}
 	}
 	if err := reserveScript.Load(ctx, s.rdb).Err(); err != nil {
 		return errUnchecked{err}
 	}
 	return nil
+}
+
+// recheck checks one SKU's sale (see recheckLocked).
+func (s *Store) recheck(ctx context.Context, sku string) error {
+	s.checking.Lock()
+	defer s.checking.Unlock()
+	return s.recheckLocked(ctx, sku)
+}
+
+// recheckLocked checks the SKU's sale in a Redis whose data may be another
+// history than the one its orders were answered from. It runs in one
+// database transaction that holds the SKU's row, so no batch commits and no
+// other instance checks meanwhile:
+//
+//  0. the sale stops taking orders (the reserve script answers "unchecked");
+//  1. the orders still in the SKU's stream are written to the database: they
+//     are the surviving history's, answered 201;
+//  2. the sale gets a new number, in the database and in Redis (its stock
+//     and orders stay), and Redis takes the server's replication id and
+//     sells again: every batch of an older number that a consumer still
+//     holds is refused from the commit on. Such a batch may have been read
+//     from a history Redis has lost since; written after the check it would
+//     sell its units again (found by review);
+//  3. unless the database has more orders of the sale than Redis ever
+//     accepted, or another sale: Redis lost acknowledged orders, and the
+//     sale is closed (503) until it is started again.
+//
+// If the commit fails after Redis took the new number, Redis is stopped
+// again so that the next order checks anew.
+func (s *Store) recheckLocked(ctx context.Context, sku string) error {
+	k := s.keys(sku)
+	renumbered := false
+	err := s.ledger.RecheckSale(ctx, sku, func(ctx context.Context, r inventory.SaleRecheck) error {
+		// First, no more orders of this sale until the check ends: on a
+		// cluster a restart of one master makes every SKU be checked,
+		// and the other masters' SKUs would otherwise keep selling under
+		// the number about to be fenced off.
+		open, err := blockScript.Run(ctx, s.rdb, []string{k.sale}).Int()
+		if err != nil || open == 0 {
+			return err // no sale: it fails closed already
+		}
+		t, err := s.Tally(ctx, sku)
+		if err != nil {
+			return err
+		}
+		if err := s.writeStream(ctx, sku, t.Epoch, r.Write); err != nil {
+			return err
+		}
+		written, err := r.Audit(ctx)
+		if err != nil {
+			return err
+		}
+		to := max(written.Sale, t.Epoch) + 1
+		if err := r.Renumber(ctx, to); err != nil {
+			return err
+		}
+		if !sameSale(written.Sale, t.Epoch) || written.Orders > t.Orders || written.Ordered > t.Ordered {
+			s.log.Error("redis has lost orders it had accepted, or holds another sale (it came back from an older copy of its data): the sale is closed until it is started again",
+				"sku", sku, "redis_sale", t.Epoch, "redis_orders", t.Orders, "redis_ordered", t.Ordered,
+				"database_sale", written.Sale, "database_orders", written.Orders, "database_ordered", written.Ordered)
+			return s.Close(ctx, sku, to)
+		}
+		answer, err := renumberScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, t.Epoch, to).Text()
+		if err != nil {
+			return err
+		}
+		if answer != "OK" {
+			return fmt.Errorf("renumber sale %d of %q in Redis: %s", t.Epoch, sku, answer)
+		}
+		renumbered = true
+		return nil
+	})
+	if errors.Is(err, inventory.ErrUnknownSKU) {
+		return nil
+	}
+	if err != nil {
+		if renumbered {
+			_ = blockScript.Run(context.WithoutCancel(ctx), s.rdb, []string{k.sale}).Err()
+		}
+		return errUnchecked{err}
+	}
+	return nil
+}
+
+// writeStream writes, through write, every order of sale epoch still in the
+// SKU's stream (orders written before are skipped).
+func (s *Store) writeStream(ctx context.Context, sku string, epoch int64, write func(context.Context, []inventory.Order, []inventory.IdempotencyRecord) error) error {
+	from := "-"
+	for {
+		msgs, err := s.rdb.XRangeN(ctx, s.keys(sku).orders, from, "+", 512).Result()
+		if err != nil {
+			return err
+		}
+		var orders []inventory.Order
+		var keys []inventory.IdempotencyRecord
+		for _, m := range msgs {
+			r, err := decode(sku, m)
+			if err != nil || r.epoch != epoch {
+				continue // unreadable (logged by the consumer), or written at an earlier check
+			}
+			orders = append(orders, r.order)
+			if r.key.Key != "" {
+				keys = append(keys, r.key)
+			}
+		}
+		if len(orders) > 0 {
+			if err := write(ctx, orders, keys); err != nil {
+				return err
+			}
+		}
+		if len(msgs) < 512 {
+			return nil
+		}
+		from = "(" + msgs[len(msgs)-1].ID
+	}
 }
 
 func isNoScript(err error) bool {

@@ -6,18 +6,33 @@ import "github.com/redis/go-redis/v9"
 // tag {S}, so one script reaches them all on Redis Cluster too: a SKU lives
 // on one master.
 //
-//	{S}:sale      hash: epoch, initial, available, ordered, orders. Its
-//	              absence means "no sale here": never loaded, closed for a
-//	              restart, or lost with the server's data.
+//	{S}:sale      hash: epoch, initial, available, ordered, orders; base
+//	              (the epoch it was loaded under: a renumbering keeps it)
+//	              and replid (the replication id it was last checked
+//	              under). Its absence means "no sale here": never loaded,
+//	              closed for a restart, or lost with the server's data.
 //	{S}:epoch     the highest sale epoch ever announced (Close) or loaded,
 //	              so a late Load of an older sale is refused.
 //	{S}:keys      hash: idempotency key -> "fingerprint orderID".
 //	{S}:orders    stream: the accepted orders not yet in the database, one
 //	              entry each (id, q, u, k, h, e, s: order id, quantity, user,
 //	              key, fingerprint, sale epoch, strategy); group "persist".
-//	{S}:placed:ID the sale epoch in which order ID was taken, for a few
-//	              minutes: a retry of the same call after a lost answer
+//	{S}:placed:ID the base of the sale in which order ID was taken, for a
+//	              few minutes: a retry of the same call after a lost answer
 //	              finds it instead of taking the stock twice.
+
+// luaReplID returns the server's replication id (INFO replication,
+// master_replid): it changes when the server is promoted, resynchronised
+// from another, or started anew. A sale remembers the id under which it
+// was last checked against the database; under another id the server's
+// data may be another history (a replica that lagged, a restored copy), and
+// the reserve script answers "unchecked" until the sale is checked again
+// (Store.recheck).
+const luaReplID = `
+local function replid()
+  return string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+end
+`
 
 // reserveScript checks, decrements and logs one order atomically.
 //
@@ -27,11 +42,13 @@ import "github.com/redis/go-redis/v9"
 //
 // Replies: {"ok", id} (taken now or by an earlier run of this very call),
 // {"replay", id} (the key's earlier order), {"conflict"}, {"soldout"},
-// {"unloaded"}.
-var reserveScript = redis.NewScript(`
-local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available')
+// {"unloaded"}, {"unchecked"} (the server's replication id is not the one
+// the sale was checked under).
+var reserveScript = redis.NewScript(luaReplID + `
+local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available', 'base', 'replid')
 if not sale[1] then return {'unloaded'} end
-if redis.call('GET', KEYS[4]) == sale[1] then return {'ok', ARGV[1]} end
+if sale[4] ~= replid() then return {'unchecked'} end
+if redis.call('GET', KEYS[4]) == sale[3] then return {'ok', ARGV[1]} end
 local key, fp = ARGV[4], ARGV[5]
 if key ~= '' then
   local prior = redis.call('HGET', KEYS[2], key)
@@ -48,7 +65,7 @@ redis.call('HINCRBY', KEYS[1], 'ordered', q)
 redis.call('HINCRBY', KEYS[1], 'orders', 1)
 redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1], 's', ARGV[7])
 if key ~= '' then redis.call('HSET', KEYS[2], key, fp .. ' ' .. ARGV[1]) end
-redis.call('SET', KEYS[4], sale[1], 'PX', ARGV[6])
+redis.call('SET', KEYS[4], sale[3], 'PX', ARGV[6])
 return {'ok', ARGV[1]}
 `)
 
@@ -76,7 +93,7 @@ return 'OK'
 // group is created anew, so no old entry stays pending in it.
 //
 // KEYS: sale, epoch, keys, orders. ARGV: epoch, units, consumer group.
-var loadScript = redis.NewScript(`
+var loadScript = redis.NewScript(luaReplID + `
 local e = tonumber(ARGV[1])
 local loaded = tonumber(redis.call('GET', KEYS[2]) or '0')
 if e < loaded then
@@ -90,7 +107,36 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('XGROUP', 'DESTROY', KEYS[4], ARGV[3])
 end
 redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[3], '$', 'MKSTREAM')
-redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', ARGV[2], 'ordered', 0, 'orders', 0)
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', ARGV[2], 'ordered', 0, 'orders', 0,
+  'base', ARGV[1], 'replid', replid())
+return 'OK'
+`)
+
+// blockScript stops the orders of an open sale for its check: the reserve
+// script answers "unchecked" until renumberScript (or a new load) writes a
+// replication id again. Orders taken before it are in the stream.
+//
+// KEYS: sale.
+var blockScript = redis.NewScript(`
+if not redis.call('HGET', KEYS[1], 'epoch') then return 0 end
+redis.call('HSET', KEYS[1], 'replid', 'checking')
+return 1
+`)
+
+// renumberScript moves an open sale from epoch ARGV[1] to ARGV[2] (the
+// number the database gave it when it fenced off older batches) under the
+// server's current replication id; its stock and orders stay. It answers
+// "GONE" when no sale is open, "MOVED" when the sale is no longer ARGV[1]
+// (another instance renumbered it, or a new sale began).
+//
+// KEYS: sale, epoch.
+var renumberScript = redis.NewScript(luaReplID + `
+local e = redis.call('HGET', KEYS[1], 'epoch')
+if not e then return 'GONE' end
+if e ~= ARGV[1] then return 'MOVED' end
+if not redis.call('HGET', KEYS[1], 'base') then redis.call('HSET', KEYS[1], 'base', ARGV[1]) end
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'replid', replid())
+if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], ARGV[2]) end
 return 'OK'
 `)
 

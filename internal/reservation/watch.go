@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,10 @@ import (
 // errUnverified: the reserve script is missing, so Redis restarted and has
 // not been checked against the database yet (see checkRestarted).
 var errUnverified = errors.New("redis restarted: not checked against the database yet")
+
+// errRecheck: the server's replication id is not the one the sale was
+// checked under (see Store.recheck).
+var errRecheck = errors.New("redis replication id changed: the sale is not checked yet")
 
 // gateStripes is how many semaphores the SKUs share, by hash.
 const gateStripes = 64
@@ -61,6 +66,14 @@ func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([
 			}
 			checked = true
 			continue
+		case errors.Is(err, errRecheck) && !checked:
+			if err := s.recheck(ctx, r.Order.SKU); err != nil {
+				return nil, err
+			}
+			checked = true
+			continue
+		case errors.Is(err, errUnverified), errors.Is(err, errRecheck):
+			return nil, errUnchecked{err}
 		case !errors.Is(err, redis.TxFailedErr):
 			return reply, err
 		}
@@ -91,17 +104,19 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			prior  *redis.StringCmd
 			done   *redis.StringCmd
 			loaded *redis.BoolSliceCmd
+			info   *redis.StringCmd
 		)
 		_, _ = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-			sale = p.HMGet(ctx, k.sale, "epoch", "available")
+			sale = p.HMGet(ctx, k.sale, "epoch", "available", "base", "replid")
 			if r.Key != "" {
 				prior = p.HGet(ctx, k.idem, r.Key)
 			}
 			done = p.Get(ctx, placed)
 			loaded = p.ScriptExists(ctx, reserveScript.Hash())
+			info = p.Info(ctx, "replication")
 			return nil
 		})
-		cmds := []redis.Cmder{sale, done, loaded}
+		cmds := []redis.Cmder{sale, done, loaded, info}
 		if prior != nil {
 			cmds = append(cmds, prior)
 		}
@@ -119,7 +134,12 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			reply = []string{"unloaded"}
 			return nil
 		}
-		if done.Val() == epoch {
+		base, _ := vals[2].(string)
+		checkedUnder, _ := vals[3].(string)
+		if checkedUnder != replID(info.Val()) {
+			return errRecheck
+		}
+		if done.Val() == base {
 			reply = []string{"ok", r.Order.ID}
 			return nil
 		}
@@ -151,7 +171,7 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			if r.Key != "" {
 				p.HSet(ctx, k.idem, r.Key, fp+" "+r.Order.ID)
 			}
-			p.Set(ctx, placed, epoch, s.answerTTL)
+			p.Set(ctx, placed, base, s.answerTTL)
 			return nil
 		})
 		if err != nil {
@@ -161,6 +181,20 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		return nil
 	}, k.sale, k.idem)
 	return reply, err
+}
+
+// replID reads master_replid from the text of INFO replication.
+func replID(info string) string {
+	const field = "master_replid:"
+	i := strings.Index(info, field)
+	if i < 0 {
+		return ""
+	}
+	rest := info[i+len(field):]
+	if j := strings.IndexAny(rest, "\r\n"); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
 }
 
 // cut splits "fingerprint orderID".
