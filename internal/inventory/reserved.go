@@ -30,6 +30,16 @@ var (
 	ErrStaleSale = errors.New("the orders belong to a sale that has been restarted")
 )
 
+// SaleNumberBehind: the reservation store has seen sale number Seen, at
+// least the one a StartSale gave the database: the database's numbers are
+// behind the store's (it was reset, or another database shares the store).
+// StartSale starts the sale again above Seen.
+type SaleNumberBehind struct{ Seen int64 }
+
+func (e *SaleNumberBehind) Error() string {
+	return fmt.Sprintf("the reservation store has seen sale number %d already", e.Seen)
+}
+
 // Reservation is one order as the reservation store takes it: the order
 // (its id chosen before, so a retry of the same call is recognised) and its
 // idempotency key and request fingerprint, if it has a key.
@@ -66,7 +76,9 @@ type Reservations interface {
 	Reserve(ctx context.Context, r Reservation) (orderID string, err error)
 	// Close stops the SKU's sale in the store, announcing sale epoch:
 	// Reserve fails with ErrSaleNotLoaded until Load, and no sale older
-	// than epoch can be loaded any more.
+	// than epoch can be loaded any more. A *SaleNumberBehind error means
+	// the store has seen epoch or a later number already (a database that
+	// was reset, or another database on the same store).
 	Close(ctx context.Context, sku string, epoch int64) error
 	// Load opens sale epoch of the SKU with n units, forgetting the keys
 	// and the unwritten orders of earlier sales. It refuses an epoch lower
@@ -99,10 +111,10 @@ type SaleRecheck interface {
 // sales that carry a number, and the audit of the orders written so far.
 type EpochSales interface {
 	// StartSaleEpoch starts a sale as Store.StartSale does and returns its
-	// number, which grows with every sale of the SKU. beforeCommit runs
-	// with that number inside the transaction, the SKU's row locked; its
-	// error rolls the sale back.
-	StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(ctx context.Context, epoch int64) error) (epoch int64, err error)
+	// number, which grows with every sale of the SKU and is above
+	// atLeast. beforeCommit runs with that number inside the transaction,
+	// the SKU's row locked; its error rolls the sale back.
+	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (epoch int64, err error)
 	// Audit reads the SKU's stock and the sum of its orders, as
 	// Store.Audit does.
 	Audit(ctx context.Context, sku string) (Audit, error)
@@ -197,19 +209,25 @@ func (r *Reserved) takeOrder(o *batchOrder) (Order, error) {
 //
 // A failure leaves the SKU closed (503) until a StartSale succeeds.
 func (r *Reserved) StartSale(ctx context.Context, sku string, n int64) error {
-	epoch, err := r.db.StartSaleEpoch(ctx, sku, n, func(ctx context.Context, epoch int64) error {
-		if err := r.res.Close(ctx, sku, epoch); err != nil {
-			return fmt.Errorf("close the sale in the reservation store: %w", err)
+	var atLeast int64
+	for attempt := 0; ; attempt++ {
+		epoch, err := r.db.StartSaleEpoch(ctx, sku, n, atLeast, func(ctx context.Context, epoch int64) error {
+			return r.res.Close(ctx, sku, epoch)
+		})
+		var behind *SaleNumberBehind
+		if errors.As(err, &behind) && attempt == 0 {
+			// Number the sale above what the store has seen, once.
+			atLeast = behind.Seen
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.res.Load(ctx, sku, n, epoch); err != nil {
+			return fmt.Errorf("load sale %d into the reservation store: %w", epoch, err)
 		}
 		return nil
-	})
-	if err != nil {
-		return err
 	}
-	if err := r.res.Load(ctx, sku, n, epoch); err != nil {
-		return fmt.Errorf("load sale %d into the reservation store: %w", epoch, err)
-	}
-	return nil
 }
 
 // Audit counts every accepted order, written to the database yet or not,

@@ -234,25 +234,26 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	_, err := s.StartSaleEpoch(ctx, sku, n, nil)
+	_, err := s.StartSaleEpoch(ctx, sku, n, 0, nil)
 	return err
 }
 
 // StartSaleEpoch starts a sale as StartSale does and returns its number
 // (sale_epoch): the next multiple of 2^20, so that the sale can be
-// renumbered (RecheckSale adds one) and still be told from the next. When
+// renumbered (RecheckSale adds one) and still be told from the next, and
+// above atLeast (a number the reservation store has seen already). When
 // beforeCommit is not nil it runs with the new number inside the
 // transaction, while the row is locked, and its error rolls the sale back.
-func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
+func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
 	var epoch int64
 	err := s.inSQLTx(ctx, nil, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
-			VALUES (?, ?, ?, 0, 0, 1048576, CURRENT_TIMESTAMP(6))
+			VALUES (?, ?, ?, 0, 0, (? DIV 1048576 + 1) * 1048576, CURRENT_TIMESTAMP(6))
 			ON DUPLICATE KEY UPDATE
 				initial = ?, available = ?, version = version + 1,
-				sale_epoch = (sale_epoch DIV 1048576 + 1) * 1048576, updated_at = CURRENT_TIMESTAMP(6)`,
-			sku, n, n, n, n); err != nil {
+				sale_epoch = (GREATEST(sale_epoch, ?) DIV 1048576 + 1) * 1048576, updated_at = CURRENT_TIMESTAMP(6)`,
+			sku, n, n, atLeast, n, n, atLeast); err != nil {
 			return err
 		}
 		// The row is locked by the upsert until the commit: this reads

@@ -175,25 +175,26 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	_, err := s.StartSaleEpoch(ctx, sku, n, nil)
+	_, err := s.StartSaleEpoch(ctx, sku, n, 0, nil)
 	return err
 }
 
 // StartSaleEpoch starts a sale as StartSale does and returns its number
 // (sale_epoch): the next multiple of 2^20, so that the sale can be
-// renumbered (RecheckSale adds one) and still be told from the next. When
+// renumbered (RecheckSale adds one) and still be told from the next, and
+// above atLeast (a number the reservation store has seen already). When
 // beforeCommit is not nil it runs with the new number inside the
 // transaction, while the row is locked, and its error rolls the sale back.
-func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
+func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
 	var epoch int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `
 			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
-			VALUES ($1, $2, $2, 0, 0, 1048576, now())
+			VALUES ($1, $2, $2, 0, 0, ($3::bigint / 1048576 + 1) * 1048576, now())
 			ON CONFLICT (sku) DO UPDATE
 			SET initial = $2, available = $2, version = stock.version + 1,
-				sale_epoch = (stock.sale_epoch / 1048576 + 1) * 1048576, updated_at = now()
-			RETURNING sale_epoch`, sku, n).Scan(&epoch); err != nil {
+				sale_epoch = (GREATEST(stock.sale_epoch, $3::bigint) / 1048576 + 1) * 1048576, updated_at = now()
+			RETURNING sale_epoch`, sku, n, atLeast).Scan(&epoch); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE sku = $1`, sku); err != nil {

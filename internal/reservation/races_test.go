@@ -34,8 +34,8 @@ type gatedSales struct {
 	auditRelease chan struct{}
 }
 
-func (g *gatedSales) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(context.Context, int64) error) (int64, error) {
-	e, err := g.Store.StartSaleEpoch(ctx, sku, n, beforeCommit)
+func (g *gatedSales) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(context.Context, int64) error) (int64, error) {
+	e, err := g.Store.StartSaleEpoch(ctx, sku, n, atLeast, beforeCommit)
 	if err == nil && g.started != nil {
 		g.started <- e
 		<-g.release
@@ -191,9 +191,9 @@ type cancellingSales struct {
 	store.Store
 }
 
-func (c cancellingSales) StartSaleEpoch(ctx context.Context, sku string, n int64, beforeCommit func(context.Context, int64) error) (int64, error) {
+func (c cancellingSales) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(context.Context, int64) error) (int64, error) {
 	// The close in Redis runs, then the database's transaction fails.
-	return c.Store.StartSaleEpoch(ctx, sku, n, func(ctx context.Context, epoch int64) error {
+	return c.Store.StartSaleEpoch(ctx, sku, n, atLeast, func(ctx context.Context, epoch int64) error {
 		if err := beforeCommit(ctx, epoch); err != nil {
 			return err
 		}

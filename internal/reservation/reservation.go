@@ -188,24 +188,32 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 // under (a promotion, a resynchronisation): that SKU is checked, then the
 // order runs again. Until then no order is taken.
 func (s *Store) runReserve(ctx context.Context, sku string, keys []string, args []any) ([]string, error) {
-	reply, err := reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
-	switch {
-	case isNoScript(err):
-		if err := s.checkRestarted(ctx); err != nil {
-			return nil, err
+	checked := false
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		reply, err := reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
+		switch {
+		case isNoScript(err) && !checked:
+			if err := s.checkRestarted(ctx); err != nil {
+				return nil, err
+			}
+			checked = true
+		case err == nil && len(reply) == 1 && reply[0] == "unchecked" && !checked:
+			if err := s.recheck(ctx, sku); err != nil {
+				return nil, err
+			}
+			checked = true
+		case err == nil && len(reply) == 1 && reply[0] == "checking":
+			// Another check of the sale is under way (here or in another
+			// instance): wait for it, within the order's deadline.
+			if pause(ctx, wait) != nil {
+				return nil, errUnchecked{fmt.Errorf("sale %q still being checked at the order's deadline", sku)}
+			}
+		case err == nil && len(reply) == 1 && reply[0] == "unchecked", isNoScript(err):
+			return nil, errUnchecked{fmt.Errorf("sale %q still unchecked after its check", sku)}
+		default:
+			return reply, err
 		}
-	case err == nil && len(reply) == 1 && reply[0] == "unchecked":
-		if err := s.recheck(ctx, sku); err != nil {
-			return nil, err
-		}
-	default:
-		return reply, err
 	}
-	reply, err = reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
-	if err == nil && len(reply) == 1 && reply[0] == "unchecked" {
-		return nil, errUnchecked{fmt.Errorf("sale %q still unchecked after its check", sku)}
-	}
-	return reply, err
 }
 
 // errUnchecked: a Redis whose data may have changed could not be checked
@@ -252,24 +260,25 @@ func (s *Store) recheck(ctx context.Context, sku string) error {
 // database transaction that holds the SKU's row, so no batch commits and no
 // other instance checks meanwhile:
 //
-//  0. the sale stops taking orders (the reserve script answers "unchecked");
-//  1. the orders still in the SKU's stream are written to the database: they
-//     are the surviving history's, answered 201;
-//  2. the sale gets a new number, in the database and in Redis (its stock
-//     and orders stay), and Redis takes the server's replication id and
-//     sells again: every batch of an older number that a consumer still
-//     holds is refused from the commit on. Such a batch may have been read
-//     from a history Redis has lost since; written after the check it would
-//     sell its units again (found by review);
-//  3. unless the database has more orders of the sale than Redis ever
-//     accepted, or another sale: Redis lost acknowledged orders, and the
-//     sale is closed (503) until it is started again.
+//  0. the sale stops taking orders (the reserve script answers "checking");
+//  1. the sale gets a new number in the database (its stock and orders
+//     stay): every batch of an older number that a consumer still holds is
+//     refused from the commit on. Such a batch may have been read from a
+//     history Redis has lost since; written after the check it would sell
+//     its units again (found by review);
+//  2. if Redis holds another sale than the database's, it is closed (503)
+//     and nothing of it is written; otherwise every order of the sale still
+//     in the stream is written: they are the surviving history's, answered
+//     201;
+//  3. if the database now has more orders of the sale than Redis ever
+//     accepted, Redis lost acknowledged orders, and the sale is closed;
+//     otherwise Redis takes the new number, still stopped.
 //
-// If the commit fails after Redis took the new number, Redis is stopped
-// again so that the next order checks anew.
+// After the commit, the sale sells again under the server's replication
+// id. A check that fails leaves it stopped: the next order checks again.
 func (s *Store) recheckLocked(ctx context.Context, sku string) error {
 	k := s.keys(sku)
-	renumbered := false
+	var to int64
 	err := s.ledger.RecheckSale(ctx, sku, func(ctx context.Context, r inventory.SaleRecheck) error {
 		// First, no more orders of this sale until the check ends: on a
 		// cluster a restart of one master makes every SKU be checked,
@@ -283,22 +292,27 @@ func (s *Store) recheckLocked(ctx context.Context, sku string) error {
 		if err != nil {
 			return err
 		}
-		if err := s.writeStream(ctx, sku, t.Epoch, r.Write); err != nil {
-			return err
-		}
 		written, err := r.Audit(ctx)
 		if err != nil {
 			return err
 		}
-		to := max(written.Sale, t.Epoch) + 1
+		to = max(written.Sale, t.Epoch) + 1
 		if err := r.Renumber(ctx, to); err != nil {
 			return err
 		}
-		if !sameSale(written.Sale, t.Epoch) || written.Orders > t.Orders || written.Ordered > t.Ordered {
-			s.log.Error("redis has lost orders it had accepted, or holds another sale (it came back from an older copy of its data): the sale is closed until it is started again",
-				"sku", sku, "redis_sale", t.Epoch, "redis_orders", t.Orders, "redis_ordered", t.Ordered,
-				"database_sale", written.Sale, "database_orders", written.Orders, "database_ordered", written.Ordered)
-			return s.Close(ctx, sku, to)
+		if !sameSale(written.Sale, t.Epoch) {
+			// Redis holds another sale than the database's: its orders
+			// must not be written into this one (found by review).
+			return s.closeLost(ctx, sku, to, t, written)
+		}
+		if err := s.writeStream(ctx, sku, t.Epoch, r.Write); err != nil {
+			return err
+		}
+		if written, err = r.Audit(ctx); err != nil {
+			return err
+		}
+		if written.Orders > t.Orders || written.Ordered > t.Ordered {
+			return s.closeLost(ctx, sku, to, t, written)
 		}
 		answer, err := renumberScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, t.Epoch, to).Text()
 		if err != nil {
@@ -307,23 +321,42 @@ func (s *Store) recheckLocked(ctx context.Context, sku string) error {
 		if answer != "OK" {
 			return fmt.Errorf("renumber sale %d of %q in Redis: %s", t.Epoch, sku, answer)
 		}
-		renumbered = true
 		return nil
 	})
 	if errors.Is(err, inventory.ErrUnknownSKU) {
 		return nil
 	}
 	if err != nil {
-		if renumbered {
-			_ = blockScript.Run(context.WithoutCancel(ctx), s.rdb, []string{k.sale}).Err()
-		}
+		// Redis stays stopped ("checking", or renumbered and still
+		// stopped): the next order checks again.
 		return errUnchecked{err}
+	}
+	if to > 0 {
+		// After the commit only: a Redis that sold under the new number
+		// before the database had it would leave orders no batch could
+		// write if the commit failed (found by review).
+		if err := unblockScript.Run(ctx, s.rdb, []string{k.sale}, to).Err(); err != nil {
+			return errUnchecked{err}
+		}
 	}
 	return nil
 }
 
-// writeStream writes, through write, every order of sale epoch still in the
-// SKU's stream (orders written before are skipped).
+// closeLost closes a sale whose Redis lost acknowledged orders or holds
+// another sale than the database: 503 until it is started again.
+func (s *Store) closeLost(ctx context.Context, sku string, to int64, t inventory.Tally, written inventory.Audit) error {
+	s.log.Error("redis has lost orders it had accepted, or holds another sale (it came back from an older copy of its data): the sale is closed until it is started again",
+		"sku", sku, "redis_sale", t.Epoch, "redis_orders", t.Orders, "redis_ordered", t.Ordered,
+		"database_sale", written.Sale, "database_orders", written.Orders, "database_ordered", written.Ordered)
+	var behind *inventory.SaleNumberBehind
+	if err := s.Close(ctx, sku, to); err != nil && !errors.As(err, &behind) {
+		return err // (behind or not, the sale is closed)
+	}
+	return nil
+}
+
+// writeStream writes, through write, every order of epoch's sale still in
+// the SKU's stream (orders written before are skipped).
 func (s *Store) writeStream(ctx context.Context, sku string, epoch int64, write func(context.Context, []inventory.Order, []inventory.IdempotencyRecord) error) error {
 	from := "-"
 	for {
@@ -335,8 +368,13 @@ func (s *Store) writeStream(ctx context.Context, sku string, epoch int64, write 
 		var keys []inventory.IdempotencyRecord
 		for _, m := range msgs {
 			r, err := decode(sku, m)
-			if err != nil || r.epoch != epoch {
-				continue // unreadable (logged by the consumer), or written at an earlier check
+			if err != nil || !sameSale(r.epoch, epoch) {
+				// Unreadable (logged by the consumer), or another sale's.
+				// Every entry of this sale still in the stream is the
+				// surviving history's, whatever renumbering it was taken
+				// under (a check whose commit failed leaves such entries;
+				// found by review).
+				continue
 			}
 			orders = append(orders, r.order)
 			if r.key.Key != "" {
@@ -413,7 +451,11 @@ func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
 		return fmt.Errorf("%w: list %q for the consumers: %w", inventory.ErrUnavailable, sku, err)
 	}
 	k := s.keys(sku)
-	if err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Err(); err != nil {
+	seen, err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Int64()
+	if err == nil && seen >= epoch {
+		return &inventory.SaleNumberBehind{Seen: seen}
+	}
+	if err != nil {
 		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
 	return nil
@@ -424,7 +466,8 @@ func (s *Store) Load(ctx context.Context, sku string, n, epoch int64) error {
 	k := s.keys(sku)
 	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders}, epoch, n, Group).Err(); err != nil {
 		if strings.HasPrefix(err.Error(), "STALE") {
-			return fmt.Errorf("load %q: %w", sku, err)
+			// A newer sale was started meanwhile: this one is over.
+			return fmt.Errorf("%w: load %q: %w", inventory.ErrBusy, sku, err)
 		}
 		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
 	}

@@ -314,7 +314,7 @@ func TestReplayWritesNothing(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t, engine, 4)
-			epoch, err := db.StartSaleEpoch(ctx, "replay", 10, nil)
+			epoch, err := db.StartSaleEpoch(ctx, "replay", 10, 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

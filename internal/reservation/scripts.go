@@ -42,11 +42,18 @@ end
 //
 // Replies: {"ok", id} (taken now or by an earlier run of this very call),
 // {"replay", id} (the key's earlier order), {"conflict"}, {"soldout"},
-// {"unloaded"}, {"unchecked"} (the server's replication id is not the one
-// the sale was checked under).
+// {"unloaded"}, {"checking"} (a check of the sale is under way), {"unchecked"}
+// (the server's replication id is not the one the sale was checked under).
 var reserveScript = redis.NewScript(luaReplID + `
-local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available', 'base', 'replid')
+local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available', 'base', 'replid', 'since')
 if not sale[1] then return {'unloaded'} end
+if sale[4] == 'checking' then
+  -- A check under way; one that has lasted 2 s is taken for dead.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if now - tonumber(sale[5] or '0') < 2000 then return {'checking'} end
+  return {'unchecked'}
+end
 if sale[4] ~= replid() then return {'unchecked'} end
 if redis.call('GET', KEYS[4]) == sale[3] then return {'ok', ARGV[1]} end
 local key, fp = ARGV[4], ARGV[5]
@@ -70,13 +77,15 @@ return {'ok', ARGV[1]}
 `)
 
 // closeScript stops a SKU's sale and announces the next one: no sale older
-// than it can be loaded afterwards.
+// than it can be loaded afterwards. It returns the highest number seen
+// before, so the caller can tell a database whose numbers are behind.
 //
 // KEYS: sale, epoch. ARGV: the announced epoch.
 var closeScript = redis.NewScript(`
 redis.call('DEL', KEYS[1])
-if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], ARGV[1]) end
-return 'OK'
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) > seen then redis.call('SET', KEYS[2], ARGV[1]) end
+return seen
 `)
 
 // loadScript opens a sale: it forgets the SKU's keys and unwritten orders
@@ -113,31 +122,44 @@ return 'OK'
 `)
 
 // blockScript stops the orders of an open sale for its check: the reserve
-// script answers "unchecked" until renumberScript (or a new load) writes a
-// replication id again. Orders taken before it are in the stream.
+// script answers "checking" until unblockScript (or a new load) writes a
+// replication id again, or "unchecked" once the check has lasted 2 s (its
+// checker died), so that another check takes over. Orders taken before it
+// are in the stream.
 //
 // KEYS: sale.
 var blockScript = redis.NewScript(`
 if not redis.call('HGET', KEYS[1], 'epoch') then return 0 end
-redis.call('HSET', KEYS[1], 'replid', 'checking')
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'replid', 'checking', 'since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 return 1
 `)
 
-// renumberScript moves an open sale from epoch ARGV[1] to ARGV[2] (the
-// number the database gave it when it fenced off older batches) under the
-// server's current replication id; its stock and orders stay. It answers
-// "GONE" when no sale is open, "MOVED" when the sale is no longer ARGV[1]
-// (another instance renumbered it, or a new sale began).
+// renumberScript moves a sale under check from epoch ARGV[1] to ARGV[2]
+// (the number the database gives it to fence off older batches); its stock
+// and orders stay, and it stays stopped until unblockScript, after the
+// database has committed the number. It answers "GONE" when no sale is
+// open, "MOVED" when the sale is no longer ARGV[1].
 //
 // KEYS: sale, epoch.
-var renumberScript = redis.NewScript(luaReplID + `
+var renumberScript = redis.NewScript(`
 local e = redis.call('HGET', KEYS[1], 'epoch')
 if not e then return 'GONE' end
 if e ~= ARGV[1] then return 'MOVED' end
 if not redis.call('HGET', KEYS[1], 'base') then redis.call('HSET', KEYS[1], 'base', ARGV[1]) end
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'replid', replid())
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'replid', 'checking')
 if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], ARGV[2]) end
 return 'OK'
+`)
+
+// unblockScript lets a checked sale sell again, under the server's current
+// replication id, if it still has the number the check committed.
+//
+// KEYS: sale. ARGV: epoch.
+var unblockScript = redis.NewScript(luaReplID + `
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'replid', replid())
+return 1
 `)
 
 // tallyScript reads a sale's bookkeeping, its backlog and the age of its

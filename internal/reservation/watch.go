@@ -32,6 +32,9 @@ var errUnverified = errors.New("redis restarted: not checked against the databas
 // checked under (see Store.recheck).
 var errRecheck = errors.New("redis replication id changed: the sale is not checked yet")
 
+// errChecking: a check of the sale is under way (see Store.recheck).
+var errChecking = errors.New("the sale is being checked")
+
 // gateStripes is how many semaphores the SKUs share, by hash.
 const gateStripes = 64
 
@@ -57,8 +60,25 @@ func WithOptimisticTransactions(attempts, inFlight int) Option {
 // attempt lost its race, or the order's deadline came while it waited.
 func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([]string, error) {
 	checked := false
+	var waitedSince time.Time
 	for attempt := 0; attempt < s.watchAttempts; attempt++ {
 		reply, err := s.watchOnce(ctx, r)
+		if errors.Is(err, errChecking) {
+			// Wait for the check under way; one that has lasted 2 s is
+			// taken for dead and checked again, as the script does.
+			if waitedSince.IsZero() {
+				waitedSince = time.Now()
+			}
+			if time.Since(waitedSince) > 2*time.Second {
+				err = errRecheck
+			} else {
+				if pause(ctx, backoff(attempt)) != nil {
+					return nil, errUnchecked{fmt.Errorf("sale %q still being checked at the order's deadline", r.Order.SKU)}
+				}
+				attempt-- // waiting for a check is not a lost race
+				continue
+			}
+		}
 		switch {
 		case errors.Is(err, errUnverified) && !checked:
 			if err := s.checkRestarted(ctx); err != nil {
@@ -136,6 +156,9 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		}
 		base, _ := vals[2].(string)
 		checkedUnder, _ := vals[3].(string)
+		if checkedUnder == "checking" {
+			return errChecking
+		}
 		if checkedUnder != replID(info.Val()) {
 			return errRecheck
 		}
