@@ -5,9 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -302,21 +300,13 @@ func TestRedisBackFromAnOlderCopyFailsClosed(t *testing.T) {
 func redisBackFromAnOlderCopyFailsClosed(t *testing.T, m mode) {
 	s := newSaleIn(t, "postgres", m)
 	const sku = "rollback"
-	ctx := context.Background()
 	s.consume(s.db)
 	s.start(sku, 5)
 
-	dirs, err := s.rdb.ConfigGet(ctx, "dir").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := dirs["dir"]
-	backup := t.TempDir()
 	// A consistent copy of the data (appendfsync always): the state right
 	// after the sale was loaded, as a replica or a backup would hold it.
-	s.redis.Stop()
-	copyDir(t, dir, backup)
-	s.redis.Restart(t)
+	dir := redisDir(t, s)
+	backup := snapshot(t, s.redis, dir)
 
 	if _, err := s.order(sku, 5, "first", ""); err != nil {
 		t.Fatal(err)
@@ -324,18 +314,7 @@ func redisBackFromAnOlderCopyFailsClosed(t *testing.T, m mode) {
 	s.drained(sku, 1)
 
 	// The failover / restore: Redis comes back with the older state.
-	s.redis.Stop()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyDir(t, backup, dir)
-	s.redis.Restart(t)
+	restoreCopy(t, s.redis, dir, backup)
 
 	o, err := s.order(sku, 5, "second", "")
 	if err == nil {
