@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
@@ -278,13 +279,14 @@ func (s *Store) recheck(ctx context.Context, sku string) error {
 // id. A check that fails leaves it stopped: the next order checks again.
 func (s *Store) recheckLocked(ctx context.Context, sku string) error {
 	k := s.keys(sku)
+	token := uuid.NewString()
 	var to int64
 	err := s.ledger.RecheckSale(ctx, sku, func(ctx context.Context, r inventory.SaleRecheck) error {
 		// First, no more orders of this sale until the check ends: on a
 		// cluster a restart of one master makes every SKU be checked,
 		// and the other masters' SKUs would otherwise keep selling under
 		// the number about to be fenced off.
-		open, err := blockScript.Run(ctx, s.rdb, []string{k.sale}).Int()
+		open, err := blockScript.Run(ctx, s.rdb, []string{k.sale}, token).Int()
 		if err != nil || open == 0 {
 			return err // no sale: it fails closed already
 		}
@@ -314,7 +316,7 @@ func (s *Store) recheckLocked(ctx context.Context, sku string) error {
 		if written.Orders > t.Orders || written.Ordered > t.Ordered {
 			return s.closeLost(ctx, sku, to, t, written)
 		}
-		answer, err := renumberScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, t.Epoch, to).Text()
+		answer, err := renumberScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, t.Epoch, to, token).Text()
 		if err != nil {
 			return err
 		}
@@ -335,7 +337,7 @@ func (s *Store) recheckLocked(ctx context.Context, sku string) error {
 		// After the commit only: a Redis that sold under the new number
 		// before the database had it would leave orders no batch could
 		// write if the commit failed (found by review).
-		if err := unblockScript.Run(ctx, s.rdb, []string{k.sale}, to).Err(); err != nil {
+		if err := unblockScript.Run(ctx, s.rdb, []string{k.sale}, to, token).Err(); err != nil {
 			return errUnchecked{err}
 		}
 	}

@@ -47,7 +47,7 @@ end
 var reserveScript = redis.NewScript(luaReplID + `
 local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available', 'base', 'replid', 'since')
 if not sale[1] then return {'unloaded'} end
-if sale[4] == 'checking' then
+if string.sub(sale[4] or '', 1, 9) == 'checking:' then
   -- A check under way; one that has lasted 2 s is taken for dead.
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -121,17 +121,17 @@ redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', A
 return 'OK'
 `)
 
-// blockScript stops the orders of an open sale for its check: the reserve
-// script answers "checking" until unblockScript (or a new load) writes a
-// replication id again, or "unchecked" once the check has lasted 2 s (its
-// checker died), so that another check takes over. Orders taken before it
-// are in the stream.
+// blockScript stops the orders of an open sale for a check, which ARGV[1]
+// names: the reserve script answers "checking" until that check's
+// unblockScript (or a new load) writes a replication id again, or
+// "unchecked" once the check has lasted 2 s (its checker died), so that
+// another check takes over. Orders taken before it are in the stream.
 //
-// KEYS: sale.
+// KEYS: sale. ARGV: the check's token.
 var blockScript = redis.NewScript(`
 if not redis.call('HGET', KEYS[1], 'epoch') then return 0 end
 local t = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'replid', 'checking', 'since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('HSET', KEYS[1], 'replid', 'checking:' .. ARGV[1], 'since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 return 1
 `)
 
@@ -139,25 +139,31 @@ return 1
 // (the number the database gives it to fence off older batches); its stock
 // and orders stay, and it stays stopped until unblockScript, after the
 // database has committed the number. It answers "GONE" when no sale is
-// open, "MOVED" when the sale is no longer ARGV[1].
+// open, "MOVED" when the sale is no longer ARGV[1] or no longer stopped by
+// this check (ARGV[3]).
 //
 // KEYS: sale, epoch.
 var renumberScript = redis.NewScript(`
 local e = redis.call('HGET', KEYS[1], 'epoch')
 if not e then return 'GONE' end
-if e ~= ARGV[1] then return 'MOVED' end
+if e ~= ARGV[1] or redis.call('HGET', KEYS[1], 'replid') ~= 'checking:' .. ARGV[3] then return 'MOVED' end
 if not redis.call('HGET', KEYS[1], 'base') then redis.call('HSET', KEYS[1], 'base', ARGV[1]) end
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'replid', 'checking')
+redis.call('HSET', KEYS[1], 'epoch', ARGV[2])
 if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], ARGV[2]) end
 return 'OK'
 `)
 
 // unblockScript lets a checked sale sell again, under the server's current
-// replication id, if it still has the number the check committed.
+// replication id, if it still has the number the check committed and is
+// still stopped by that check (ARGV[2]): a check that began meanwhile keeps
+// it stopped until its own end (found by TestBurstAcrossThreeInstances: an
+// earlier check's unblock let orders in under a later check's tally, which
+// then took them for lost ones and closed the sale).
 //
-// KEYS: sale. ARGV: epoch.
+// KEYS: sale. ARGV: epoch, the check's token.
 var unblockScript = redis.NewScript(luaReplID + `
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'replid') ~= 'checking:' .. ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'replid', replid())
 return 1
 `)

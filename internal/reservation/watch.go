@@ -156,7 +156,7 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		}
 		base, _ := vals[2].(string)
 		checkedUnder, _ := vals[3].(string)
-		if checkedUnder == "checking" {
+		if strings.HasPrefix(checkedUnder, "checking:") {
 			return errChecking
 		}
 		if checkedUnder != replID(info.Val()) {
