@@ -114,7 +114,7 @@ func (s *Store) placedKey(sku, orderID string) string {
 }
 
 // skusKey is the set of SKUs whose streams the consumers read. It is not
-// in any SKU's slot; only Load writes it.
+// in any SKU's slot; only Close (a StartSale) writes it.
 func (s *Store) skusKey() string { return s.prefix + "reserve:skus" }
 
 // Reserve implements inventory.Reservations. A call whose answer is lost
