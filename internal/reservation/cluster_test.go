@@ -145,9 +145,7 @@ func waitPendingZero(t *testing.T, svc *inventory.Service, seen *written, sku st
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
 	for {
-		seen.mu.Lock()
-		change := seen.change
-		seen.mu.Unlock()
+		_, change := seen.orders.now()
 		a, err := svc.Audit(context.Background(), sku)
 		if err == nil && a.Pending == 0 {
 			return a

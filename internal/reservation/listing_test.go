@@ -90,47 +90,20 @@ func (failSAdd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // listings counts the SMEMBERS a consumer sends (its listing of the SKUs
-// on sale, once a second) and wakes a waiter at each.
-type listings struct {
-	mu     sync.Mutex
-	n      int
-	change chan struct{}
-}
+// on sale, once a second).
+type listings struct{ *counter }
 
-func (l *listings) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (l *listings) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (l listings) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l listings) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (l *listings) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (l listings) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if cmd.Name() == "smembers" {
-			l.mu.Lock()
-			l.n++
-			close(l.change)
-			l.change = make(chan struct{})
-			l.mu.Unlock()
+			l.add(1)
 		}
 		return err
-	}
-}
-
-func (l *listings) waitFor(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	for {
-		l.mu.Lock()
-		have, change := l.n, l.change
-		l.mu.Unlock()
-		if have >= n {
-			return
-		}
-		select {
-		case <-change:
-		case <-deadline.C:
-			t.Fatalf("%d listings in 30s, want %d", have, n)
-		}
 	}
 }
 
@@ -162,7 +135,7 @@ func TestFailedListingLeavesTheSaleClosed(t *testing.T) {
 	t.Errorf("order %s answered 201 although StartSale failed", o.ID)
 
 	// Instance C: a live consumer in another process.
-	lst := &listings{change: make(chan struct{})}
+	lst := listings{newCounter()}
 	crdb := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	crdb.AddHook(lst)
 	t.Cleanup(func() { _ = crdb.Close() })
@@ -172,7 +145,7 @@ func TestFailedListingLeavesTheSaleClosed(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(cctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	lst.waitFor(t, 3) // three listings: a second apart, the SKU is never among them
+	lst.waitFor(t, 3, "listings of the SKUs") // a second apart: the SKU is never among them
 
 	_, found, err := s.db.FindOrder(ctx, o.ID)
 	if err != nil {

@@ -96,49 +96,63 @@ func (s *sale) drained(sku string, n int64) inventory.Audit {
 	return a
 }
 
-// written counts the orders the consumers wrote and wakes waiters.
-type written struct {
+// counter counts events and wakes whoever waits for a number of them.
+type counter struct {
 	mu     sync.Mutex
 	n      int64
-	failed int
 	change chan struct{}
 }
 
-func newWritten() *written { return &written{change: make(chan struct{})} }
+func newCounter() *counter { return &counter{change: make(chan struct{})} }
 
-func (w *written) Written(_ string, lags []time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.n += int64(len(lags))
-	close(w.change)
-	w.change = make(chan struct{})
+func (c *counter) add(k int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += k
+	close(c.change)
+	c.change = make(chan struct{})
 }
 
-func (w *written) Failed(string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.failed++
-	close(w.change)
-	w.change = make(chan struct{})
+// now returns the count and a channel closed at the next change.
+func (c *counter) now() (int64, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.change
 }
 
-func (w *written) waitFor(t *testing.T, n int64) {
+// waitFor waits until the count reaches n, for at most 30 seconds; what
+// names the events in the failure.
+func (c *counter) waitFor(t *testing.T, n int64, what string) {
 	t.Helper()
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
 	for {
-		w.mu.Lock()
-		have, change := w.n, w.change
-		w.mu.Unlock()
+		have, change := c.now()
 		if have >= n {
 			return
 		}
 		select {
 		case <-change:
 		case <-deadline.C:
-			t.Fatalf("the consumers wrote %d orders in 30s, want %d", have, n)
+			t.Fatalf("%d %s in 30s, want %d", have, what, n)
 		}
 	}
+}
+
+// written counts the orders the consumers wrote, and the batches they
+// failed to write (reservation.Observer).
+type written struct {
+	orders, failures *counter
+}
+
+func newWritten() *written { return &written{orders: newCounter(), failures: newCounter()} }
+
+func (w *written) Written(_ string, lags []time.Duration) { w.orders.add(int64(len(lags))) }
+func (w *written) Failed(string)                          { w.failures.add(1) }
+
+func (w *written) waitFor(t *testing.T, n int64) {
+	t.Helper()
+	w.orders.waitFor(t, n, "orders written by the consumers")
 }
 
 // TestReserveRaceThenDrain: 200 buyers race for 50 units through Redis; the
@@ -447,9 +461,7 @@ func TestDatabaseDownOrdersWait(t *testing.T) {
 	if db.Orders != 4 || db.Available != 6 {
 		t.Fatalf("database %+v, want 4 orders", db)
 	}
-	s.seen.mu.Lock()
-	failed := s.seen.failed
-	s.seen.mu.Unlock()
+	failed, _ := s.seen.failures.now()
 	if failed < 1 {
 		t.Fatalf("the sink refused 3 writes, the observer saw %d failures", failed)
 	}
