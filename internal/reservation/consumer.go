@@ -329,19 +329,24 @@ func (c *Consumer) write(ctx context.Context, sku string, msgs []redis.XMessage)
 		written, err := c.sink.PersistReserved(wctx, sku, group[0].epoch, orders, keys)
 		switch {
 		case errors.Is(err, inventory.ErrStaleSale):
-			c.log.Warn("reservation consumer: dropped orders of a restarted sale", "sku", sku, "epoch", group[0].epoch, "orders", len(group), "err", err)
+			// A restarted sale's orders, or orders a check of Redis has
+			// written already or fenced off (see Store.recheck).
+			c.log.Warn("reservation consumer: dropped a batch of an older sale number", "sku", sku, "epoch", group[0].epoch, "orders", len(group), "err", err)
 		case err != nil:
 			c.log.Error("reservation consumer: batch not written; it stays pending and is tried again",
 				"consumer", c.name, "sku", sku, "orders", len(group), "err", err)
 			c.obs.Failed(sku)
 			return false
 		default:
+			// Which of the batch's orders were new is not known (a
+			// redelivered batch skips those written before): the oldest
+			// stand for them.
 			now := time.Now()
-			lags := make([]time.Duration, 0, written)
-			for _, r := range group {
-				lags = append(lags, max(0, now.Sub(r.accepted)))
+			lags := make([]time.Duration, written)
+			for i := range lags {
+				lags[i] = max(0, now.Sub(group[i].accepted))
 			}
-			c.obs.Written(sku, lags[:min(len(lags), max(written, 0))])
+			c.obs.Written(sku, lags)
 		}
 		for _, r := range group {
 			done = append(done, r.streamID)
