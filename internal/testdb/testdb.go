@@ -168,6 +168,25 @@ func New(tb testing.TB, engine string, maxConns int) store.Store {
 	return s
 }
 
+// MigratedURL returns the DATABASE_URL of a fresh, migrated database of the
+// engine, dropped when the test ends: for a test that opens its own
+// connections to it (a lock table's, through a proxy).
+func MigratedURL(tb testing.TB, engine string) string {
+	tb.Helper()
+	url := URL(tb, engine)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := store.Open(ctx, url, 4)
+	if err != nil {
+		tb.Fatalf("open %s: %v", engine, err)
+	}
+	defer s.Close()
+	if err := s.Migrate(ctx); err != nil {
+		tb.Fatalf("migrate %s: %v", engine, err)
+	}
+	return url
+}
+
 // errReleased ends a HoldRow transaction: it rolls back.
 var errReleased = errors.New("testdb: row released")
 

@@ -1,0 +1,607 @@
+// Package dblock is the seeds' database lock table, with the fixes their
+// own analysis calls for: a lock is a row of stock_locks (sql/*/00003) in
+// the service's own database, on PostgreSQL or MySQL/MariaDB.
+//
+//   - No expiry → a lease: the row says until when it is held, on the
+//     database's clock (never an instance's, so a skewed instance cannot
+//     steal a lease), and a heartbeat renews it while held.
+//   - No owner → an owner column: renew and release apply only to the
+//     owner's own row.
+//   - Not reentrant → an owner re-enters and counts its holds.
+//   - Not blocking → a waiter polls with backoff, bounded (one goroutine per
+//     process polls; the others queue behind it in the process).
+//   - No fencing → the row's token column is a counter (the seeds'
+//     version) that grows with every holder; it fences the stock write.
+//
+// Taking a lock is one conditional statement (insert the row, or take
+// over one that is free or whose lease has run out), so two contenders
+// cannot both win. The row stays when the lock is released, because it
+// carries the counter: a release clears the owner.
+//
+// Invariant: a holder's lease context ends (ErrLockLost) no later than the
+// moment the database may hand the lock to another, because the holder
+// counts its lease from before it sent the statement that set it, and the
+// database from when it ran it. A holder that does not learn it in time (a
+// paused process) is refused by the fence: the next holder's token is
+// greater.
+package dblock
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/handoff"
+)
+
+// table is the lock table of one engine: each method is one statement,
+// written out per engine in postgres.go and mysql.go.
+type table interface {
+	// acquire takes name for owner if it is free or its lease ran out,
+	// with the next token; ok false: someone holds it.
+	acquire(ctx context.Context, name, owner string, ttl time.Duration) (token int64, ok bool, err error)
+	// handOver passes name, still held by from, to to with the next token.
+	handOver(ctx context.Context, name, from, to string, ttl time.Duration) (token int64, ok bool, err error)
+	// renew extends owner's unexpired lease to ttl from now.
+	renew(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
+	// reenter counts one more hold of owner's unexpired lease.
+	reenter(ctx context.Context, name, owner string) (bool, error)
+	// release gives one of owner's holds back; the last frees the lock,
+	// or keeps it until keep after it was taken.
+	release(ctx context.Context, name, owner string, keep time.Duration) (bool, error)
+	// abandon frees name if owner has it (an acquisition whose answer was
+	// lost).
+	abandon(ctx context.Context, name, owner string) error
+	reset(ctx context.Context, name string) error
+	advanceFence(ctx context.Context, name string, atLeast int64) error
+	ping(ctx context.Context) error
+	addr() string
+	close()
+}
+
+// Locker hands out the locks of one database. It is safe for concurrent
+// use; use one per process.
+type Locker struct {
+	cfg      config
+	table    table
+	queue    *handoff.Queue[*hold]
+	closeCtx context.Context
+	closeAll context.CancelFunc
+	wg       sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	holds    map[*hold]struct{}
+	released map[string]time.Time // when this process last freed a name in the table
+}
+
+// Open connects to the database of databaseURL (postgres://, postgresql://
+// or mysql://) with a small pool of the Locker's own. The schema must be
+// migrated (the service does it at start). Close the Locker when done.
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*Locker, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.ownerPrefix == "" {
+		host, _ := os.Hostname()
+		cfg.ownerPrefix = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	var (
+		t   table
+		err error
+	)
+	switch scheme, _, _ := strings.Cut(databaseURL, "://"); scheme {
+	case "postgres", "postgresql":
+		t, err = openPostgres(ctx, databaseURL, cfg.maxConns)
+	case "mysql":
+		t, err = openMySQL(databaseURL, cfg.maxConns)
+	default:
+		err = fmt.Errorf("dblock: DATABASE_URL must start with postgres://, postgresql:// or mysql://, not %q", scheme)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	return &Locker{
+		cfg:      cfg,
+		table:    t,
+		queue:    handoff.New[*hold](),
+		closeCtx: cctx,
+		closeAll: cancel,
+		holds:    make(map[*hold]struct{}),
+		released: make(map[string]time.Time),
+	}, nil
+}
+
+// hold is one holder's ownership of a lock row, shared by the leases of a
+// reentrant owner.
+type hold struct {
+	name   string
+	owner  string
+	token  int64
+	budget int // local hand-overs left before the lock goes back to the table
+
+	ctx    context.Context
+	lose   context.CancelCauseFunc
+	stop   chan struct{} // closed to end the heartbeat
+	beaten chan struct{} // closed when the heartbeat has ended
+
+	mu       sync.Mutex
+	refs     int       // live leases
+	deadline time.Time // when the database may give the lock away, at the earliest
+}
+
+type holdKey struct {
+	l    *Locker
+	name string
+}
+
+// Lease is one holding of a lock.
+type Lease struct {
+	l        *Locker
+	h        *hold
+	mu       sync.Mutex
+	released bool
+}
+
+// Token is the lock's fencing token: greater for every new holder.
+func (le *Lease) Token() int64 { return le.h.token }
+
+// Context ends when the lock is lost (cause ErrLockLost) or released. An
+// Acquire of the same name under it re-enters the lock.
+func (le *Lease) Context() context.Context { return le.h.ctx }
+
+func (l *Locker) newOwner() string {
+	b := make([]byte, 8)
+	_, _ = crand.Read(b)
+	return l.cfg.ownerPrefix + "/" + hex.EncodeToString(b)
+}
+
+// leaseFrom is how long the holder counts on a lease set by a statement
+// sent at sent: the database counts its TTL from when it ran it, later, so
+// the holder's deadline comes first. The 1% is the clocks' rate drift.
+func (l *Locker) leaseFrom(sent time.Time) time.Time {
+	return sent.Add(l.cfg.ttl - l.cfg.ttl/100)
+}
+
+// Acquire takes the lock named name, waiting while it is held: until ctx's
+// deadline, or for WithWait's bound (default twice the TTL) if ctx has
+// none. If ctx comes from a Lease of the same name and Locker, Acquire
+// re-enters it: another Lease of the same hold and token, counted in the
+// row; the lock is released with the last of them.
+//
+// A wait that ends fails with errors.Join(locking.ErrNotObtained,
+// ctx.Err()); a database that fails a statement fails it at once with a
+// locking.NodeError.
+func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(locking.ErrNotObtained, err)
+	}
+	if h, ok := ctx.Value(holdKey{l, name}).(*hold); ok {
+		le, err := l.reenter(ctx, h)
+		if le != nil || err != nil {
+			return le, err
+		}
+	}
+	if l.isClosed() {
+		return nil, errors.Join(locking.ErrNotObtained, locking.ErrClosed)
+	}
+	wctx, cancel := locking.WaitContext(ctx, 0, l.cfg.waitBound(), l.closeCtx)
+	defer cancel()
+
+	turn, err := l.queue.Wait(wctx, name, func(t handoff.Turn[*hold]) { l.endTurn(name, t) })
+	if err != nil {
+		return nil, l.notObtained(wctx)
+	}
+	if turn.Handed {
+		return l.start(ctx, turn.Hold), nil
+	}
+	h, err := l.obtain(wctx, name)
+	if err != nil {
+		l.queue.Done(name)
+		return nil, l.notObtained(wctx, err)
+	}
+	// The goroutines that queued while this one waited go first, then
+	// the lock returns to the table: the other processes poll there.
+	h.budget = l.queue.Waiting(name)
+	return l.start(ctx, h), nil
+}
+
+// reenter counts another hold of h in the table. It returns nil, nil when h
+// is no longer held (the caller then waits for the lock afresh).
+func (l *Locker) reenter(ctx context.Context, h *hold) (*Lease, error) {
+	h.mu.Lock()
+	live := h.refs > 0 && h.ctx.Err() == nil
+	h.mu.Unlock()
+	if !live {
+		return nil, nil
+	}
+	ok, err := l.table.reenter(ctx, h.name, h.owner)
+	if err != nil {
+		return nil, errors.Join(locking.ErrNotObtained, l.nodeError(err))
+	}
+	if !ok {
+		h.loseTo(fmt.Errorf("%w: %s is no longer %s's", locking.ErrLockLost, h.name, h.owner))
+		return nil, nil
+	}
+	h.mu.Lock()
+	h.refs++
+	h.mu.Unlock()
+	return &Lease{l: l, h: h}, nil
+}
+
+// obtain polls the table until name is this process's.
+func (l *Locker) obtain(wctx context.Context, name string) (*hold, error) {
+	wait := l.cfg.pollMin
+	if l.courtesy(name) {
+		// This process freed name a moment ago with goroutines still
+		// queued: let the other processes, polling, have their turn.
+		wait = l.cfg.pollMax
+		if !pause(wctx, wait) {
+			return nil, wctx.Err()
+		}
+	}
+	for {
+		owner := l.newOwner()
+		sent := time.Now()
+		token, ok, err := l.table.acquire(wctx, name, owner, l.cfg.ttl)
+		if err != nil {
+			// The statement may have run, its answer lost: free the row
+			// if it is ours, or it would hold everyone up for a TTL.
+			l.abandon(name, owner, sent)
+			if wctx.Err() != nil {
+				return nil, wctx.Err()
+			}
+			return nil, l.nodeError(fmt.Errorf("acquire %s: %w", name, err))
+		}
+		if ok {
+			return &hold{name: name, owner: owner, token: token, deadline: l.leaseFrom(sent)}, nil
+		}
+		if !pause(wctx, jitter(wait)) {
+			return nil, wctx.Err()
+		}
+		wait = min(2*wait, l.cfg.pollMax)
+	}
+}
+
+func (l *Locker) courtesy(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.released[name]
+	return ok && time.Since(at) < l.cfg.pollMax
+}
+
+// jitter spreads d over [d/2, d], so that pollers of several processes do
+// not move in step.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
+// pause waits d, or until ctx ends (false).
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// abandon frees name if owner got it after all, on a goroutine of the
+// Locker's, retried until it succeeds, the lease it may have set ran out,
+// or the Locker closes.
+func (l *Locker) abandon(name, owner string, sent time.Time) {
+	until := sent.Add(l.cfg.ttl)
+	l.spawn(func() {
+		wait := l.cfg.pollMin
+		for time.Now().Before(until) {
+			ctx, cancel := context.WithDeadline(l.closeCtx, until)
+			err := l.table.abandon(ctx, name, owner)
+			cancel()
+			if err == nil || !pause(l.closeCtx, jitter(wait)) {
+				return
+			}
+			wait = min(2*wait, l.cfg.pollMax)
+		}
+	})
+}
+
+func (l *Locker) spawn(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.wg.Go(f)
+}
+
+// start makes h a held lock of ctx's caller: its context (keeping ctx's
+// values, not its end: a wait's bound must not end the lease it gave) and
+// its heartbeat.
+func (l *Locker) start(ctx context.Context, h *hold) *Lease {
+	hctx, lose := context.WithCancelCause(context.WithoutCancel(ctx))
+	h.ctx = context.WithValue(hctx, holdKey{l, h.name}, h)
+	h.lose = lose
+	h.refs = 1
+	h.stop = make(chan struct{})
+	h.beaten = make(chan struct{})
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.holds[h] = struct{}{}
+		l.wg.Go(func() { l.heartbeat(h) })
+	}
+	l.mu.Unlock()
+	if closed {
+		close(h.beaten)
+		h.loseTo(fmt.Errorf("%w: %w", locking.ErrLockLost, locking.ErrClosed))
+	}
+	return &Lease{l: l, h: h}
+}
+
+// loseTo ends h's context with cause, once.
+func (h *hold) loseTo(cause error) { h.lose(cause) }
+
+// heartbeat renews h every renewal interval until stopped. A renewal the
+// table refuses (the lock was taken over or reset) loses h at once; one
+// that fails is retried until h's deadline, and then h is lost.
+func (l *Locker) heartbeat(h *hold) {
+	defer close(h.beaten)
+	every := l.cfg.renewInterval()
+	next := time.NewTimer(every)
+	defer next.Stop()
+	for {
+		h.mu.Lock()
+		deadline := h.deadline
+		h.mu.Unlock()
+		expiry := time.NewTimer(time.Until(deadline))
+		select {
+		case <-h.stop:
+			expiry.Stop()
+			return
+		case <-l.closeCtx.Done():
+			expiry.Stop()
+			h.loseTo(fmt.Errorf("%w: %w", locking.ErrLockLost, locking.ErrClosed))
+			return
+		case <-expiry.C:
+			h.loseTo(fmt.Errorf("%w: %s not renewed within its TTL %v", locking.ErrLockLost, h.name, l.cfg.ttl))
+			return
+		case <-next.C:
+			expiry.Stop()
+		}
+		sent := time.Now()
+		ctx, cancel := context.WithDeadline(l.closeCtx, deadline)
+		ok, err := l.table.renew(ctx, h.name, h.owner, l.cfg.ttl)
+		cancel()
+		switch {
+		case err == nil && ok:
+			l.cfg.renewed(nil)
+			h.mu.Lock()
+			h.deadline = l.leaseFrom(sent)
+			h.mu.Unlock()
+			next.Reset(every)
+		case err == nil:
+			l.cfg.renewed(fmt.Errorf("%s is no longer %s's", h.name, h.owner))
+			h.loseTo(fmt.Errorf("%w: %s was taken over or reset", locking.ErrLockLost, h.name))
+			return
+		default:
+			l.cfg.renewed(err)
+			// Retry soon; the expiry timer above ends it in time.
+			next.Reset(min(every, l.cfg.pollMax*5))
+		}
+	}
+}
+
+// Release gives the lease up. The last lease of a hold releases the lock:
+// to the next goroutine of this process waiting for it (with a new token),
+// or in the table. A lock lost before fails with ErrLockLost; a second
+// Release with ErrNotHeld.
+func (le *Lease) Release(ctx context.Context) error {
+	le.mu.Lock()
+	if le.released {
+		le.mu.Unlock()
+		return locking.ErrNotHeld
+	}
+	le.released = true
+	le.mu.Unlock()
+	return le.l.release(ctx, le.h)
+}
+
+func (l *Locker) release(ctx context.Context, h *hold) error {
+	h.mu.Lock()
+	h.refs--
+	last := h.refs == 0
+	h.mu.Unlock()
+	if !last {
+		if cause := lost(h); cause != nil {
+			return cause
+		}
+		ok, err := l.table.release(ctx, h.name, h.owner, 0)
+		if err != nil {
+			return l.nodeError(fmt.Errorf("release %s: %w", h.name, err))
+		}
+		if !ok {
+			cause := fmt.Errorf("%w: %s was no longer %s's at its release", locking.ErrLockLost, h.name, h.owner)
+			h.loseTo(cause)
+			return cause
+		}
+		return nil
+	}
+	close(h.stop)
+	<-h.beaten
+	l.mu.Lock()
+	delete(l.holds, h)
+	l.mu.Unlock()
+	cause := lost(h)
+	h.loseTo(locking.ErrNotHeld)
+	if cause == nil && h.budget > 0 && l.queue.Waiting(h.name) > 0 {
+		if err := l.handOver(ctx, h); err == nil {
+			return nil
+		} else if errors.Is(err, locking.ErrLockLost) {
+			cause = err
+		}
+	}
+	err := l.free(ctx, h, 0)
+	l.queue.Done(h.name)
+	if cause != nil {
+		// The lock had been lost; the row was freed anyway if it was
+		// still ours (a heartbeat that could not reach the database).
+		return cause
+	}
+	return err
+}
+
+// lost returns why h was lost, or nil.
+func lost(h *hold) error {
+	if cause := context.Cause(h.ctx); errors.Is(cause, locking.ErrLockLost) {
+		return cause
+	}
+	return nil
+}
+
+// handOver passes h to the next goroutine of this process that waits for
+// it, with the next token, in one statement.
+func (l *Locker) handOver(ctx context.Context, h *hold) error {
+	next := l.newOwner()
+	sent := time.Now()
+	token, ok, err := l.table.handOver(ctx, h.name, h.owner, next, l.cfg.ttl)
+	if err != nil {
+		l.abandon(h.name, next, sent)
+		return l.nodeError(fmt.Errorf("hand %s over: %w", h.name, err))
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s was no longer %s's at its hand-over", locking.ErrLockLost, h.name, h.owner)
+	}
+	passed := &hold{name: h.name, owner: next, token: token, budget: h.budget - 1, deadline: l.leaseFrom(sent)}
+	if !l.queue.Pass(h.name, passed) {
+		// The waiter left as the lock came: nobody takes it here.
+		return l.free(ctx, passed, 0)
+	}
+	return nil
+}
+
+// endTurn ends a turn that reached a waiter as it gave up: a handed hold
+// goes to the next waiter, or back to the table.
+func (l *Locker) endTurn(name string, t handoff.Turn[*hold]) {
+	if !t.Handed {
+		l.queue.Done(name)
+		return
+	}
+	h := t.Hold
+	ctx, cancel := context.WithTimeout(l.closeCtx, l.cfg.ttl)
+	defer cancel()
+	if h.budget > 0 && l.queue.Waiting(name) > 0 && l.handOver(ctx, h) == nil {
+		return
+	}
+	_ = l.free(ctx, h, 0)
+	l.queue.Done(name)
+}
+
+// free releases h's row in the table (keep: see table.release).
+func (l *Locker) free(ctx context.Context, h *hold, keep time.Duration) error {
+	ok, err := l.table.release(ctx, h.name, h.owner, keep)
+	if err != nil {
+		// The lease runs out by itself within the TTL.
+		return l.nodeError(fmt.Errorf("release %s: %w", h.name, err))
+	}
+	if ok && keep == 0 && l.queue.Waiting(h.name) > 0 {
+		l.mu.Lock()
+		l.released[h.name] = time.Now()
+		l.mu.Unlock()
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s was no longer %s's at its release", locking.ErrLockLost, h.name, h.owner)
+	}
+	return nil
+}
+
+// Reset frees name whoever holds it, for a new sale: the holder's next
+// renewal finds it gone and its lease ends. Tokens keep growing.
+func (l *Locker) Reset(ctx context.Context, name string) error {
+	if err := l.table.reset(ctx, name); err != nil {
+		return l.nodeError(fmt.Errorf("reset %s: %w", name, err))
+	}
+	return nil
+}
+
+// AdvanceFence makes every later token of name greater than atLeast.
+func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) error {
+	if err := l.table.advanceFence(ctx, name, atLeast); err != nil {
+		return l.nodeError(fmt.Errorf("advance the fence of %s: %w", name, err))
+	}
+	return nil
+}
+
+// Ping checks that the database answers and has the lock table.
+func (l *Locker) Ping(ctx context.Context) error {
+	if err := l.table.ping(ctx); err != nil {
+		return l.nodeError(err)
+	}
+	return nil
+}
+
+func (l *Locker) nodeError(err error) error {
+	return &locking.NodeError{Node: l.table.addr(), Err: err}
+}
+
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// notObtained is the error of a failed acquisition: locking.ErrNotObtained,
+// the wait's error if it ended, locking.ErrClosed if Close ended it, and
+// the database's failure.
+func (l *Locker) notObtained(wctx context.Context, errs ...error) error {
+	all := []error{locking.ErrNotObtained}
+	if err := wctx.Err(); err != nil {
+		all = append(all, err)
+	}
+	if l.closeCtx.Err() != nil {
+		all = append(all, locking.ErrClosed)
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
+}
+
+// Close ends every lease (ErrLockLost, ErrClosed), frees their rows if the
+// database answers within a second, waits for the Locker's goroutines and
+// closes its pool.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return locking.ErrClosed
+	}
+	l.closed = true
+	held := make([]*hold, 0, len(l.holds))
+	for h := range l.holds {
+		held = append(held, h)
+	}
+	l.mu.Unlock()
+	l.closeAll()
+	l.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, h := range held {
+		_ = l.table.abandon(ctx, h.name, h.owner)
+	}
+	l.table.close()
+	return nil
+}

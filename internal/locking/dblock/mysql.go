@@ -1,0 +1,166 @@
+package dblock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/flashsale/stock/internal/mysql"
+)
+
+// mysqlTable is the lock table on MySQL/MariaDB. Times are
+// UTC_TIMESTAMP(6), the server's clock in UTC: NOW() would follow the
+// session's time_zone, and an instance configured with another zone would
+// see every lease as expired (or never expiring).
+//
+// MySQL applies an UPDATE's assignments left to right, each seeing the
+// ones before it, so every statement below assigns the columns its
+// conditions read last. It has no UPDATE … RETURNING: the new token comes
+// back through LAST_INSERT_ID(expr), which the server returns with the
+// statement's result.
+type mysqlTable struct {
+	db   *sql.DB
+	host string
+}
+
+func openMySQL(url string, maxConns int) (*mysqlTable, error) {
+	cfg, err := mysql.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("dblock: %w", err)
+	}
+	// The statements' conditions decide: count the rows they match, not
+	// only the ones whose values changed.
+	cfg.ClientFoundRows = true
+	connector, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dblock: %w", err)
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	return &mysqlTable{db: db, host: cfg.Addr}, nil
+}
+
+// Take the lock if its row says it is free or its lease ran out; a lock
+// never taken has no row yet, and the insert below makes it. Each is one
+// statement, so two contenders cannot both see it free.
+const myAcquire = `
+UPDATE stock_locks
+   SET owner = ?, token = LAST_INSERT_ID(token + 1), holds = 1, locked_at = UTC_TIMESTAMP(6),
+       expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+ WHERE name = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))`
+
+const myCreate = `
+INSERT INTO stock_locks (name, owner, token, holds, locked_at, expires_at)
+VALUES (?, ?, 1, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+
+// erDupEntry: the row exists (someone made it first, and holds it).
+const erDupEntry = 1062
+
+func (t *mysqlTable) acquire(ctx context.Context, name, owner string, ttl time.Duration) (int64, bool, error) {
+	if token, ok, err := t.tokenOf(t.db.ExecContext(ctx, myAcquire, owner, micros(ttl), name)); ok || err != nil {
+		return token, ok, err
+	}
+	_, err := t.db.ExecContext(ctx, myCreate, name, owner, micros(ttl))
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) && me.Number == erDupEntry {
+		return 0, false, nil
+	}
+	return 1, err == nil, err
+}
+
+// tokenOf reads the token an UPDATE set through LAST_INSERT_ID(expr).
+func (t *mysqlTable) tokenOf(res sql.Result, err error) (int64, bool, error) {
+	if err != nil {
+		return 0, false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return 0, false, err
+	}
+	token, err := res.LastInsertId()
+	return token, err == nil, err
+}
+
+const myHandOver = `
+UPDATE stock_locks
+   SET owner = ?, token = LAST_INSERT_ID(token + 1), holds = 1, locked_at = UTC_TIMESTAMP(6),
+       expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+ WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+func (t *mysqlTable) handOver(ctx context.Context, name, from, to string, ttl time.Duration) (int64, bool, error) {
+	return t.tokenOf(t.db.ExecContext(ctx, myHandOver, to, micros(ttl), name, from))
+}
+
+const myRenew = `
+UPDATE stock_locks SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+ WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+func (t *mysqlTable) renew(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	return affectedOne(t.db.ExecContext(ctx, myRenew, micros(ttl), name, owner))
+}
+
+const myReenter = `
+UPDATE stock_locks SET holds = holds + 1
+ WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+func (t *mysqlTable) reenter(ctx context.Context, name, owner string) (bool, error) {
+	return affectedOne(t.db.ExecContext(ctx, myReenter, name, owner))
+}
+
+// owner and expires_at first: their conditions read holds and locked_at,
+// which change after them (or not at all).
+const myRelease = `
+UPDATE stock_locks
+   SET owner = IF(holds > 1 OR locked_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), owner, NULL),
+       expires_at = IF(holds > 1, expires_at,
+                       IF(locked_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), locked_at + INTERVAL ? MICROSECOND, NULL)),
+       holds = holds - 1
+ WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+func (t *mysqlTable) release(ctx context.Context, name, owner string, keep time.Duration) (bool, error) {
+	k := micros(keep)
+	return affectedOne(t.db.ExecContext(ctx, myRelease, k, k, k, name, owner))
+}
+
+const myAbandon = `UPDATE stock_locks SET owner = NULL, holds = 0, expires_at = NULL WHERE name = ? AND owner = ?`
+
+func (t *mysqlTable) abandon(ctx context.Context, name, owner string) error {
+	_, err := t.db.ExecContext(ctx, myAbandon, name, owner)
+	return err
+}
+
+const myReset = `UPDATE stock_locks SET owner = NULL, holds = 0, expires_at = NULL WHERE name = ?`
+
+func (t *mysqlTable) reset(ctx context.Context, name string) error {
+	_, err := t.db.ExecContext(ctx, myReset, name)
+	return err
+}
+
+const myAdvanceFence = `
+INSERT INTO stock_locks (name, token) VALUES (?, ?)
+ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))`
+
+func (t *mysqlTable) advanceFence(ctx context.Context, name string, atLeast int64) error {
+	_, err := t.db.ExecContext(ctx, myAdvanceFence, name, atLeast)
+	return err
+}
+
+func (t *mysqlTable) ping(ctx context.Context) error {
+	_, err := t.db.ExecContext(ctx, "SELECT 1 FROM stock_locks LIMIT 1")
+	return err
+}
+
+func affectedOne(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return err == nil && n == 1, err
+}
+
+func (t *mysqlTable) addr() string { return t.host }
+func (t *mysqlTable) close()       { _ = t.db.Close() }
