@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/flashsale/stock/internal/locking/dblock"
 	"github.com/flashsale/stock/internal/locking/etcdlock"
 	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/zklock"
@@ -79,5 +80,33 @@ func buildZKLocker(cfg config) (lockBackend, error) {
 			return nil
 		},
 		close: func() { _ = l.Close() },
+	}, nil
+}
+
+// buildDBLocker opens the lock table in the service's own database
+// (DATABASE_URL), on a small pool of its own: LOCK_TTL is the lease,
+// LOCK_RENEW_EVERY the heartbeat (default a third of it), LOCK_WAIT bounds
+// a wait.
+func buildDBLocker(cfg config, renewed func(ok bool)) (lockBackend, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	opts := []dblock.Option{dblock.WithTTL(cfg.LockTTL), dblock.WithWait(cfg.LockWait),
+		dblock.WithRenewalObserver(func(err error) { renewed(err == nil) })}
+	if cfg.LockRenewEvery > 0 {
+		opts = append(opts, dblock.WithRenewEvery(cfg.LockRenewEvery))
+	}
+	l, err := dblock.Open(ctx, cfg.DatabaseURL, opts...)
+	if err == nil {
+		if err = l.Ping(ctx); err != nil {
+			_ = l.Close()
+		}
+	}
+	if err != nil {
+		return lockBackend{}, fmt.Errorf("cannot use the lock table (DATABASE_URL; the migrations create it): %w", err)
+	}
+	return lockBackend{
+		locker: inventorylock.Adapt(l),
+		ping:   l.Ping,
+		close:  func() { _ = l.Close() },
 	}, nil
 }

@@ -41,6 +41,8 @@ func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, r
 		backend, err = buildEtcdLocker(cfg, renewed)
 	case inventory.NameZKLock:
 		backend, err = buildZKLocker(cfg)
+	case inventory.NameDBLock:
+		backend, err = buildDBLocker(cfg, renewed)
 	case inventory.NameLegacyGetset:
 		backend, err = buildLegacyLocker(cfg, log)
 	default:

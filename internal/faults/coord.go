@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -217,6 +218,8 @@ func (r *run) holderWatch(strategy string) (holderState, func(), error) {
 		return func(ctx context.Context, sku string) (string, error) {
 			return zkHolder(conn, sku)
 		}, conn.Close, nil
+	case inventory.NameDBLock:
+		return r.tableHolderWatch()
 	default:
 		// The first Redis server: redis-lock's, and one of redlock's.
 		rc := redis.NewClient(&redis.Options{Addr: r.redis[0].Addr, MaxRetries: -1})
@@ -225,6 +228,38 @@ func (r *run) holderWatch(strategy string) (holderState, func(), error) {
 			return rc.Get(ctx, "lock:sku:"+sku).Result()
 		}, func() { _ = rc.Close() }, nil
 	}
+}
+
+// tableHolderWatch reads db-lock's holder from the lock table of the run's
+// database: the live row's owner and token (a hand-over changes both).
+func (r *run) tableHolderWatch() (holderState, func(), error) {
+	const (
+		pgHolder = `SELECT owner || '@' || token FROM stock_locks WHERE name = $1 AND owner IS NOT NULL AND expires_at > now()`
+		myHolder = `SELECT CONCAT(owner, '@', token) FROM stock_locks WHERE name = ? AND owner IS NOT NULL AND expires_at > UTC_TIMESTAMP(6)`
+	)
+	if engineOf(r.dbURL) == "postgres" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, r.dbURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, sku string) (string, error) {
+			var holder string
+			err := conn.QueryRow(ctx, pgHolder, "sku:"+sku).Scan(&holder)
+			return holder, err
+		}, func() { _ = conn.Close(context.Background()) }, nil
+	}
+	db, err := openMySQL(r.dbURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	db.SetMaxOpenConns(1)
+	return func(ctx context.Context, sku string) (string, error) {
+		var holder string
+		err := db.QueryRowContext(ctx, myHolder, "sku:"+sku).Scan(&holder)
+		return holder, err
+	}, func() { _ = db.Close() }, nil
 }
 
 // etcdHolder reads the oldest key of the SKU's etcdlock queue: its holder.

@@ -190,6 +190,8 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 	switch strategy {
 	case inventory.NameRedlock:
 		servers, rate = 3, 200
+	case inventory.NameDBLock:
+		servers = 0 // the lock lives in the run's own database
 	case inventory.NameEtcdLock:
 		servers, scenario, ttl, cfg.EtcdMembers = 0, 7, time.Second, 1
 	case inventory.NameZKLock:

@@ -14,6 +14,9 @@ const (
 	NameRedlock   = "redlock"
 	NameEtcdLock  = "etcd-lock"
 	NameZKLock    = "zk-lock"
+	// NameDBLock keeps its lock in a table of the stock's own database
+	// (internal/locking/dblock): no second system to run.
+	NameDBLock = "db-lock"
 )
 
 // Lease is one holding of a lock, as the lock strategies need it. Every
@@ -122,7 +125,7 @@ const NameLegacyGetset = "legacy-getset"
 
 // LockStrategyNames lists the strategies that deduct under a distributed
 // lock (Locked), one per lock backend.
-var LockStrategyNames = []string{NameRedisLock, NameRedlock, NameEtcdLock, NameZKLock}
+var LockStrategyNames = []string{NameRedisLock, NameRedlock, NameEtcdLock, NameZKLock, NameDBLock}
 
 // NewLocked returns a lock strategy named name (one of LockStrategyNames)
 // over locker.
