@@ -33,15 +33,18 @@ type config struct {
 	ReadTimeout     time.Duration
 	LogLevel        slog.Level
 
-	// Lock strategies (redis-lock, redlock, etcd-lock, zk-lock).
+	// Lock strategies (redis-lock, redlock, etcd-lock, zk-lock, db-lock).
 	RedisAddrs     []string
 	EtcdEndpoints  []string
 	ZKServers      []string
 	LockTTL        time.Duration
 	LockWait       time.Duration
 	LockRenewEvery time.Duration
-	Fencing        bool
-	FreezeHolder   bool
+	// AuditEvery is the audit job's period (0: off); one instance a
+	// period runs it, under the job lock of the lock table.
+	AuditEvery   time.Duration
+	Fencing      bool
+	FreezeHolder bool
 	// SkipPolicyCheck starts even where the Redis eviction policy cannot be
 	// read (CONFIG disabled or renamed): the operator vouches for noeviction.
 	SkipPolicyCheck bool
@@ -122,6 +125,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// 201 and the order row.
 		ReserveClaimIdle: duration("RESERVE_CLAIM_IDLE", 5*time.Second, false),
 		ReconcileEvery:   duration("RESERVE_RECONCILE_EVERY", 30*time.Second, true),
+		AuditEvery:       duration("AUDIT_EVERY", 30*time.Second, true),
 	}
 	switch d := str("RESERVE_DURABILITY", "aof"); d {
 	case "aof":
@@ -229,6 +233,7 @@ func (c config) logAttrs() []any {
 		"lock_ttl", c.LockTTL.String(),
 		"lock_wait", c.LockWait.String(),
 		"lock_renew_every", c.LockRenewEvery.String(),
+		"audit_every", c.AuditEvery.String(),
 		"fencing", c.Fencing,
 		"freeze_holder", c.FreezeHolder,
 		"redis_skip_policy_check", c.SkipPolicyCheck,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/metrics"
 	"github.com/flashsale/stock/internal/store"
 )
@@ -78,7 +79,7 @@ func openStore(ctx context.Context, cfg config) (store.Store, error) {
 // buildStrategy returns the configured strategy and a function that releases
 // what it holds (Redis clients and listeners) and stops what it runs (the
 // reservation consumer).
-func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
+func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Scheduler, log *slog.Logger) (inventory.Strategy, func(), error) {
 	if isLockStrategy(cfg.Strategy) {
 		return buildLockStrategy(cfg, db, m, m.Renewed, log)
 	}
@@ -86,7 +87,7 @@ func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, log *slog.Log
 		return buildLockStrategy(cfg, db, m, m.Renewed, log)
 	}
 	if isReservedStrategy(cfg.Strategy) {
-		return buildReserve(cfg, db, m, log)
+		return buildReserve(cfg, db, m, sched, log)
 	}
 	if cfg.Strategy == inventory.NameBatched {
 		// No ROW_MAX_IN_FLIGHT: one transaction per SKU at a time in this
@@ -137,13 +138,35 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		}
 	}
 	m := metrics.New()
-	strategy, closeStrategy, err := buildStrategy(cfg, db, m, log)
+	sched, closeJobLock, err := newScheduler(ctx, cfg, m, log)
+	if err != nil {
+		return err
+	}
+	defer closeJobLock()
+	strategy, closeStrategy, err := buildStrategy(cfg, db, m, sched, log)
 	if err != nil {
 		return err
 	}
 	defer closeStrategy()
 	svc := inventory.NewService(db, strategy,
 		inventory.WithOrderTimeout(cfg.OrderTimeout), inventory.WithLogger(log), inventory.WithObserver(m))
+	if cfg.AuditEvery > 0 {
+		if err := sched.Add(jobs.AuditJob(cfg.AuditEvery, db, svc, log, m)); err != nil {
+			return err
+		}
+	}
+	// The jobs stop before the strategy and the database they use close
+	// (deferred earlier, run later).
+	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	jobsDone := make(chan struct{})
+	go func() {
+		defer close(jobsDone)
+		sched.Run(jobsCtx)
+	}()
+	defer func() {
+		stopJobs()
+		<-jobsDone
+	}()
 	srv := &http.Server{
 		Addr:    cfg.HTTPAddr,
 		Handler: httpapi.New(svc, httpapi.WithAdminToken(cfg.AdminToken), httpapi.WithLogger(log), httpapi.WithMetrics(m.Handler())),

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/metrics"
 	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/store"
@@ -20,11 +21,11 @@ import (
 // buildReserve (redis-reserve, redis-watch) connects to the reservation
 // Redis (the first of REDIS_ADDRS, or with REDIS_MODE=cluster the cluster
 // they seed), refuses one that could lose or evict an accepted order, and
-// starts this instance's consumer of the order streams and its reconciler
-// (RESERVE_RECONCILE_EVERY; one instance at a time runs it). The returned
-// stop function ends both (the consumer finishes the batch in hand), waits
-// for them, and closes the client.
-func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logger) (inventory.Strategy, func(), error) {
+// starts this instance's consumer of the order streams. Its reconciler
+// (RESERVE_RECONCILE_EVERY) is a job of sched: one instance a period runs
+// it. The returned stop function ends the consumer (it finishes the batch
+// in hand), waits for it, and closes the client.
+func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Scheduler, log *slog.Logger) (inventory.Strategy, func(), error) {
 	// Orders carry deadlines; go-redis honours them only with
 	// ContextTimeoutEnabled. No retries by the client: Reserve retries its
 	// own script, which is safe to repeat; a retried Load is refused or a
@@ -82,8 +83,13 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, log *slog.Logg
 	})
 	log.Info("reservation consumer started", "consumer", consumer.Name(), "redis", where)
 	if cfg.ReconcileEvery > 0 {
-		reconciler := res.NewReconciler(strategy, cfg.ReconcileEvery, log, m)
-		background.Go(func() { reconciler.Run(runCtx) })
+		reconciler := res.NewReconciler(strategy, log, m)
+		if err := sched.Add(jobs.Job{Name: "reconcile", Every: cfg.ReconcileEvery, Run: reconciler.Reconcile}); err != nil {
+			stopBackground()
+			background.Wait()
+			_ = rdb.Close()
+			return nil, nil, err
+		}
 	}
 	stop := func() {
 		stopBackground()

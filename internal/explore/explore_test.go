@@ -135,13 +135,13 @@ func allCandidates() []candidate {
 			strategy: func(explore.Env) inventory.Strategy {
 				return inventory.NewVersionCAS(inventory.WithMaxInFlight(0), inventory.WithBackoff(0, 0))
 			}},
-		// Every lock strategy (redis-lock, redlock, etcd-lock, zk-lock)
-		// runs this same code over its own backend: the scheduler's lock
+		// Every lock strategy (redis-lock, redlock, etcd-lock, zk-lock,
+		// db-lock) runs this same code over its own backend: the scheduler's lock
 		// stands for them all, with the faults a backend can show (a lease
 		// that expires under a paused holder). The backends themselves are
 		// held to that lock's contract by one conformance suite
 		// (internal/locking/locktest) against their real servers.
-		{name: "redis-lock, redlock, etcd-lock, zk-lock", faults: lockFaults,
+		{name: "redis-lock, redlock, etcd-lock, zk-lock, db-lock", faults: lockFaults,
 			strategy: func(env explore.Env) inventory.Strategy {
 				return inventory.NewLocked(inventory.NameRedisLock, env.Locker)
 			}},

@@ -33,6 +33,10 @@ type Metrics struct {
 	reserveWrites *prometheus.CounterVec
 	driftSKUs     prometheus.Gauge
 	reconciles    prometheus.Counter
+
+	jobRuns, jobFailures        *prometheus.CounterVec
+	jobLastRun, jobLastDuration *prometheus.GaugeVec
+	inconsistentSKUs            prometheus.Gauge
 }
 
 var (
@@ -115,12 +119,33 @@ func New() *Metrics {
 			Name: "stock_reserve_reconciliations_total",
 			Help: "redis-reserve, redis-watch: reconciliations this instance ran (one instance at a time runs one).",
 		}),
+		jobRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_job_runs_total",
+			Help: "Periodic jobs this instance ran (each period's run happens on one instance of all), failed or not.",
+		}, []string{"job"}),
+		jobFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_job_failures_total",
+			Help: "Runs of periodic jobs on this instance that failed (each logged with its error).",
+		}, []string{"job"}),
+		jobLastRun: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stock_job_last_run_timestamp_seconds",
+			Help: "When this instance last began a run of the job (Unix time).",
+		}, []string{"job"}),
+		jobLastDuration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stock_job_last_run_duration_seconds",
+			Help: "How long this instance's last run of the job took.",
+		}, []string{"job"}),
+		inconsistentSKUs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stock_audit_inconsistent_skus",
+			Help: "SKUs found inconsistent by the last audit run on this instance (AUDIT_EVERY): initial != available + ordered, available < 0, or drift.",
+		}),
 	}
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.orders, m.deduction, m.retries, m.lockWait, m.lockHold, m.locksLost, m.fencedOff, m.renewals, m.backendErrors,
 		m.batchSize, m.batchTx, m.reserveLag, m.reserveWrites, m.driftSKUs, m.reconciles,
+		m.jobRuns, m.jobFailures, m.jobLastRun, m.jobLastDuration, m.inconsistentSKUs,
 	)
 	return m
 }
@@ -189,6 +214,28 @@ func (m *Metrics) Written(_ string, lags []time.Duration) {
 // Failed implements reservation.Observer.
 func (m *Metrics) Failed(string) {
 	m.reserveWrites.WithLabelValues("failed").Inc()
+}
+
+// JobAdded implements jobs.Observer: the job's series exist, at 0, from
+// the start, so that a dashboard tells "never ran here" from "no data".
+func (m *Metrics) JobAdded(job string) {
+	m.jobRuns.WithLabelValues(job)
+	m.jobFailures.WithLabelValues(job)
+}
+
+// JobRan implements jobs.Observer.
+func (m *Metrics) JobRan(job string, began time.Time, took time.Duration, err error) {
+	m.jobRuns.WithLabelValues(job).Inc()
+	if err != nil {
+		m.jobFailures.WithLabelValues(job).Inc()
+	}
+	m.jobLastRun.WithLabelValues(job).Set(float64(began.UnixNano()) / 1e9)
+	m.jobLastDuration.WithLabelValues(job).Set(took.Seconds())
+}
+
+// Audited implements jobs.AuditObserver.
+func (m *Metrics) Audited(_, inconsistent int) {
+	m.inconsistentSKUs.Set(float64(inconsistent))
 }
 
 // Reconciled implements reservation.ReconcileObserver.

@@ -232,6 +232,25 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 	return readLevel(ctx, s.db, sku, `SELECT available, version, fence FROM stock WHERE sku = ?`)
 }
 
+// SKUs lists every SKU that has a stock row (a sale was started), in
+// order.
+func (s *Store) SKUs(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT sku FROM stock ORDER BY sku`)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	var skus []string
+	for rows.Next() {
+		var sku string
+		if err := rows.Scan(&sku); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		skus = append(skus, sku)
+	}
+	return skus, wrap(ctx, rows.Err())
+}
+
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 	_, err := s.StartSaleEpoch(ctx, sku, n, 0, nil)

@@ -173,6 +173,17 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 	return readLevel(ctx, s.pool, sku, `SELECT available, version, fence FROM stock WHERE sku = $1`)
 }
 
+// SKUs lists every SKU that has a stock row (a sale was started), in
+// order.
+func (s *Store) SKUs(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT sku FROM stock ORDER BY sku`)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	skus, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return skus, wrap(ctx, err)
+}
+
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 	_, err := s.StartSaleEpoch(ctx, sku, n, 0, nil)

@@ -3,11 +3,9 @@ package reservation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"time"
 
-	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -27,67 +25,31 @@ type ReconcileObserver interface {
 	Reconciled(audited, drifting int)
 }
 
-// Reconciler audits every SKU on sale every period, on one instance at a
-// time, and reports the SKUs whose Redis and database disagree: a log line
-// each and the observer's figures. One instance at a time holds a lease in
-// Redis for the run (SET NX PX, released by its owner only); the job lock
-// of the database locks will replace it.
+// Reconciler audits every SKU on sale and reports the SKUs whose Redis and
+// database disagree: a log line each and the observer's figures. It runs
+// as a job of the service's scheduler (internal/jobs), which runs it on one
+// instance a period under the job lock of the lock table.
 type Reconciler struct {
-	store  *Store
-	audit  Auditor
-	every  time.Duration
-	log    *slog.Logger
-	obs    ReconcileObserver
-	holder string
+	store *Store
+	audit Auditor
+	log   *slog.Logger
+	obs   ReconcileObserver
 }
 
-// NewReconciler returns a reconciler of s's SKUs through audit, run every
-// period by Run.
-func (s *Store) NewReconciler(audit Auditor, every time.Duration, log *slog.Logger, obs ReconcileObserver) *Reconciler {
-	return &Reconciler{store: s, audit: audit, every: every, log: log, obs: obs, holder: uuid.NewString()}
+// NewReconciler returns a reconciler of s's SKUs through audit.
+func (s *Store) NewReconciler(audit Auditor, log *slog.Logger, obs ReconcileObserver) *Reconciler {
+	return &Reconciler{store: s, audit: audit, log: log, obs: obs}
 }
 
-// releaseLease deletes the lease only if this holder still has it.
-var releaseLease = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
-
-// Run reconciles every period until ctx ends.
-func (r *Reconciler) Run(ctx context.Context) {
-	t := time.NewTicker(r.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.Once(ctx)
-		}
-	}
-}
-
-// Once runs one reconciliation if no other instance is running one, and
-// reports whether it ran.
-func (r *Reconciler) Once(ctx context.Context) bool {
-	key := r.store.prefix + "reserve:reconciler"
-	// The lease outlives a run (bounded by its own deadline) and expires
-	// by itself if its holder dies.
-	ok, err := r.store.rdb.SetNX(ctx, key, r.holder, 2*r.every).Result()
-	if err != nil || !ok {
-		return false
-	}
-	defer func() { _ = releaseLease.Run(context.WithoutCancel(ctx), r.store.rdb, []string{key}, r.holder).Err() }()
-	runCtx, cancel := context.WithTimeout(ctx, r.every)
-	defer cancel()
-	skus, err := r.store.rdb.SMembers(runCtx, r.store.skusKey()).Result()
+// Reconcile runs one reconciliation, within ctx (the job's "at most").
+func (r *Reconciler) Reconcile(ctx context.Context) error {
+	skus, err := r.store.rdb.SMembers(ctx, r.store.skusKey()).Result()
 	if err != nil {
-		r.log.Warn("reconciler: cannot list the SKUs on sale", "err", err)
-		return true
+		return fmt.Errorf("reconciler: cannot list the SKUs on sale: %w", err)
 	}
 	audited, drifting := 0, 0
 	for _, sku := range skus {
-		a, err := r.audit.Audit(runCtx, sku)
+		a, err := r.audit.Audit(ctx, sku)
 		switch {
 		case errors.Is(err, inventory.ErrUnknownSKU), errors.Is(err, inventory.ErrSaleNotLoaded):
 			continue // no sale, or closed: nothing to compare
@@ -103,5 +65,5 @@ func (r *Reconciler) Once(ctx context.Context) bool {
 		}
 	}
 	r.obs.Reconciled(audited, drifting)
-	return true
+	return nil
 }

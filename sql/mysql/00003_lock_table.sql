@@ -5,13 +5,13 @@
 -- outlives its holders and a release clears owner instead of deleting it
 -- (a deleted row would start the tokens again from 1, below the fence the
 -- stock row keeps). A lock is held while owner is set and expires_at lies
--- ahead on the database's clock; holds counts a reentrant owner's holds.
+-- ahead on the database's clock. (A reentrant owner counts its holds in its
+-- own process: the row is one hold.)
 -- The times are UTC (UTC_TIMESTAMP), whatever a session's time_zone says.
 CREATE TABLE stock_locks (
     name       VARCHAR(191) NOT NULL PRIMARY KEY,
     owner      VARCHAR(191) NULL,
     token      BIGINT NOT NULL DEFAULT 0,
-    holds      INT NOT NULL DEFAULT 0,
     locked_at  DATETIME(6) NULL,
     expires_at DATETIME(6) NULL
 ) ENGINE=InnoDB;

@@ -7,7 +7,10 @@
 //     steal a lease), and a heartbeat renews it while held.
 //   - No owner → an owner column: renew and release apply only to the
 //     owner's own row.
-//   - Not reentrant → an owner re-enters and counts its holds.
+//   - Not reentrant → an owner re-enters and counts its holds (in its own
+//     process, where the leases are: a count in the row would need a round
+//     trip per re-entry, and one whose answer was lost would leave the row
+//     counting a hold nobody has).
 //   - Not blocking → a waiter polls with backoff, bounded (one goroutine per
 //     process polls; the others queue behind it in the process).
 //   - No fencing → the row's token column is a counter (the seeds'
@@ -17,6 +20,12 @@
 // over one that is free or whose lease has run out), so two contenders
 // cannot both win. The row stays when the lock is released, because it
 // carries the counter: a release clears the owner.
+//
+// What it does not cover: a statement delayed in the network for longer
+// than a TTL (a partition that TCP outlasts) may still take a lock for a
+// waiter that gave up and whose clean-up stopped trying; the lock then
+// stays taken for one more TTL, by nobody. That costs availability on one
+// name, never safety.
 //
 // Invariant: a holder's lease context ends (ErrLockLost) no later than the
 // moment the database may hand the lock to another, because the holder
@@ -52,10 +61,8 @@ type table interface {
 	handOver(ctx context.Context, name, from, to string, ttl time.Duration) (token int64, ok bool, err error)
 	// renew extends owner's unexpired lease to ttl from now.
 	renew(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
-	// reenter counts one more hold of owner's unexpired lease.
-	reenter(ctx context.Context, name, owner string) (bool, error)
-	// release gives one of owner's holds back; the last frees the lock,
-	// or keeps it until keep after it was taken.
+	// release frees owner's unexpired lock, or keeps it until keep after
+	// it was taken.
 	release(ctx context.Context, name, owner string, keep time.Duration) (bool, error)
 	// abandon frees name if owner has it (an acquisition whose answer was
 	// lost).
@@ -77,10 +84,11 @@ type Locker struct {
 	closeAll context.CancelFunc
 	wg       sync.WaitGroup
 
-	mu       sync.Mutex
-	closed   bool
-	holds    map[*hold]struct{}
-	released map[string]time.Time // when this process last freed a name in the table
+	mu        sync.Mutex
+	closed    bool
+	holds     map[*hold]struct{}
+	released  map[string]time.Time // when this process last freed a name in the table
+	contested map[string]time.Time // when this process last found a name held by another
 }
 
 // Open connects to the database of databaseURL (postgres://, postgresql://
@@ -112,13 +120,14 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Locker, err
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	return &Locker{
-		cfg:      cfg,
-		table:    t,
-		queue:    handoff.New[*hold](),
-		closeCtx: cctx,
-		closeAll: cancel,
-		holds:    make(map[*hold]struct{}),
-		released: make(map[string]time.Time),
+		cfg:       cfg,
+		table:     t,
+		queue:     handoff.New[*hold](),
+		closeCtx:  cctx,
+		closeAll:  cancel,
+		holds:     make(map[*hold]struct{}),
+		released:  make(map[string]time.Time),
+		contested: make(map[string]time.Time),
 	}, nil
 }
 
@@ -132,11 +141,11 @@ type hold struct {
 
 	ctx    context.Context
 	lose   context.CancelCauseFunc
-	stop   chan struct{} // closed to end the heartbeat
-	beaten chan struct{} // closed when the heartbeat has ended
+	stop   context.CancelFunc // ends the heartbeat, and its renewal in flight
+	beaten chan struct{}      // closed when the heartbeat has ended
 
 	mu       sync.Mutex
-	refs     int       // live leases
+	refs     int       // live leases; 0: released
 	deadline time.Time // when the database may give the lock away, at the earliest
 }
 
@@ -187,9 +196,8 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 		return nil, errors.Join(locking.ErrNotObtained, err)
 	}
 	if h, ok := ctx.Value(holdKey{l, name}).(*hold); ok {
-		le, err := l.reenter(ctx, h)
-		if le != nil || err != nil {
-			return le, err
+		if le := l.reenter(h); le != nil {
+			return le, nil
 		}
 	}
 	if l.isClosed() {
@@ -216,27 +224,16 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 	return l.start(ctx, h), nil
 }
 
-// reenter counts another hold of h in the table. It returns nil, nil when h
-// is no longer held (the caller then waits for the lock afresh).
-func (l *Locker) reenter(ctx context.Context, h *hold) (*Lease, error) {
+// reenter counts another lease of h, if h is still held: not released,
+// not lost, its deadline ahead. nil: the caller waits for the lock afresh.
+func (l *Locker) reenter(h *hold) *Lease {
 	h.mu.Lock()
-	live := h.refs > 0 && h.ctx.Err() == nil
-	h.mu.Unlock()
-	if !live {
-		return nil, nil
+	defer h.mu.Unlock()
+	if h.refs == 0 || h.ctx.Err() != nil || !time.Now().Before(h.deadline) {
+		return nil
 	}
-	ok, err := l.table.reenter(ctx, h.name, h.owner)
-	if err != nil {
-		return nil, errors.Join(locking.ErrNotObtained, l.nodeError(err))
-	}
-	if !ok {
-		h.loseTo(fmt.Errorf("%w: %s is no longer %s's", locking.ErrLockLost, h.name, h.owner))
-		return nil, nil
-	}
-	h.mu.Lock()
 	h.refs++
-	h.mu.Unlock()
-	return &Lease{l: l, h: h}, nil
+	return &Lease{l: l, h: h}
 }
 
 // obtain polls the table until name is this process's.
@@ -257,15 +254,25 @@ func (l *Locker) obtain(wctx context.Context, name string) (*hold, error) {
 		if err != nil {
 			// The statement may have run, its answer lost: free the row
 			// if it is ours, or it would hold everyone up for a TTL.
-			l.abandon(name, owner, sent)
+			l.abandon(name, owner, sent.Add(l.cfg.ttl))
 			if wctx.Err() != nil {
 				return nil, wctx.Err()
 			}
 			return nil, l.nodeError(fmt.Errorf("acquire %s: %w", name, err))
 		}
 		if ok {
-			return &hold{name: name, owner: owner, token: token, deadline: l.leaseFrom(sent)}, nil
+			deadline := l.leaseFrom(sent)
+			if time.Now().Before(deadline) {
+				return &hold{name: name, owner: owner, token: token, deadline: deadline}, nil
+			}
+			// The answer came after the lease it set may have run out
+			// (found by review): another may hold the lock already.
+			// Let it go and poll again.
+			l.abandon(name, owner, sent.Add(l.cfg.ttl))
 		}
+		l.mu.Lock()
+		l.contested[name] = time.Now()
+		l.mu.Unlock()
 		if !pause(wctx, jitter(wait)) {
 			return nil, wctx.Err()
 		}
@@ -273,11 +280,20 @@ func (l *Locker) obtain(wctx context.Context, name string) (*hold, error) {
 	}
 }
 
+// contestWindow is how long a name counts as wanted by other processes
+// after this one last found it held by another.
+func (l *Locker) contestWindow() time.Duration { return 100 * l.cfg.pollMax }
+
+// courtesy reports whether this process should let the others poll first:
+// it freed name a moment ago, and other processes have been taking it
+// lately (so they are likely polling now). A process alone on a name takes
+// it back at once.
 func (l *Locker) courtesy(name string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at, ok := l.released[name]
-	return ok && time.Since(at) < l.cfg.pollMax
+	freed, ok := l.released[name]
+	contested, seen := l.contested[name]
+	return ok && seen && time.Since(freed) < l.cfg.pollMax && time.Since(contested) < l.contestWindow()
 }
 
 // jitter spreads d over [d/2, d], so that pollers of several processes do
@@ -299,10 +315,9 @@ func pause(ctx context.Context, d time.Duration) bool {
 }
 
 // abandon frees name if owner got it after all, on a goroutine of the
-// Locker's, retried until it succeeds, the lease it may have set ran out,
-// or the Locker closes.
-func (l *Locker) abandon(name, owner string, sent time.Time) {
-	until := sent.Add(l.cfg.ttl)
+// Locker's, retried until it succeeds, the lease it may have set ran out
+// (until), or the Locker closes.
+func (l *Locker) abandon(name, owner string, until time.Time) {
 	l.spawn(func() {
 		wait := l.cfg.pollMin
 		for time.Now().Before(until) {
@@ -334,18 +349,24 @@ func (l *Locker) start(ctx context.Context, h *hold) *Lease {
 	h.ctx = context.WithValue(hctx, holdKey{l, h.name}, h)
 	h.lose = lose
 	h.refs = 1
-	h.stop = make(chan struct{})
+	beat, stop := context.WithCancel(l.closeCtx)
+	h.stop = stop
 	h.beaten = make(chan struct{})
 	l.mu.Lock()
 	closed := l.closed
 	if !closed {
 		l.holds[h] = struct{}{}
-		l.wg.Go(func() { l.heartbeat(h) })
+		l.wg.Go(func() { l.heartbeat(beat, h) })
 	}
 	l.mu.Unlock()
-	if closed {
+	switch {
+	case closed:
 		close(h.beaten)
 		h.loseTo(fmt.Errorf("%w: %w", locking.ErrLockLost, locking.ErrClosed))
+	case !time.Now().Before(h.deadline):
+		// A hand-over that waited past its lease: the heartbeat would
+		// end it, but not before the caller ran.
+		h.loseTo(fmt.Errorf("%w: %s reached its holder after its lease", locking.ErrLockLost, h.name))
 	}
 	return &Lease{l: l, h: h}
 }
@@ -353,10 +374,11 @@ func (l *Locker) start(ctx context.Context, h *hold) *Lease {
 // loseTo ends h's context with cause, once.
 func (h *hold) loseTo(cause error) { h.lose(cause) }
 
-// heartbeat renews h every renewal interval until stopped. A renewal the
+// heartbeat renews h every renewal interval until beat ends (h released,
+// which also cuts a renewal in flight, or the Locker closed). A renewal the
 // table refuses (the lock was taken over or reset) loses h at once; one
 // that fails is retried until h's deadline, and then h is lost.
-func (l *Locker) heartbeat(h *hold) {
+func (l *Locker) heartbeat(beat context.Context, h *hold) {
 	defer close(h.beaten)
 	every := l.cfg.renewInterval()
 	next := time.NewTimer(every)
@@ -367,12 +389,11 @@ func (l *Locker) heartbeat(h *hold) {
 		h.mu.Unlock()
 		expiry := time.NewTimer(time.Until(deadline))
 		select {
-		case <-h.stop:
+		case <-beat.Done():
 			expiry.Stop()
-			return
-		case <-l.closeCtx.Done():
-			expiry.Stop()
-			h.loseTo(fmt.Errorf("%w: %w", locking.ErrLockLost, locking.ErrClosed))
+			if l.closeCtx.Err() != nil {
+				h.loseTo(fmt.Errorf("%w: %w", locking.ErrLockLost, locking.ErrClosed))
+			}
 			return
 		case <-expiry.C:
 			h.loseTo(fmt.Errorf("%w: %s not renewed within its TTL %v", locking.ErrLockLost, h.name, l.cfg.ttl))
@@ -381,10 +402,12 @@ func (l *Locker) heartbeat(h *hold) {
 			expiry.Stop()
 		}
 		sent := time.Now()
-		ctx, cancel := context.WithDeadline(l.closeCtx, deadline)
+		ctx, cancel := context.WithDeadline(beat, deadline)
 		ok, err := l.table.renew(ctx, h.name, h.owner, l.cfg.ttl)
 		cancel()
 		switch {
+		case beat.Err() != nil:
+			continue // released or closed: the select above ends it
 		case err == nil && ok:
 			l.cfg.renewed(nil)
 			h.mu.Lock()
@@ -424,21 +447,9 @@ func (l *Locker) release(ctx context.Context, h *hold) error {
 	last := h.refs == 0
 	h.mu.Unlock()
 	if !last {
-		if cause := lost(h); cause != nil {
-			return cause
-		}
-		ok, err := l.table.release(ctx, h.name, h.owner, 0)
-		if err != nil {
-			return l.nodeError(fmt.Errorf("release %s: %w", h.name, err))
-		}
-		if !ok {
-			cause := fmt.Errorf("%w: %s was no longer %s's at its release", locking.ErrLockLost, h.name, h.owner)
-			h.loseTo(cause)
-			return cause
-		}
-		return nil
+		return lost(h) // the outer lease releases the lock
 	}
-	close(h.stop)
+	h.stop()
 	<-h.beaten
 	l.mu.Lock()
 	delete(l.holds, h)
@@ -446,9 +457,11 @@ func (l *Locker) release(ctx context.Context, h *hold) error {
 	cause := lost(h)
 	h.loseTo(locking.ErrNotHeld)
 	if cause == nil && h.budget > 0 && l.queue.Waiting(h.name) > 0 {
-		if err := l.handOver(ctx, h); err == nil {
-			return nil
-		} else if errors.Is(err, locking.ErrLockLost) {
+		err := l.handOver(ctx, h)
+		if err == nil {
+			return nil // the turn went on, or was ended, with the lock
+		}
+		if errors.Is(err, locking.ErrLockLost) {
 			cause = err
 		}
 	}
@@ -471,13 +484,15 @@ func lost(h *hold) error {
 }
 
 // handOver passes h to the next goroutine of this process that waits for
-// it, with the next token, in one statement.
+// it, with the next token, in one statement. nil: the next goroutine has
+// the lock, or, if it left meanwhile, the lock was freed and the turn
+// ended. An error leaves the turn to the caller.
 func (l *Locker) handOver(ctx context.Context, h *hold) error {
 	next := l.newOwner()
 	sent := time.Now()
 	token, ok, err := l.table.handOver(ctx, h.name, h.owner, next, l.cfg.ttl)
 	if err != nil {
-		l.abandon(h.name, next, sent)
+		l.abandon(h.name, next, sent.Add(l.cfg.ttl))
 		return l.nodeError(fmt.Errorf("hand %s over: %w", h.name, err))
 	}
 	if !ok {
@@ -485,27 +500,43 @@ func (l *Locker) handOver(ctx context.Context, h *hold) error {
 	}
 	passed := &hold{name: h.name, owner: next, token: token, budget: h.budget - 1, deadline: l.leaseFrom(sent)}
 	if !l.queue.Pass(h.name, passed) {
-		// The waiter left as the lock came: nobody takes it here.
-		return l.free(ctx, passed, 0)
+		// The waiter left as the lock came (found by review: the turn
+		// was never ended, and the process could not take the name again).
+		_ = l.free(ctx, passed, 0)
+		l.queue.Done(h.name)
 	}
 	return nil
 }
 
 // endTurn ends a turn that reached a waiter as it gave up: a handed hold
-// goes to the next waiter, or back to the table.
+// goes to the next waiter, or back to the table, on a goroutine of the
+// Locker's, so that the waiter returns at its deadline even when the
+// database does not answer.
 func (l *Locker) endTurn(name string, t handoff.Turn[*hold]) {
 	if !t.Handed {
 		l.queue.Done(name)
 		return
 	}
 	h := t.Hold
-	ctx, cancel := context.WithTimeout(l.closeCtx, l.cfg.ttl)
-	defer cancel()
-	if h.budget > 0 && l.queue.Waiting(name) > 0 && l.handOver(ctx, h) == nil {
-		return
+	pass := func() {
+		ctx, cancel := context.WithTimeout(l.closeCtx, l.cfg.ttl)
+		defer cancel()
+		if h.budget > 0 && l.queue.Waiting(name) > 0 && l.handOver(ctx, h) == nil {
+			return
+		}
+		_ = l.free(ctx, h, 0)
+		l.queue.Done(name)
 	}
-	_ = l.free(ctx, h, 0)
-	l.queue.Done(name)
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.wg.Go(pass)
+	}
+	l.mu.Unlock()
+	if closed {
+		// Close does not know this hold: its lease runs out by itself.
+		l.queue.Done(name)
+	}
 }
 
 // free releases h's row in the table (keep: see table.release).
@@ -527,7 +558,10 @@ func (l *Locker) free(ctx context.Context, h *hold, keep time.Duration) error {
 }
 
 // Reset frees name whoever holds it, for a new sale: the holder's next
-// renewal finds it gone and its lease ends. Tokens keep growing.
+// renewal (within LOCK_RENEW_EVERY) finds it gone and its lease ends. Until
+// then the old holder and a new one may both hold leases: the new one's
+// token is greater, so the stock row's fence refuses the old one's write,
+// as for a paused holder. Tokens keep growing.
 func (l *Locker) Reset(ctx context.Context, name string) error {
 	if err := l.table.reset(ctx, name); err != nil {
 		return l.nodeError(fmt.Errorf("reset %s: %w", name, err))

@@ -50,13 +50,13 @@ func openMySQL(url string, maxConns int) (*mysqlTable, error) {
 // statement, so two contenders cannot both see it free.
 const myAcquire = `
 UPDATE stock_locks
-   SET owner = ?, token = LAST_INSERT_ID(token + 1), holds = 1, locked_at = UTC_TIMESTAMP(6),
+   SET owner = ?, token = LAST_INSERT_ID(token + 1), locked_at = UTC_TIMESTAMP(6),
        expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
  WHERE name = ? AND (owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))`
 
 const myCreate = `
-INSERT INTO stock_locks (name, owner, token, holds, locked_at, expires_at)
-VALUES (?, ?, 1, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+INSERT INTO stock_locks (name, owner, token, locked_at, expires_at)
+VALUES (?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
 // erDupEntry: the row exists (someone made it first, and holds it).
 const erDupEntry = 1062
@@ -87,7 +87,7 @@ func (t *mysqlTable) tokenOf(res sql.Result, err error) (int64, bool, error) {
 
 const myHandOver = `
 UPDATE stock_locks
-   SET owner = ?, token = LAST_INSERT_ID(token + 1), holds = 1, locked_at = UTC_TIMESTAMP(6),
+   SET owner = ?, token = LAST_INSERT_ID(token + 1), locked_at = UTC_TIMESTAMP(6),
        expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
  WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 
@@ -103,22 +103,11 @@ func (t *mysqlTable) renew(ctx context.Context, name, owner string, ttl time.Dur
 	return affectedOne(t.db.ExecContext(ctx, myRenew, micros(ttl), name, owner))
 }
 
-const myReenter = `
-UPDATE stock_locks SET holds = holds + 1
- WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
-
-func (t *mysqlTable) reenter(ctx context.Context, name, owner string) (bool, error) {
-	return affectedOne(t.db.ExecContext(ctx, myReenter, name, owner))
-}
-
-// owner and expires_at first: their conditions read holds and locked_at,
-// which change after them (or not at all).
+// Both conditions read locked_at, which neither assignment changes.
 const myRelease = `
 UPDATE stock_locks
-   SET owner = IF(holds > 1 OR locked_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), owner, NULL),
-       expires_at = IF(holds > 1, expires_at,
-                       IF(locked_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), locked_at + INTERVAL ? MICROSECOND, NULL)),
-       holds = holds - 1
+   SET owner = IF(locked_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), owner, NULL),
+       expires_at = IF(locked_at + INTERVAL ? MICROSECOND > UTC_TIMESTAMP(6), locked_at + INTERVAL ? MICROSECOND, NULL)
  WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 
 func (t *mysqlTable) release(ctx context.Context, name, owner string, keep time.Duration) (bool, error) {
@@ -126,14 +115,14 @@ func (t *mysqlTable) release(ctx context.Context, name, owner string, keep time.
 	return affectedOne(t.db.ExecContext(ctx, myRelease, k, k, k, name, owner))
 }
 
-const myAbandon = `UPDATE stock_locks SET owner = NULL, holds = 0, expires_at = NULL WHERE name = ? AND owner = ?`
+const myAbandon = `UPDATE stock_locks SET owner = NULL, expires_at = NULL WHERE name = ? AND owner = ?`
 
 func (t *mysqlTable) abandon(ctx context.Context, name, owner string) error {
 	_, err := t.db.ExecContext(ctx, myAbandon, name, owner)
 	return err
 }
 
-const myReset = `UPDATE stock_locks SET owner = NULL, holds = 0, expires_at = NULL WHERE name = ?`
+const myReset = `UPDATE stock_locks SET owner = NULL, expires_at = NULL WHERE name = ?`
 
 func (t *mysqlTable) reset(ctx context.Context, name string) error {
 	_, err := t.db.ExecContext(ctx, myReset, name)

@@ -37,10 +37,10 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 // statement, so two contenders cannot both see it free. The token grows by
 // one with every holder, and the row, once made, stays.
 const pgAcquire = `
-INSERT INTO stock_locks AS l (name, owner, token, holds, locked_at, expires_at)
-VALUES ($1, $2, 1, 1, now(), now() + $3 * interval '1 microsecond')
+INSERT INTO stock_locks AS l (name, owner, token, locked_at, expires_at)
+VALUES ($1, $2, 1, now(), now() + $3 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE
-   SET owner = EXCLUDED.owner, token = l.token + 1, holds = 1,
+   SET owner = EXCLUDED.owner, token = l.token + 1,
        locked_at = EXCLUDED.locked_at, expires_at = EXCLUDED.expires_at
  WHERE l.owner IS NULL OR l.expires_at <= now()
 RETURNING token`
@@ -58,7 +58,7 @@ func (t *postgresTable) acquire(ctx context.Context, name, owner string, ttl tim
 // token, in one statement: only while it is still the giver's.
 const pgHandOver = `
 UPDATE stock_locks
-   SET owner = $3, token = token + 1, holds = 1, locked_at = now(),
+   SET owner = $3, token = token + 1, locked_at = now(),
        expires_at = now() + $4 * interval '1 microsecond'
  WHERE name = $1 AND owner = $2 AND expires_at > now()
 RETURNING token`
@@ -84,26 +84,13 @@ func (t *postgresTable) renew(ctx context.Context, name, owner string, ttl time.
 	return err == nil && tag.RowsAffected() == 1, err
 }
 
-// Count one more hold of the same owner (reentrancy).
-const pgReenter = `
-UPDATE stock_locks SET holds = holds + 1
- WHERE name = $1 AND owner = $2 AND expires_at > now()`
-
-func (t *postgresTable) reenter(ctx context.Context, name, owner string) (bool, error) {
-	tag, err := t.pool.Exec(ctx, pgReenter, name, owner)
-	return err == nil && tag.RowsAffected() == 1, err
-}
-
-// Give one hold back, only the owner's own. The last frees the lock, or,
-// for a job lock that must stay taken at least keep from its start, keeps
-// it until then: the row's owner stays, its lease ends at locked_at + keep.
-// PostgreSQL computes every SET from the row as it was.
+// Free the lock, only the owner's own; or, for a job lock that must stay
+// taken at least keep from its start, keep it until then: the owner stays,
+// the lease ends at locked_at + keep.
 const pgRelease = `
 UPDATE stock_locks
-   SET holds = holds - 1,
-       owner = CASE WHEN holds > 1 OR locked_at + $3 * interval '1 microsecond' > now() THEN owner END,
-       expires_at = CASE WHEN holds > 1 THEN expires_at
-                         WHEN locked_at + $3 * interval '1 microsecond' > now()
+   SET owner = CASE WHEN locked_at + $3 * interval '1 microsecond' > now() THEN owner END,
+       expires_at = CASE WHEN locked_at + $3 * interval '1 microsecond' > now()
                          THEN locked_at + $3 * interval '1 microsecond' END
  WHERE name = $1 AND owner = $2 AND expires_at > now()`
 
@@ -114,7 +101,7 @@ func (t *postgresTable) release(ctx context.Context, name, owner string, keep ti
 
 // Free a lock whose acquisition's answer was lost, if it went through.
 const pgAbandon = `
-UPDATE stock_locks SET owner = NULL, holds = 0, expires_at = NULL
+UPDATE stock_locks SET owner = NULL, expires_at = NULL
  WHERE name = $1 AND owner = $2`
 
 func (t *postgresTable) abandon(ctx context.Context, name, owner string) error {
@@ -123,7 +110,7 @@ func (t *postgresTable) abandon(ctx context.Context, name, owner string) error {
 }
 
 // Free the lock whoever holds it (a new sale); the token stays.
-const pgReset = `UPDATE stock_locks SET owner = NULL, holds = 0, expires_at = NULL WHERE name = $1`
+const pgReset = `UPDATE stock_locks SET owner = NULL, expires_at = NULL WHERE name = $1`
 
 func (t *postgresTable) reset(ctx context.Context, name string) error {
 	_, err := t.pool.Exec(ctx, pgReset, name)
