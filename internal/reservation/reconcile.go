@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-
 	"github.com/flashsale/stock/internal/inventory"
 )
 
