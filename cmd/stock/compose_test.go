@@ -101,6 +101,8 @@ func TestComposeFileMatchesTheCode(t *testing.T) {
 		{composeToken, "STRATEGY=redlock"},
 		{composeToken, "STRATEGY=etcd-lock"},
 		{composeToken, "STRATEGY=zk-lock"},
+		{composeToken, "STRATEGY=db-lock"},
+		{composeToken, "STRATEGY=conditional", "ADMISSION_LIMIT=4"},
 		{composeToken, "STRATEGY=redis-reserve"},
 		{composeToken, "STRATEGY=redis-watch"},
 		{composeToken, "STRATEGY=for-update", "DATABASE_URL=mysql://root@mysql:3306/stock"},

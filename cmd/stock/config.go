@@ -42,9 +42,12 @@ type config struct {
 	LockRenewEvery time.Duration
 	// AuditEvery is the audit job's period (0: off); one instance a
 	// period runs it, under the job lock of the lock table.
-	AuditEvery   time.Duration
-	Fencing      bool
-	FreezeHolder bool
+	AuditEvery time.Duration
+	// AdmissionLimit bounds the orders of one SKU in the database at once,
+	// across the instances (a semaphore on Redis); 0: off.
+	AdmissionLimit int
+	Fencing        bool
+	FreezeHolder   bool
 	// SkipPolicyCheck starts even where the Redis eviction policy cannot be
 	// read (CONFIG disabled or renamed): the operator vouches for noeviction.
 	SkipPolicyCheck bool
@@ -126,6 +129,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ReserveClaimIdle: duration("RESERVE_CLAIM_IDLE", 5*time.Second, false),
 		ReconcileEvery:   duration("RESERVE_RECONCILE_EVERY", 30*time.Second, true),
 		AuditEvery:       duration("AUDIT_EVERY", 30*time.Second, true),
+		AdmissionLimit:   integer("ADMISSION_LIMIT", 0, 0, 1000),
 	}
 	switch d := str("RESERVE_DURABILITY", "aof"); d {
 	case "aof":
@@ -199,6 +203,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.BatchWait > 0 && c.BatchWait >= c.OrderTimeout {
 		bad("BATCH_WAIT=%s must be shorter than ORDER_TIMEOUT=%s: a leader would wait out its order's deadline", c.BatchWait, c.OrderTimeout)
 	}
+	if c.AdmissionLimit > 0 && !slices.Contains(inventory.SQLStrategyNames, c.Strategy) {
+		bad("ADMISSION_LIMIT applies only to the SQL strategies (%s): the others bound their database work themselves", strings.Join(inventory.SQLStrategyNames, ", "))
+	}
 	if c.NaiveRaceWindow > 0 && c.Strategy != inventory.NameNaive {
 		bad("NAIVE_RACE_WINDOW only applies to STRATEGY=naive")
 	}
@@ -234,6 +241,7 @@ func (c config) logAttrs() []any {
 		"lock_wait", c.LockWait.String(),
 		"lock_renew_every", c.LockRenewEvery.String(),
 		"audit_every", c.AuditEvery.String(),
+		"admission_limit", c.AdmissionLimit,
 		"fencing", c.Fencing,
 		"freeze_holder", c.FreezeHolder,
 		"redis_skip_policy_check", c.SkipPolicyCheck,

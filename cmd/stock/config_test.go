@@ -186,3 +186,28 @@ func TestReservedConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsAndAdmissionConfig: AUDIT_EVERY defaults to 30s and 0 turns it
+// off; ADMISSION_LIMIT is off by default and applies only to the SQL
+// strategies, which queue on the row in the database.
+func TestJobsAndAdmissionConfig(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db"}))
+	if err != nil || c.AuditEvery != 30*time.Second || c.AdmissionLimit != 0 {
+		t.Fatalf("defaults: AUDIT_EVERY %v, ADMISSION_LIMIT %d, %v", c.AuditEvery, c.AdmissionLimit, err)
+	}
+	c, err = loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "AUDIT_EVERY": "0", "ADMISSION_LIMIT": "4", "STRATEGY": "for-update"}))
+	if err != nil || c.AuditEvery != 0 || c.AdmissionLimit != 4 {
+		t.Fatalf("AUDIT_EVERY=0 ADMISSION_LIMIT=4: %v, %d, %v", c.AuditEvery, c.AdmissionLimit, err)
+	}
+	for _, bad := range []map[string]string{
+		{"STRATEGY": "batched", "ADMISSION_LIMIT": "4"},
+		{"STRATEGY": "db-lock", "ADMISSION_LIMIT": "4"},
+		{"ADMISSION_LIMIT": "-1"},
+		{"AUDIT_EVERY": "soon"},
+	} {
+		bad["DATABASE_URL"] = "postgres://u@h/db"
+		if _, err := loadConfig(env(bad)); err == nil {
+			t.Errorf("%v was accepted", bad)
+		}
+	}
+}

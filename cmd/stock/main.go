@@ -96,22 +96,29 @@ func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.S
 			inventory.WithBatchLogger(log), inventory.WithBatchObserver(m)), func() {}, nil
 	}
 	s, err := buildSQLStrategy(cfg)
-	return s, func() {}, err
+	if err != nil || cfg.AdmissionLimit == 0 {
+		return s, func() {}, err
+	}
+	return buildAdmission(cfg, s, log)
 }
 
+// buildSQLStrategy returns the SQL strategy of cfg, bounded per process:
+// the strategies that queue on the row hold a pooled connection while they
+// wait, and ROW_MAX_IN_FLIGHT keeps a flood on one SKU from taking the
+// whole pool. version-cas bounds its attempts itself.
 func buildSQLStrategy(cfg config) (inventory.Strategy, error) {
-	// The strategies that queue on the row hold a pooled connection while
-	// they wait: ROW_MAX_IN_FLIGHT keeps a flood on one SKU from taking the
-	// whole pool. version-cas bounds its attempts itself.
+	perProcess := func(s inventory.Strategy) inventory.Strategy {
+		return inventory.LimitRowWork(s, cfg.RowMaxInFlight)
+	}
 	switch cfg.Strategy {
 	case inventory.NameNaive:
-		return inventory.LimitRowWork(inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow)), cfg.RowMaxInFlight), nil
+		return perProcess(inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow))), nil
 	case inventory.NameForUpdate:
-		return inventory.LimitRowWork(inventory.NewForUpdate(), cfg.RowMaxInFlight), nil
+		return perProcess(inventory.NewForUpdate()), nil
 	case inventory.NameVersionCAS:
 		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts), inventory.WithMaxInFlight(cfg.CASMaxInFlight)), nil
 	case inventory.NameConditional:
-		return inventory.LimitRowWork(inventory.NewConditional(), cfg.RowMaxInFlight), nil
+		return perProcess(inventory.NewConditional()), nil
 	}
 	return nil, fmt.Errorf("STRATEGY=%q is not built in", cfg.Strategy)
 }

@@ -68,8 +68,8 @@ func (g *keyedGate) forget(key string, s *gateSlot) {
 // process and per SKU: instances still share the row, and other SKUs keep
 // the rest of the pool.
 type RowGated struct {
-	inner Strategy
-	gate  *keyedGate
+	decorated
+	gate *keyedGate
 }
 
 // LimitRowWork returns s with at most n orders per SKU in their transaction
@@ -80,11 +80,11 @@ func LimitRowWork(s Strategy, n int) Strategy {
 	if n <= 0 {
 		return s
 	}
-	return &RowGated{inner: s, gate: newKeyedGate(n)}
+	return &RowGated{decorated: decorated{s}, gate: newKeyedGate(n)}
 }
 
-// Name implements Strategy: the name of the strategy it bounds.
-func (r *RowGated) Name() string { return r.inner.Name() }
+// Inner is the strategy the gate bounds.
+func (r *RowGated) Inner() Strategy { return r.inner }
 
 // Deduct implements Strategy.
 func (r *RowGated) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
@@ -96,17 +96,24 @@ func (r *RowGated) Deduct(ctx context.Context, sku string, quantity int64, inTx 
 	return r.inner.Deduct(ctx, sku, quantity, inTx)
 }
 
-// ResetSKU passes a new sale on to the bounded strategy, if it keeps state.
-func (r *RowGated) ResetSKU(ctx context.Context, sku string) error {
-	if s, ok := r.inner.(stateResetter); ok {
+// decorated is what a strategy wrapper (RowGated, Admitted) passes on to
+// the strategy it wraps: its name, a new sale, the readiness check.
+type decorated struct{ inner Strategy }
+
+// Name implements Strategy: the name of the wrapped strategy.
+func (d decorated) Name() string { return d.inner.Name() }
+
+// ResetSKU passes a new sale on to the wrapped strategy, if it keeps state.
+func (d decorated) ResetSKU(ctx context.Context, sku string) error {
+	if s, ok := d.inner.(stateResetter); ok {
 		return s.ResetSKU(ctx, sku)
 	}
 	return nil
 }
 
-// Ping checks the bounded strategy's own backends, if it has any.
-func (r *RowGated) Ping(ctx context.Context) error {
-	if p, ok := r.inner.(pinger); ok {
+// Ping checks the wrapped strategy's own backends, if it has any.
+func (d decorated) Ping(ctx context.Context) error {
+	if p, ok := d.inner.(pinger); ok {
 		return p.Ping(ctx)
 	}
 	return nil

@@ -29,7 +29,7 @@ type AuditObserver interface {
 
 // AuditJob audits every SKU on sale every period and reports the
 // inconsistent ones: a log line each (error level) and the observer's
-// count. A SKU whose audit fails (a backend down) is logged and counted as
+// count (of a run cut short, what it found). A SKU whose audit fails (a backend down) is logged and counted as
 // not audited; the run then fails, so that the failure shows in the logs
 // and the run's metrics.
 func AuditJob(every time.Duration, skus SKULister, audit Auditor, log *slog.Logger, obs AuditObserver) Job {
@@ -43,6 +43,10 @@ func AuditJob(every time.Duration, skus SKULister, audit Auditor, log *slog.Logg
 			a, err := audit.Audit(ctx, sku)
 			if err != nil {
 				if ctx.Err() != nil {
+					// What was found so far still counts (found by
+					// review: an audit that always ran out of time
+					// never raised the gauge).
+					obs.Audited(audited, inconsistent)
 					return fmt.Errorf("audit stopped after %d of %d SKUs: %w", audited, len(list), context.Cause(ctx))
 				}
 				failed++

@@ -53,7 +53,10 @@ type Job struct {
 	AtMostFor time.Duration
 	// AtLeastFor keeps the lock taken that long after a run began, however
 	// fast the run. Default: nine tenths of Every, so that instances whose
-	// clocks differ by less than that still run the job once a period.
+	// clocks differ by less than that still run the job once a period. It
+	// must leave a twentieth of the period (the lock's own latency), or the
+	// runner's next tick would find its own lock and skip a period, and it
+	// may not exceed AtMostFor.
 	AtLeastFor time.Duration
 	// Run is the job.
 	Run func(ctx context.Context) error
@@ -66,7 +69,6 @@ func (j Job) withDefaults() Job {
 	if j.AtLeastFor <= 0 {
 		j.AtLeastFor = j.Every - j.Every/10
 	}
-	j.AtLeastFor = min(j.AtLeastFor, j.AtMostFor)
 	return j
 }
 
@@ -121,7 +123,16 @@ func (s *Scheduler) Add(j Job) error {
 	if j.Every <= 0 || j.Run == nil || j.Name == "" {
 		return fmt.Errorf("jobs: job %q needs a name, a positive period and a function", j.Name)
 	}
-	s.jobs = append(s.jobs, j.withDefaults())
+	j = j.withDefaults()
+	// Found by review: a default "at least" silently cut to a short "at
+	// most", and an "at least" of a whole period, broke once a period.
+	if j.AtLeastFor > j.Every-j.Every/20 {
+		return fmt.Errorf("jobs: job %q: at least for %v leaves less than a twentieth of its period %v: its runner would skip periods", j.Name, j.AtLeastFor, j.Every)
+	}
+	if j.AtMostFor < j.AtLeastFor {
+		return fmt.Errorf("jobs: job %q: at most for %v is shorter than at least for %v", j.Name, j.AtMostFor, j.AtLeastFor)
+	}
+	s.jobs = append(s.jobs, j)
 	s.obs.JobAdded(j.Name)
 	return nil
 }
@@ -153,6 +164,7 @@ func (s *Scheduler) loop(ctx context.Context, j Job) {
 
 // Once takes j's lock and runs j if no other instance has it, and reports
 // whether it ran here.
+// j must have been accepted by Add.
 func (s *Scheduler) Once(ctx context.Context, j Job) bool {
 	j = j.withDefaults()
 	held, ok, err := s.lock.TryLock(ctx, "job:"+j.Name, j.AtMostFor)
@@ -174,7 +186,13 @@ func (s *Scheduler) Once(ctx context.Context, j Job) bool {
 	if runErr != nil {
 		s.log.Error("job failed", "job", j.Name, "took", took, "err", runErr)
 	}
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	// The lock frees by itself at its "at most": a shutdown (ctx ended)
+	// does not wait long for a database that does not answer.
+	bound := 5 * time.Second
+	if ctx.Err() != nil {
+		bound = 500 * time.Millisecond
+	}
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	defer ucancel()
 	if err := held.Unlock(uctx, j.AtLeastFor); err != nil && !errors.Is(err, context.Canceled) {
 		s.log.Warn("job lock release failed; it frees by itself at its longest", "job", j.Name, "err", err)

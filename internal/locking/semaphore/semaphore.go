@@ -1,0 +1,295 @@
+// Package semaphore is a fair distributed semaphore on Redis: at most N
+// holders of a name at once across processes, each with a permit id and a
+// lease, admitted in the order they asked (a ticket from a counter, not a
+// clock, so skewed instances queue fairly).
+//
+// It is the seeds' shared lock (many holders) next to the exclusive ones.
+// The service puts it in front of the SQL strategies (ADMISSION_LIMIT): it
+// bounds how many orders of one SKU are in the database at once, across
+// every instance, because the hot row commits more from few connections
+// than from many. It orders nothing and guards nothing: the strategies'
+// own writes stay safe whatever it admits.
+//
+// One Lua script per attempt keeps, under one hash tag per name:
+//
+//   - holders: permit id → lease end (ms, Redis's clock);
+//   - queue: waiting permit id → ticket;
+//   - seen: waiting permit id → when its waiter stops counting (a waiter
+//     that died stops asking, and leaves the queue after the wait lease);
+//   - ticket: the counter.
+//
+// A waiter is admitted when fewer than N hold and it is among the first
+// free-places waiters by ticket. A holder that dies frees its place when its
+// lease ends. A release publishes on the name's channel, and each process's
+// one subscription wakes its waiters of that name at once; they also ask
+// again every poll interval, for the places that free by expiry and for a
+// message lost to a reconnection. Every key expires a while after its last
+// use, so that names nobody asks for any more leave nothing behind.
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotAdmitted: the wait ended before a place freed. It is joined with
+// the context's error.
+var ErrNotAdmitted = errors.New("semaphore: not admitted")
+
+// enter: drop the holders whose lease ended and the waiters that stopped
+// asking; queue the caller (or refresh it); admit it if a place is free
+// for it.
+//
+// KEYS: holders, queue, seen, ticket. ARGV: permit id, limit, lease ms,
+// wait lease ms. Returns 1 if admitted, else -(1 + its place in the
+// queue).
+var enter = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREM', KEYS[2], unpack(gone))
+  redis.call('ZREM', KEYS[3], unpack(gone))
+end
+local id = ARGV[1]
+if redis.call('ZSCORE', KEYS[1], id) then
+  return 1
+end
+if not redis.call('ZSCORE', KEYS[2], id) then
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), id)
+end
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), id)
+local idle = 2 * (tonumber(ARGV[3]) + tonumber(ARGV[4]))
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], idle) end
+local free = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
+local place = redis.call('ZRANK', KEYS[2], id)
+if place < free then
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), id)
+  return 1
+end
+return -(1 + place)
+`)
+
+// leave: the holder gives its place back, or the waiter leaves the queue;
+// either may let a waiter in, so the name's waiters are woken (KEYS[5] is
+// the channel). Returns 1 if the id held a place.
+var leave = redis.NewScript(`
+local queued = redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+local held = redis.call('ZREM', KEYS[1], ARGV[1])
+if (held == 1 or queued == 1) and redis.call('ZCARD', KEYS[2]) > 0 then
+  redis.call('PUBLISH', KEYS[5], '')
+end
+return held
+`)
+
+// Semaphore hands out the permits of one Redis server. Close it to stop
+// its subscription.
+type Semaphore struct {
+	rdb       *redis.Client
+	limit     int
+	lease     time.Duration
+	waitLease time.Duration
+	pollMin   time.Duration
+	pollMax   time.Duration
+	prefix    string
+
+	ps       *redis.PubSub
+	listened chan struct{} // closed when the subscription's reader ends
+	mu       sync.Mutex
+	wakes    map[string]*wake // the names this process's waiters wait for
+}
+
+// wake is the signal of one name's release to this process's waiters: c is
+// closed (and the wake forgotten) at the next message.
+type wake struct {
+	c    chan struct{}
+	refs int
+}
+
+// Option configures a Semaphore.
+type Option func(*Semaphore)
+
+// WithLease sets how long a permit lasts unless released: the longest a
+// dead holder keeps its place. Holders do not renew, so it must outlast a
+// hold (the service sets it from ORDER_TIMEOUT). The default is 10s.
+func WithLease(d time.Duration) Option {
+	return func(s *Semaphore) {
+		if d > 0 {
+			s.lease = d
+		}
+	}
+}
+
+// WithPoll sets how often a waiter asks again without being woken: first
+// after least, then up to most, jittered. Releases wake the waiters at
+// once; polling finds the places that free by a lease's end. The defaults
+// are 5ms and 50ms.
+func WithPoll(least, most time.Duration) Option {
+	return func(s *Semaphore) {
+		if least > 0 && most >= least {
+			s.pollMin, s.pollMax = least, most
+		}
+	}
+}
+
+// WithPrefix sets the prefix of the semaphore's keys. The default is
+// "sem:".
+func WithPrefix(p string) Option { return func(s *Semaphore) { s.prefix = p } }
+
+// New returns a semaphore of limit places per name on rdb, subscribed to
+// its releases.
+func New(rdb *redis.Client, limit int, opts ...Option) (*Semaphore, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("semaphore: limit %d, want at least 1", limit)
+	}
+	s := &Semaphore{rdb: rdb, limit: limit, lease: 10 * time.Second, pollMin: 5 * time.Millisecond,
+		pollMax: 50 * time.Millisecond, prefix: "sem:", wakes: map[string]*wake{}, listened: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	// A waiter asks at least every pollMax; one that has not asked for
+	// many of those is gone.
+	s.waitLease = max(20*s.pollMax, time.Second)
+	s.ps = rdb.PSubscribe(context.Background(), s.prefix+"*"+freedSuffix)
+	go s.listen()
+	return s, nil
+}
+
+const freedSuffix = ":freed"
+
+// listen wakes the waiters of each name whose release it hears, until
+// Close. go-redis subscribes again after a reconnection; what was
+// published meanwhile is found by polling.
+func (s *Semaphore) listen() {
+	defer close(s.listened)
+	for msg := range s.ps.Channel() {
+		name := strings.TrimSuffix(strings.TrimPrefix(msg.Channel, s.prefix), freedSuffix)
+		name = strings.TrimSuffix(strings.TrimPrefix(name, "{"), "}")
+		s.mu.Lock()
+		if w := s.wakes[name]; w != nil {
+			close(w.c)
+			w.c = make(chan struct{})
+		}
+		s.mu.Unlock()
+	}
+}
+
+// waitFor returns the channel closed at name's next release, and the
+// function to call when done waiting.
+func (s *Semaphore) waitFor(name string) (<-chan struct{}, func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.wakes[name]
+	if w == nil {
+		w = &wake{c: make(chan struct{})}
+		s.wakes[name] = w
+	}
+	w.refs++
+	return w.c, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if w.refs--; w.refs == 0 {
+			delete(s.wakes, name)
+		}
+	}
+}
+
+// Close stops the subscription and waits for its reader.
+func (s *Semaphore) Close() error {
+	err := s.ps.Close()
+	<-s.listened
+	return err
+}
+
+// Limit is the number of places per name.
+func (s *Semaphore) Limit() int { return s.limit }
+
+func (s *Semaphore) keys(name string) []string {
+	tag := s.prefix + "{" + name + "}"
+	return []string{tag + ":holders", tag + ":queue", tag + ":seen", tag + ":ticket", tag + freedSuffix}
+}
+
+// Permit is one place of a name.
+type Permit struct {
+	s    *Semaphore
+	name string
+	// ID is the permit's id: the holder's identity in Redis.
+	ID string
+}
+
+// Acquire waits for a place of name, in the order of asking, until ctx
+// ends (ErrNotAdmitted joined with ctx's error). A failing Redis fails it
+// at once with Redis's error; a place it may have taken then frees at its
+// lease's end.
+func (s *Semaphore) Acquire(ctx context.Context, name string) (*Permit, error) {
+	p := &Permit{s: s, name: name, ID: uuid.NewString()}
+	keys := s.keys(name)[:4]
+	wait := s.pollMin
+	for {
+		// Armed before asking: a release between the answer and the
+		// wait below is not missed.
+		woken, done := s.waitFor(name)
+		n, err := enter.Run(ctx, s.rdb, keys, p.ID, s.limit, s.lease.Milliseconds(), s.waitLease.Milliseconds()).Int64()
+		if err != nil {
+			done()
+			s.abandon(ctx, p)
+			if ctx.Err() != nil {
+				return nil, errors.Join(ErrNotAdmitted, context.Cause(ctx))
+			}
+			return nil, fmt.Errorf("semaphore %s: %w", name, err)
+		}
+		if n == 1 {
+			done()
+			return p, nil
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-woken:
+		case <-t.C:
+			wait = min(2*wait, s.pollMax)
+		case <-ctx.Done():
+			t.Stop()
+			done()
+			s.abandon(ctx, p)
+			return nil, errors.Join(ErrNotAdmitted, context.Cause(ctx))
+		}
+		t.Stop()
+		done()
+	}
+}
+
+// abandon leaves the queue (or a place taken whose answer was lost), with a
+// short deadline of its own: the caller's has passed.
+func (s *Semaphore) abandon(ctx context.Context, p *Permit) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+	defer cancel()
+	_ = leave.Run(actx, s.rdb, s.keys(p.name), p.ID).Err()
+}
+
+// Release gives the place back. It reports false when the permit no longer
+// held one (its lease had ended).
+func (p *Permit) Release(ctx context.Context) (bool, error) {
+	n, err := leave.Run(ctx, p.s.rdb, p.s.keys(p.name), p.ID).Int64()
+	if err != nil {
+		return false, fmt.Errorf("semaphore %s: release: %w", p.name, err)
+	}
+	return n == 1, nil
+}
+
+// Holders counts the places of name held now (expired ones included until
+// the next Acquire drops them), for tests and operators.
+func (s *Semaphore) Holders(ctx context.Context, name string) (int64, error) {
+	return s.rdb.ZCard(ctx, s.keys(name)[0]).Result()
+}
