@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -167,18 +168,29 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 	// redis-reserve refuses a Redis that could lose an accepted order.
 	durableRedis := testredis.StartDurable(t).Addr
 	coordination := coordinationEnv(t)
+	type burstCase struct {
+		name, strategy string
+		env            []string
+	}
+	var cases []burstCase
+	for _, strategy := range strategyNames() {
+		if strategy == inventory.NameLegacyGetset {
+			// A control whose failure needs a pause, a skewed clock or
+			// a late release (TestFencingDemonstration): a burst shows
+			// only how slowly it polls.
+			continue
+		}
+		cases = append(cases, burstCase{strategy, strategy, nil})
+	}
+	// The admission semaphore in front of a SQL strategy, across the three.
+	cases = append(cases, burstCase{"conditional+admission", inventory.NameConditional, []string{"ADMISSION_LIMIT=2"}})
 	for _, engine := range store.Engines {
-		for _, strategy := range strategyNames() {
-			if strategy == inventory.NameLegacyGetset {
-				// A control whose failure needs a pause, a skewed clock or
-				// a late release (TestFencingDemonstration): a burst shows
-				// only how slowly it polls.
-				continue
-			}
-			t.Run(engine+"/"+strategy, func(t *testing.T) {
+		for _, c := range cases {
+			strategy := c.strategy
+			t.Run(engine+"/"+c.name, func(t *testing.T) {
 				url := testdb.URL(t, engine)
 				env := append([]string{"DATABASE_URL=" + url, "STRATEGY=" + strategy, "DB_MAX_CONNS=10", "ORDER_TIMEOUT=10s",
-					"REDIS_ADDRS=" + redisAddrs, "LOCK_WAIT=10s"}, coordination...)
+					"REDIS_ADDRS=" + redisAddrs, "LOCK_WAIT=10s"}, slices.Concat(coordination, c.env)...)
 				if strategy == inventory.NameNaive {
 					env = append(env, "NAIVE_RACE_WINDOW=5ms")
 				}

@@ -87,6 +87,11 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 		}
 		env = append(env, coEnv, "LOCK_TTL=1s")
 	}
+	if strategy == inventory.NameDBLock {
+		// The killed instance's lock rows run out a LOCK_TTL after their
+		// last renewal: 1 s, as for the coordination services' sessions.
+		env = append(env, "LOCK_TTL=1s")
+	}
 	if isReserved(strategy) {
 		// The killed instance's consumer may hold a batch read and not
 		// yet written: another instance claims it after a second.

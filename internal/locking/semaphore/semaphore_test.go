@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/flashsale/stock/internal/locking/semaphore"
 	"github.com/flashsale/stock/internal/testredis"
 )
@@ -184,4 +186,29 @@ func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	}
 	queued(t, srv, 0)
 	_, _ = held.Release(t.Context())
+}
+
+// TestCloseEndsTheSubscription: a semaphore's subscription reader ends
+// with Close; nothing is left behind.
+func TestCloseEndsTheSubscription(t *testing.T) {
+	srv := testredis.Start(t)
+	rdb := srv.Client(t)
+	opt := goleak.IgnoreCurrent()
+	s, err := semaphore.New(rdb, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(t.Context(), "sku")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := goleak.Find(opt); err != nil {
+		t.Fatal(err)
+	}
 }
