@@ -508,7 +508,7 @@ func TestRounds(t *testing.T) {
 // strategies) has a description; the unsafe control is the only one marked
 // unsafe.
 func TestDescribeStrategy(t *testing.T) {
-	all := []string{"naive", "for-update", "version-cas", "conditional", "batched", "redis-lock", "redlock", "etcd-lock", "zk-lock", "redis-reserve", "redis-watch", "legacy-getset"}
+	all := []string{"naive", "for-update", "version-cas", "conditional", "batched", "redis-lock", "redlock", "etcd-lock", "zk-lock", "db-lock", "redis-reserve", "redis-watch", "legacy-getset"}
 	for _, name := range all {
 		s := DescribeStrategy(name)
 		if s.Unknown || s.Name != name || s.How == "" || s.Expect == "" {
@@ -524,6 +524,7 @@ func TestDescribeStrategy(t *testing.T) {
 	for name, want := range map[string][]string{
 		"etcd-lock": {"session lease", "create revision", "predecessor", "100 ms", "fence base", "minority", "raft write"},
 		"zk-lock":   {"ephemeral sequential", "protected", "predecessor", "SUSPENDED", "EXPIRED", "zxid"},
+		"db-lock":   {"conditional statement", "database's clock", "owner", "fencing token", "polls"},
 	} {
 		s := DescribeStrategy(name)
 		for _, w := range want {
