@@ -46,8 +46,11 @@ type config struct {
 	// AdmissionLimit bounds the orders of one SKU in the database at once,
 	// across the instances (a semaphore on Redis); 0: off.
 	AdmissionLimit int
-	Fencing        bool
-	FreezeHolder   bool
+	// JobLock is where the periodic jobs' single-run lock lives: "table"
+	// (the lock table) or "redis" (the first of RedisAddrs).
+	JobLock      string
+	Fencing      bool
+	FreezeHolder bool
 	// SkipPolicyCheck starts even where the Redis eviction policy cannot be
 	// read (CONFIG disabled or renamed): the operator vouches for noeviction.
 	SkipPolicyCheck bool
@@ -130,6 +133,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ReconcileEvery:   duration("RESERVE_RECONCILE_EVERY", 30*time.Second, true),
 		AuditEvery:       duration("AUDIT_EVERY", 30*time.Second, true),
 		AdmissionLimit:   integer("ADMISSION_LIMIT", 0, 0, 1000),
+		JobLock:          str("JOB_LOCK", "table"),
 	}
 	switch d := str("RESERVE_DURABILITY", "aof"); d {
 	case "aof":
@@ -203,6 +207,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.BatchWait > 0 && c.BatchWait >= c.OrderTimeout {
 		bad("BATCH_WAIT=%s must be shorter than ORDER_TIMEOUT=%s: a leader would wait out its order's deadline", c.BatchWait, c.OrderTimeout)
 	}
+	if c.JobLock != "table" && c.JobLock != "redis" {
+		bad("JOB_LOCK=%q is not table or redis", c.JobLock)
+	}
 	if c.AdmissionLimit > 0 && !slices.Contains(inventory.SQLStrategyNames, c.Strategy) {
 		bad("ADMISSION_LIMIT applies only to the SQL strategies (%s): the others bound their database work themselves", strings.Join(inventory.SQLStrategyNames, ", "))
 	}
@@ -242,6 +249,7 @@ func (c config) logAttrs() []any {
 		"lock_renew_every", c.LockRenewEvery.String(),
 		"audit_every", c.AuditEvery.String(),
 		"admission_limit", c.AdmissionLimit,
+		"job_lock", c.JobLock,
 		"fencing", c.Fencing,
 		"freeze_holder", c.FreezeHolder,
 		"redis_skip_policy_check", c.SkipPolicyCheck,

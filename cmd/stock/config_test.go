@@ -204,6 +204,7 @@ func TestJobsAndAdmissionConfig(t *testing.T) {
 		{"STRATEGY": "db-lock", "ADMISSION_LIMIT": "4"},
 		{"ADMISSION_LIMIT": "-1"},
 		{"AUDIT_EVERY": "soon"},
+		{"JOB_LOCK": "zookeeper"},
 	} {
 		bad["DATABASE_URL"] = "postgres://u@h/db"
 		if _, err := loadConfig(env(bad)); err == nil {

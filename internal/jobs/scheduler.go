@@ -32,6 +32,18 @@ type Held interface {
 	Unlock(ctx context.Context, atLeast time.Duration) error
 }
 
+// LockOf adapts a lock whose TryLock returns its own hold type
+// (dblock.Locker.TryLock, redislock.JobLocker.TryLock) to Lock.
+func LockOf[H Held](try func(ctx context.Context, name string, atMost time.Duration) (H, bool, error)) Lock {
+	return LockFunc(func(ctx context.Context, name string, atMost time.Duration) (Held, bool, error) {
+		h, ok, err := try(ctx, name, atMost)
+		if !ok {
+			return nil, false, err // never a typed nil in the interface
+		}
+		return h, true, nil
+	})
+}
+
 // LockFunc adapts a function to Lock.
 type LockFunc func(ctx context.Context, name string, atMost time.Duration) (Held, bool, error)
 

@@ -11,8 +11,10 @@ import (
 
 	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/locking/dblock"
+	"github.com/flashsale/stock/internal/locking/redislock"
 	"github.com/flashsale/stock/internal/testdb"
 	"github.com/flashsale/stock/internal/testproxy"
+	"github.com/flashsale/stock/internal/testredis"
 )
 
 var engines = []string{"postgres", "mysql"}
@@ -41,15 +43,7 @@ func (l *runLog) all() []run {
 }
 
 // tableLock is the lock table as the scheduler's Lock.
-func tableLock(l *dblock.Locker) jobs.Lock {
-	return jobs.LockFunc(func(ctx context.Context, name string, atMost time.Duration) (jobs.Held, bool, error) {
-		h, ok, err := l.TryLock(ctx, name, atMost)
-		if !ok {
-			return nil, ok, err // never a typed nil
-		}
-		return h, true, nil
-	})
-}
+func tableLock(l *dblock.Locker) jobs.Lock { return jobs.LockOf(l.TryLock) }
 
 // instance is one process's lock table client, through a proxy of its own.
 func instance(t *testing.T, dbURL string) (*dblock.Locker, *testproxy.Proxy) {
@@ -73,6 +67,22 @@ func instance(t *testing.T, dbURL string) (*dblock.Locker, *testproxy.Proxy) {
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// lockBackend returns how an instance gets its job lock: the lock table of
+// a fresh database of the engine, through a proxy of its own, or a private
+// Redis (JOB_LOCK=redis), through a client of its own.
+func lockBackend(t *testing.T, backend string) func() jobs.Lock {
+	t.Helper()
+	if backend == "redis" {
+		srv := testredis.Start(t)
+		return func() jobs.Lock { return jobs.LockOf(redislock.NewJobLocker(srv.Client(t), "job-lock:").TryLock) }
+	}
+	dbURL := testdb.MigratedURL(t, backend)
+	return func() jobs.Lock {
+		l, _ := instance(t, dbURL)
+		return tableLock(l)
+	}
+}
+
 // scheduleFor runs each instance's scheduler of job until d has passed.
 func scheduleFor(t *testing.T, d time.Duration, scheds []*jobs.Scheduler) {
 	t.Helper()
@@ -95,7 +105,8 @@ func gaps(runs []run) []time.Duration {
 }
 
 // TestThreeInstancesRunEachPeriodOnce: three instances tick the same job,
-// one of them with a clock 30% of a period ahead. The job runs once a
+// one of them with a clock 30% of a period ahead, on the lock table of each
+// engine and on Redis (JOB_LOCK=redis). The job runs once a
 // period in all: no two runs closer than "at least for", no period
 // skipped. The control, with "at least for" almost nothing, shows the
 // skewed instance's early tick and the others' running the job twice in
@@ -109,23 +120,22 @@ func TestThreeInstancesRunEachPeriodOnce(t *testing.T) {
 		periods = 8
 		skew    = every * 3 / 10
 	)
-	for _, engine := range engines {
+	for _, backend := range append(slices.Clone(engines), "redis") {
 		for _, control := range []bool{false, true} {
-			name := engine
+			name := backend
 			if control {
 				name += "/control-without-at-least-for"
 			}
 			t.Run(name, func(t *testing.T) {
-				dbURL := testdb.MigratedURL(t, engine)
+				newLock := lockBackend(t, backend)
 				var log runLog
 				var scheds []*jobs.Scheduler
 				for i := range 3 {
-					l, _ := instance(t, dbURL)
 					clock := time.Now
 					if i == 2 {
 						clock = func() time.Time { return time.Now().Add(skew) }
 					}
-					s := jobs.New(tableLock(l), jobs.WithClock(clock), jobs.WithLogger(quiet()))
+					s := jobs.New(newLock(), jobs.WithClock(clock), jobs.WithLogger(quiet()))
 					job := jobs.Job{Name: "audit", Every: every, Run: func(context.Context) error { log.add(i); return nil }}
 					if control {
 						job.AtLeastFor = time.Millisecond

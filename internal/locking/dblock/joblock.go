@@ -3,7 +3,7 @@ package dblock
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flashsale/stock/internal/locking"
@@ -21,8 +21,7 @@ type JobLease struct {
 	owner  string
 	ctx    context.Context
 	cancel context.CancelFunc
-	mu     sync.Mutex
-	done   bool
+	done   atomic.Bool
 }
 
 // TryLock takes the job lock name for at most atMost, without waiting: ok
@@ -58,11 +57,7 @@ func (j *JobLease) Context() context.Context { return j.ctx }
 // it was taken. A lock whose "at most" ran out fails with ErrLockLost; a
 // second Unlock with ErrNotHeld.
 func (j *JobLease) Unlock(ctx context.Context, atLeast time.Duration) error {
-	j.mu.Lock()
-	done := j.done
-	j.done = true
-	j.mu.Unlock()
-	if done {
+	if !j.done.CompareAndSwap(false, true) {
 		return locking.ErrNotHeld
 	}
 	j.cancel()
