@@ -220,6 +220,13 @@ func (r *run) holderWatch(strategy string) (holderState, func(), error) {
 		}, conn.Close, nil
 	case inventory.NameDBLock:
 		return r.tableHolderWatch()
+	case inventory.NameLegacyGetset:
+		// The old lock's value is its holder's expiry time: a new
+		// holder writes a new one.
+		rc := redis.NewClient(&redis.Options{Addr: r.redis[0].Addr, MaxRetries: -1})
+		return func(ctx context.Context, sku string) (string, error) {
+			return rc.Get(ctx, "legacy-lock:sku:"+sku).Result()
+		}, func() { _ = rc.Close() }, nil
 	default:
 		// The first Redis server: redis-lock's, and one of redlock's.
 		rc := redis.NewClient(&redis.Options{Addr: r.redis[0].Addr, MaxRetries: -1})

@@ -35,6 +35,9 @@ func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "off") }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameDBLock, "on") }},
 		{2, func() Result { return e.PausedHolder(ctx, inventory.NameDBLock, "off") }},
+		// The seeds' SETNX + GETSET lock has no fencing to turn on: its
+		// paused holder wakes, writes, and deletes its successor's lock.
+		{2, func() Result { return e.PausedHolder(ctx, inventory.NameLegacyGetset, "off") }},
 		{3, func() Result { return e.RedlockNodeLoss(ctx) }},
 		{3, func() Result { return e.RedlockDownRate(ctx) }},
 		{4, func() Result { return e.RedisRestart(ctx) }},
