@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/semaphore"
 )
 
@@ -34,7 +34,7 @@ func buildAdmission(cfg config, s inventory.Strategy, log *slog.Logger) (invento
 	}
 	log.Info("admission: at most ADMISSION_LIMIT orders per SKU in the database at once, across the instances",
 		"admission_limit", cfg.AdmissionLimit, "redis", cfg.RedisAddrs[0])
-	admitted := inventory.LimitRowWork(inventory.AdmitThrough(unwrapRowGate(s), semaphoreAdmission{sem, rdb}), cfg.RowMaxInFlight)
+	admitted := inventory.LimitRowWork(inventory.AdmitThrough(unwrapRowGate(s), inventorylock.Admission(sem)), cfg.RowMaxInFlight)
 	return admitted, func() {
 		_ = sem.Close()
 		_ = rdb.Close()
@@ -49,31 +49,4 @@ func unwrapRowGate(s inventory.Strategy) inventory.Strategy {
 		return g.Inner()
 	}
 	return s
-}
-
-// semaphoreAdmission is the semaphore as the domain's Admission.
-type semaphoreAdmission struct {
-	sem *semaphore.Semaphore
-	rdb *redis.Client
-}
-
-func (a semaphoreAdmission) Enter(ctx context.Context, sku string) (func(), error) {
-	p, err := a.sem.Acquire(ctx, "sku:"+sku)
-	if err != nil {
-		if errors.Is(err, semaphore.ErrNotAdmitted) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
-	}
-	return func() {
-		// The order's deadline may have passed: the place is given back
-		// anyway, or it stays taken until the permit's lease ends.
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, _ = p.Release(rctx)
-	}, nil
-}
-
-func (a semaphoreAdmission) Ping(ctx context.Context) error {
-	return a.rdb.Ping(ctx).Err()
 }

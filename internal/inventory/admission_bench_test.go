@@ -2,7 +2,6 @@ package inventory_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,26 +10,12 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/semaphore"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 	"github.com/flashsale/stock/internal/testredis"
 )
-
-// semAdmission is the semaphore as the domain's Admission (cmd/stock has
-// the service's own).
-type semAdmission struct{ sem *semaphore.Semaphore }
-
-func (a semAdmission) Enter(ctx context.Context, sku string) (func(), error) {
-	p, err := a.sem.Acquire(ctx, "sku:"+sku)
-	if err != nil {
-		if errors.Is(err, semaphore.ErrNotAdmitted) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
-	}
-	return func() { _, _ = p.Release(context.Background()) }, nil
-}
 
 // BenchmarkAdmission: three instances of the service (each its own pool of
 // 16 connections and its row gate, ROW_MAX_IN_FLIGHT=4, as the service
@@ -70,7 +55,7 @@ func BenchmarkAdmission(b *testing.B) {
 								b.Fatal(err)
 							}
 							b.Cleanup(func() { _ = sem.Close() })
-							s = inventory.AdmitThrough(s, semAdmission{sem})
+							s = inventory.AdmitThrough(s, inventorylock.Admission(sem))
 						}
 						svcs[i] = inventory.NewService(db, inventory.LimitRowWork(s, 4), inventory.WithOrderTimeout(30*time.Second))
 					}

@@ -2,6 +2,7 @@ package locking
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -25,4 +26,24 @@ func WaitContext(ctx context.Context, wait, fallback time.Duration, closed conte
 	cctx, ccancel := context.WithCancelCause(wctx)
 	stop := context.AfterFunc(closed, func() { ccancel(ErrClosed) })
 	return cctx, func() { stop(); ccancel(nil); cancel() }
+}
+
+// NotObtained is a backend's error for a failed acquisition: ErrNotObtained,
+// the wait's error if it ended, ErrClosed if the backend's Close ended it
+// (closed is the backend's close context), and the failures that ended it
+// (a wait's own cancellations left out: the wait's error says it).
+func NotObtained(wait, closed context.Context, errs ...error) error {
+	all := []error{ErrNotObtained}
+	if err := wait.Err(); err != nil {
+		all = append(all, err)
+	}
+	if closed.Err() != nil {
+		all = append(all, ErrClosed)
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			all = append(all, err)
+		}
+	}
+	return errors.Join(all...)
 }

@@ -599,19 +599,7 @@ func (l *Locker) isClosed() bool {
 // the wait's error if it ended, locking.ErrClosed if Close ended it, and
 // the database's failure.
 func (l *Locker) notObtained(wctx context.Context, errs ...error) error {
-	all := []error{locking.ErrNotObtained}
-	if err := wctx.Err(); err != nil {
-		all = append(all, err)
-	}
-	if l.closeCtx.Err() != nil {
-		all = append(all, locking.ErrClosed)
-	}
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			all = append(all, err)
-		}
-	}
-	return errors.Join(all...)
+	return locking.NotObtained(wctx, l.closeCtx, errs...)
 }
 
 // Close ends every lease (ErrLockLost, ErrClosed), frees their rows if the

@@ -288,6 +288,9 @@ func (p *Permit) Release(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
+// Ping checks that Redis answers.
+func (s *Semaphore) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
 // Holders counts the places of name held now (expired ones included until
 // the next Acquire drops them), for tests and operators.
 func (s *Semaphore) Holders(ctx context.Context, name string) (int64, error) {

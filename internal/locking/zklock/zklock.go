@@ -345,19 +345,7 @@ func (l *Locker) waitContext(ctx context.Context) (context.Context, context.Canc
 // the wait's error if it ended, locking.ErrClosed if Close ended it, and
 // the failure that ended it (a locking.NodeError).
 func (l *Locker) notObtained(wctx context.Context, errs ...error) error {
-	all := []error{locking.ErrNotObtained}
-	if err := wctx.Err(); err != nil {
-		all = append(all, err)
-	}
-	if l.closeCtx.Err() != nil {
-		all = append(all, locking.ErrClosed)
-	}
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			all = append(all, err)
-		}
-	}
-	return errors.Join(all...)
+	return locking.NotObtained(wctx, l.closeCtx, errs...)
 }
 
 // endTurn ends a turn that reached a waiter as it gave up: a handed node
