@@ -8,7 +8,7 @@ BIN       := bin/stock
 FUZZTIME  ?= 5000x
 # Keep test binaries from running packages in parallel with each other on a
 # 2-core machine: the tests themselves are concurrent enough.
-TESTFLAGS ?= -race -count=1 -p 2 -timeout 20m
+TESTFLAGS ?= -race -count=1 -p 1 -timeout 20m
 
 .PHONY: help build services test vet tidy unit fuzz demo clean
 

@@ -162,8 +162,10 @@ func TestThreeInstancesRunEachPeriodOnce(t *testing.T) {
 				if len(runs) < periods-1 || len(runs) > periods {
 					t.Fatalf("%d runs in %d periods, want one a period", len(runs), periods)
 				}
+				// Two periods between runs would be a period skipped; a
+				// tick late on a loaded machine is not.
 				for _, d := range g {
-					if d > every+every/2 {
+					if d >= 2*every-every/20 {
 						t.Fatalf("a period without a run: gaps %v", g)
 					}
 				}
