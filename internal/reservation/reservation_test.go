@@ -420,9 +420,21 @@ func TestDeadConsumersOrdersAreClaimed(t *testing.T) {
 			if db.Orders != 5 || db.Ordered != 10 || db.Available != 10 {
 				t.Fatalf("database %+v, want the dead consumer's 5 orders", db)
 			}
-			pending, err := s.rdb.XPending(context.Background(), "stock:{claim}:orders", reservation.Group).Result()
-			if err != nil || pending.Count != 0 {
-				t.Fatalf("pending after the claim: %+v %v", pending, err)
+			// The consumer acknowledges after its commit: the rows may be
+			// there a moment before the acknowledgement.
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			deadline := time.After(5 * time.Second)
+			for {
+				pending, err := s.rdb.XPending(context.Background(), "stock:{claim}:orders", reservation.Group).Result()
+				if err == nil && pending.Count == 0 {
+					break
+				}
+				select {
+				case <-tick.C: // polling Redis's state: no event to wait on
+				case <-deadline:
+					t.Fatalf("pending after the claim: %+v %v", pending, err)
+				}
 			}
 		})
 	}
