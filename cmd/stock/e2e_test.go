@@ -208,12 +208,23 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: buyers, MaxConnsPerHost: 0}, Timeout: 60 * time.Second}
 				statuses := make([]int, buyers)
 				errs := make([]error, buyers)
-				var wg sync.WaitGroup
+				var wg, connected sync.WaitGroup
 				start := make(chan struct{})
 				for i := range buyers {
 					wg.Add(1)
+					connected.Add(1)
 					go func() {
 						defer wg.Done()
+						// Each buyer opens its connection first (kept alive
+						// for its order): 2,000 dials at once under the race
+						// detector can leave a request unwritten past the
+						// server's 5 s header deadline, and that measures
+						// the test's client, not the service.
+						if resp, err := client.Get(instances[i%3].url + "/healthz"); err == nil {
+							_, _ = io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+						}
+						connected.Done()
 						<-start
 						body := fmt.Sprintf(`{"sku":"burst","quantity":1,"user_id":"u-%d"}`, i)
 						resp, err := client.Post(instances[i%3].url+"/orders", "application/json", strings.NewReader(body))
@@ -226,6 +237,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 						statuses[i] = resp.StatusCode
 					}()
 				}
+				connected.Wait()
 				began := time.Now()
 				close(start)
 				wg.Wait()
