@@ -226,15 +226,31 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 						}
 						connected.Done()
 						<-start
+						// A buyer whose answer is lost in transit retries
+						// once with the same Idempotency-Key, as the contract
+						// tells clients to: the retry returns the first
+						// attempt's order if there was one, so the counts
+						// below stay exact.
 						body := fmt.Sprintf(`{"sku":"burst","quantity":1,"user_id":"u-%d"}`, i)
-						resp, err := client.Post(instances[i%3].url+"/orders", "application/json", strings.NewReader(body))
-						if err != nil {
-							errs[i] = err
+						var firstErr error
+						for attempt := range 2 {
+							req, _ := http.NewRequest(http.MethodPost, instances[i%3].url+"/orders", strings.NewReader(body))
+							req.Header.Set("Content-Type", "application/json")
+							req.Header.Set("Idempotency-Key", fmt.Sprintf("burst-%d", i))
+							resp, err := client.Do(req)
+							if err != nil {
+								if attempt == 0 {
+									firstErr = err
+									continue
+								}
+								errs[i] = fmt.Errorf("%w (first attempt: %v)", err, firstErr)
+								return
+							}
+							_, _ = io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+							statuses[i] = resp.StatusCode
 							return
 						}
-						_, _ = io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-						statuses[i] = resp.StatusCode
 					}()
 				}
 				connected.Wait()
