@@ -101,6 +101,8 @@ type Locker struct {
 	closeCtx context.Context // ends at Close: every wait, every watch
 	closeAll context.CancelFunc
 	wg       sync.WaitGroup
+
+	parked func(predecessor string) // tests: a waiter's watch is in place and its predecessor key still there
 }
 
 // New returns a Locker over client. Close it to end its session; the
@@ -626,15 +628,17 @@ func (l *Locker) waitDeleted(wctx context.Context, s *session, key string, creat
 			return l.nodeError(fmt.Errorf("watch %s: %w", key, err))
 		}
 		if resp.Created {
-			if resp.Header.Revision == rev {
-				continue // nothing was written since the key was seen
+			if resp.Header.Revision != rev { // something was written since the key was seen
+				got, err := l.client.Get(ctx, key, clientv3.WithKeysOnly())
+				if err != nil {
+					break
+				}
+				if len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != createRev {
+					return nil
+				}
 			}
-			got, err := l.client.Get(ctx, key, clientv3.WithKeysOnly())
-			if err != nil {
-				break
-			}
-			if len(got.Kvs) == 0 || got.Kvs[0].CreateRevision != createRev {
-				return nil
+			if l.parked != nil {
+				l.parked(key)
 			}
 			continue
 		}

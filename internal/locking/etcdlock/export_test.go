@@ -10,3 +10,9 @@ func ReplayRelease(ctx context.Context, le *Lease) (deleted bool, err error) {
 
 // QueueDir is the etcd prefix under which name's waiters queue.
 func (l *Locker) QueueDir(name string) string { return l.queueDir(name) }
+
+// OnParked makes l call f each time one of its waiters has its watch on
+// its predecessor's key in place, with that key still there: from then on
+// only the key's deletion, seen through the watch, moves the waiter. Set it
+// before the first Acquire.
+func (l *Locker) OnParked(f func(predecessor string)) { l.parked = f }

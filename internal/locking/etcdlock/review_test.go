@@ -253,7 +253,8 @@ func TestNamesDoNotNest(t *testing.T) {
 // d, and AdvanceFence(base+d), read at the same revision d, returns
 // without writing.
 //
-// Schedule: P holds k; Q waits (link frozen, so its read comes later).
+// Schedule: P holds k; Q waits, its watch in place (then its link is
+// frozen, so its next read comes later).
 // P releases: delete at rev d. AdvanceFence(k, d): Get at rev d, base 0,
 // 0+d >= d: no write, returns. Q's link thaws: Q reads at rev d (nothing
 // was written since) and holds with token d == atLeast.
@@ -269,8 +270,19 @@ func TestAdvanceFenceLeavesLaterTokensAbove(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
+	parked := make(chan struct{}, 1)
+	q.OnParked(func(string) {
+		select {
+		case parked <- struct{}{}:
+		default:
+		}
+	})
 	got := reviewAcquireAsync(q, ctx, "k")
-	queueKeys(t, cli, q, "k", 2)
+	select {
+	case <-parked: // Q's read of the queue is done; the next one follows the deletion
+	case <-ctx.Done():
+		t.Fatal("Q never waited behind P")
+	}
 	qlink.Freeze()
 	t.Cleanup(qlink.Thaw)
 	if err := held.Release(t.Context()); err != nil {
