@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -190,6 +191,18 @@ func readJSON(c *gin.Context, v any) error {
 		}
 		return invalid("reading body: %v", err)
 	}
+	if decodeInOnePass(body, v) {
+		return nil
+	}
+	// Something is off: start again on a zero value and take the careful
+	// way, whose answers say what.
+	reflect.ValueOf(v).Elem().SetZero()
+	return decodeCarefully(body, v)
+}
+
+// decodeCarefully decodes body into v, or says in words what is wrong with
+// it.
+func decodeCarefully(body []byte, v any) error {
 	if err := checkKeys(body, jsonFields(v)); err != nil {
 		return err
 	}
@@ -202,6 +215,73 @@ func readJSON(c *gin.Context, v any) error {
 		return invalid("malformed JSON: unexpected data after the object")
 	}
 	return nil
+}
+
+// decodeInOnePass decodes a well-formed body into v in one walk and
+// reports whether it could: a JSON object whose every key names a field of
+// v exactly and once, every value of the field's type, nothing after it.
+// It reads each order's body once instead of twice (checkKeys, then the
+// decoder), which was a sixth of the service's CPU under a burst. When it
+// reports false, v may be half-filled and nothing is said about why:
+// readJSON then takes the careful way, which finds and words the problem.
+func decodeInOnePass(body []byte, v any) bool {
+	fields := bodyFieldsOf(reflect.TypeOf(v).Elem())
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false
+	}
+	target := reflect.ValueOf(v).Elem()
+	seen := 0 // bit i: field i was given (bodies have few fields)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		i, ok := fields.index[tok.(string)]
+		if !ok || seen&(1<<i) != 0 {
+			return false
+		}
+		seen |= 1 << i
+		if err := dec.Decode(target.Field(i).Addr().Interface()); err != nil {
+			return false
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return false
+	}
+	_, err := dec.Token()
+	return errors.Is(err, io.EOF)
+}
+
+// bodyFields is what decodeInOnePass needs to know of a body struct.
+type bodyFields struct {
+	index map[string]int // JSON name -> field index
+}
+
+var bodyFieldsCache sync.Map // reflect.Type -> *bodyFields
+
+func bodyFieldsOf(t reflect.Type) *bodyFields {
+	if f, ok := bodyFieldsCache.Load(t); ok {
+		return f.(*bodyFields)
+	}
+	f := &bodyFields{index: make(map[string]int, t.NumField())}
+	for i := range t.NumField() {
+		if i >= 63 {
+			panic("httpapi: a request body struct has more than 63 fields")
+		}
+		if !t.Field(i).IsExported() {
+			continue // encoding/json does not fill it either
+		}
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" {
+			name = t.Field(i).Name
+		}
+		if name != "-" {
+			f.index[name] = i
+		}
+	}
+	bodyFieldsCache.Store(t, f)
+	return f
 }
 
 // checkKeys refuses what encoding/json would let through: a key that
