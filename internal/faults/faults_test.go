@@ -48,6 +48,9 @@ func TestShortFaults(t *testing.T) {
 		// batch possibly in hand; the rows are checked once drained.
 		{"1-kill-restart-redis-reserve", func() faults.Result { return env.KillRestart(ctx, "postgres", inventory.NameRedisReserve) }},
 		{"8-reserve-redis-restart", func() faults.Result { return env.ReserveRedisRestart(ctx, inventory.NameRedisReserve) }},
+		// About 6 s: the reservation Redis comes back empty; every order
+		// after the kill must be refused, nothing sold from an empty key.
+		{"8-reserve-redis-wiped", func() faults.Result { return env.ReserveRedisWiped(ctx) }},
 		{"2-paused-holder/redis-lock/fencing-on", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
 		{"2-paused-holder/redis-lock/fencing-off", func() faults.Result { return env.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
 		{"3-redlock-node-loss", func() faults.Result { return env.RedlockNodeLoss(ctx) }},

@@ -13,8 +13,8 @@ import (
 // one result per run. Scenario 5 runs on e.Postgres and e.MariaDB.
 // Scenario 7 is the coordination services': etcd-lock and zk-lock with
 // their cluster's leader killed, and their paused holder. Scenario 8 is the
-// Redis reservation's: its Redis restarted with its AOF, the database down
-// while Redis sells.
+// Redis reservation's: its Redis restarted with its AOF, and without its
+// data (fails closed), the database down while Redis sells.
 func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 	steps := []struct {
 		scenario int
@@ -52,6 +52,7 @@ func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 		{7, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "off") }},
 		{8, func() Result { return e.ReserveRedisRestart(ctx, inventory.NameRedisReserve) }},
 		{8, func() Result { return e.ReserveRedisRestart(ctx, inventory.NameRedisWatch) }},
+		{8, func() Result { return e.ReserveRedisWiped(ctx) }},
 		{8, func() Result { return e.ReserveDatabaseDown(ctx, e.Postgres, inventory.NameRedisReserve) }},
 		{8, func() Result { return e.ReserveDatabaseDown(ctx, e.MariaDB, inventory.NameRedisReserve) }},
 	}

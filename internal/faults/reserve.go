@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // ReserveRedisRestart is scenario 8's first run: the durable Redis that
@@ -62,6 +64,67 @@ func (e *Env) ReserveRedisRestart(ctx context.Context, strategy string) Result {
 		}
 	}
 	return r.finish(ctx, phaseMark{"Redis up", 0}, phaseMark{"Redis gone", tk}, phaseMark{"restarted with its AOF", tr})
+}
+
+// ReserveRedisWiped is scenario 8's next run: the durable Redis of
+// redis-reserve is killed mid-load and comes back without its data (a lost
+// disk, a failover to an empty replica). From the kill on no order may be
+// answered 201: the instances find no sale in Redis and fail closed (503)
+// rather than sell from an empty key, until an operator starts the sale
+// again (the run does not: it checks that the instances keep refusing). The
+// orders still in the stream at the kill are lost with it, as the README
+// says; the run counts them (each was answered before the kill) and checks
+// the database on its own: no oversell, the stock row's units all in order
+// rows, no row without its request.
+func (e *Env) ReserveRedisWiped(ctx context.Context) Result {
+	d, rate := e.scale(12*time.Second, 6*time.Second), e.scaleRate(500, 200)
+	strategy := inventory.NameRedisReserve
+	r := e.newRun(8, "8-reserve-redis-wiped/postgres/"+strategy,
+		"the durable Redis of "+strategy+" killed mid-load, then restarted without its data",
+		Config{Engine: "postgres", Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
+	rEnv, err := r.startReservationRedis()
+	if err != nil {
+		return r.abort(err)
+	}
+	if err := r.setUp(ctx, 0, rEnv, "RESERVE_CLAIM_IDLE=1s"); err != nil {
+		return r.abort(err)
+	}
+	skus := skuNames("s8w", 4)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	r.startLoad(ctx, skus, sqlSpec(rate, d))
+	node := r.redis[len(r.redis)-1]
+	pause(ctx, d/3)
+	tk := r.event("kill -9 the reservation Redis")
+	r.redisLostAt = &tk
+	node.kill()
+	pause(ctx, d/12)
+	tr := r.event("restart the reservation Redis without its data")
+	if err := node.restartWiped(); err != nil {
+		return r.abort(err)
+	}
+	r.afterLoad = func(orders []*order) {
+		var soldAfter int
+		for _, o := range orders {
+			for _, a := range o.attempts {
+				if a.answer == ansCreated && a.call >= tk {
+					soldAfter++
+				}
+			}
+		}
+		if soldAfter > 0 {
+			r.fail("%d orders placed after the kill were answered 201: sold without a sale in Redis", soldAfter)
+		}
+		empty := figures(orders, tr+time.Second, r.load.now())
+		if empty.Requests == 0 {
+			r.warn("no order was placed against the empty Redis")
+		} else {
+			r.note("against the empty Redis: %d requests, %d answered 503 (fails closed), %d 201", empty.Requests, empty.Responses503, empty.Created)
+		}
+	}
+	return r.finish(ctx, phaseMark{"Redis up", 0}, phaseMark{"Redis gone", tk}, phaseMark{"back without its data", tr})
 }
 
 // ReserveDatabaseDown is scenario 8's second run: the database (a private

@@ -39,6 +39,31 @@ func readRows(ctx context.Context, databaseURL string) ([]orderRow, []keyRow, er
 	return readRowsMySQL(ctx, databaseURL)
 }
 
+// stockRow is one row of the stock table.
+type stockRow struct{ initial, available, orders int64 }
+
+// readStock reads the stock rows of the run's PostgreSQL database, each
+// with the number of its order rows.
+func readStock(ctx context.Context, databaseURL string) (map[string]stockRow, error) {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `SELECT s.sku, s.initial, s.available, (SELECT count(*) FROM orders o WHERE o.sku = s.sku) FROM stock s`)
+	if err != nil {
+		return nil, err
+	}
+	stock := map[string]stockRow{}
+	var sku string
+	var row stockRow
+	_, err = pgx.ForEachRow(rows, []any{&sku, &row.initial, &row.available, &row.orders}, func() error {
+		stock[sku] = row
+		return nil
+	})
+	return stock, err
+}
+
 func readRowsPostgres(ctx context.Context, databaseURL string) ([]orderRow, []keyRow, error) {
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {

@@ -75,6 +75,22 @@ func (r *redisNode) restartDurable() error {
 	return nil
 }
 
+// restartWiped starts a killed durable server again on its port with its
+// data files deleted: a server that lost its disk, or a failover to an
+// empty replica. It is as durable as before, with nothing in it.
+func (r *redisNode) restartWiped() error {
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(r.dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return r.restartDurable()
+}
+
 // startDurableRedisNode starts a redis-server that fsyncs its append-only
 // file before every answer (redis-reserve, redis-watch).
 func startDurableRedisNode() (*redisNode, error) {
