@@ -87,8 +87,8 @@ type Locker struct {
 	mu        sync.Mutex
 	closed    bool
 	holds     map[*hold]struct{}
-	released  map[string]time.Time // when this process last freed a name in the table
-	contested map[string]time.Time // when this process last found a name held by another
+	released  *recentNames // names this process freed in the table a moment ago
+	contested *recentNames // names this process found held by another lately
 }
 
 // Open connects to the database of databaseURL (postgres://, postgresql://
@@ -126,8 +126,8 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Locker, err
 		closeCtx:  cctx,
 		closeAll:  cancel,
 		holds:     make(map[*hold]struct{}),
-		released:  make(map[string]time.Time),
-		contested: make(map[string]time.Time),
+		released:  newRecentNames(cfg.pollMax),
+		contested: newRecentNames(contestWindow(cfg.pollMax)),
 	}, nil
 }
 
@@ -271,7 +271,7 @@ func (l *Locker) obtain(wctx context.Context, name string) (*hold, error) {
 			l.abandon(name, owner, sent.Add(l.cfg.ttl))
 		}
 		l.mu.Lock()
-		l.contested[name] = time.Now()
+		l.contested.mark(name, time.Now())
 		l.mu.Unlock()
 		if !pause(wctx, jitter(wait)) {
 			return nil, wctx.Err()
@@ -282,7 +282,7 @@ func (l *Locker) obtain(wctx context.Context, name string) (*hold, error) {
 
 // contestWindow is how long a name counts as wanted by other processes
 // after this one last found it held by another.
-func (l *Locker) contestWindow() time.Duration { return 100 * l.cfg.pollMax }
+func contestWindow(pollMax time.Duration) time.Duration { return 100 * pollMax }
 
 // courtesy reports whether this process should let the others poll first:
 // it freed name a moment ago, and other processes have been taking it
@@ -291,9 +291,8 @@ func (l *Locker) contestWindow() time.Duration { return 100 * l.cfg.pollMax }
 func (l *Locker) courtesy(name string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	freed, ok := l.released[name]
-	contested, seen := l.contested[name]
-	return ok && seen && time.Since(freed) < l.cfg.pollMax && time.Since(contested) < l.contestWindow()
+	now := time.Now()
+	return l.released.within(name, now) && l.contested.within(name, now)
 }
 
 // jitter spreads d over [d/2, d], so that pollers of several processes do
@@ -548,7 +547,7 @@ func (l *Locker) free(ctx context.Context, h *hold, keep time.Duration) error {
 	}
 	if ok && keep == 0 && l.queue.Waiting(h.name) > 0 {
 		l.mu.Lock()
-		l.released[h.name] = time.Now()
+		l.released.mark(h.name, time.Now())
 		l.mu.Unlock()
 	}
 	if !ok {
