@@ -159,6 +159,16 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		if strings.HasPrefix(checkedUnder, "checking:") {
 			return errChecking
 		}
+		// The replication id is read here, before MULTI, not inside
+		// EXEC (a transaction cannot branch on it): if the server's data
+		// is replaced by another history between this read and EXEC (it
+		// turns replica and resynchronises, then is promoted again), the
+		// full resynchronisation flushes the data set, which touches
+		// every watched key, and EXEC applies nothing; while it is a
+		// replica EXEC is refused (READONLY). Checked on Redis 7.0 here:
+		// WATCH, REPLICAOF another master, full sync, REPLICAOF NO ONE,
+		// then EXEC on the first connection answers nil. A restart ends
+		// the connection, and the WATCH with it.
 		if checkedUnder != replID(info.Val()) {
 			return errRecheck
 		}
