@@ -19,20 +19,10 @@ func (e *Env) ReserveRedisRestart(ctx context.Context, strategy string) Result {
 	r := e.newRun(8, "8-reserve-redis-restart/postgres/"+strategy,
 		"the durable Redis of "+strategy+" killed mid-load, then restarted with its append-only file",
 		Config{Engine: "postgres", Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
-	rEnv, err := r.startReservationRedis()
+	node, err := r.loadOnReservationRedis(ctx, "s8", rate, d)
 	if err != nil {
 		return r.abort(err)
 	}
-	if err := r.setUp(ctx, 0, rEnv, "RESERVE_CLAIM_IDLE=1s"); err != nil {
-		return r.abort(err)
-	}
-	skus := skuNames("s8", 4)
-	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)
-	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
-		return r.abort(err)
-	}
-	r.startLoad(ctx, skus, sqlSpec(rate, d))
-	node := r.redis[len(r.redis)-1]
 	pause(ctx, d/4)
 	tk := r.event("kill -9 the reservation Redis")
 	node.kill()
@@ -82,20 +72,10 @@ func (e *Env) ReserveRedisWiped(ctx context.Context) Result {
 	r := e.newRun(8, "8-reserve-redis-wiped/postgres/"+strategy,
 		"the durable Redis of "+strategy+" killed mid-load, then restarted without its data",
 		Config{Engine: "postgres", Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
-	rEnv, err := r.startReservationRedis()
+	node, err := r.loadOnReservationRedis(ctx, "s8w", rate, d)
 	if err != nil {
 		return r.abort(err)
 	}
-	if err := r.setUp(ctx, 0, rEnv, "RESERVE_CLAIM_IDLE=1s"); err != nil {
-		return r.abort(err)
-	}
-	skus := skuNames("s8w", 4)
-	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)
-	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
-		return r.abort(err)
-	}
-	r.startLoad(ctx, skus, sqlSpec(rate, d))
-	node := r.redis[len(r.redis)-1]
 	pause(ctx, d/3)
 	tk := r.event("kill -9 the reservation Redis")
 	r.redisLostAt = &tk
@@ -173,4 +153,24 @@ func (e *Env) ReserveDatabaseDown(ctx context.Context, server *DBServer, strateg
 		r.note("%d orders answered 201 while the database was down, written after its restart", down.Created)
 	}
 	return r.finish(ctx, phaseMark{"database up", 0}, phaseMark{"database down", tk}, phaseMark{"restarted", tr})
+}
+
+// loadOnReservationRedis starts the run's durable Redis and its instances,
+// puts 4 SKUs named after prefix on sale, and starts rate orders/s for d on
+// them. It returns the Redis, for the scenario to fault.
+func (r *run) loadOnReservationRedis(ctx context.Context, prefix string, rate float64, d time.Duration) (*redisNode, error) {
+	rEnv, err := r.startReservationRedis()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.setUp(ctx, 0, rEnv, "RESERVE_CLAIM_IDLE=1s"); err != nil {
+		return nil, err
+	}
+	skus := skuNames(prefix, 4)
+	r.res.Config.StockPerSKU = stockFor(rate, d, len(skus), 0.7)
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return nil, err
+	}
+	r.startLoad(ctx, skus, sqlSpec(rate, d))
+	return r.redis[len(r.redis)-1], nil
 }
