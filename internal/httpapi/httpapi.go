@@ -225,23 +225,23 @@ func decodeCarefully(body []byte, v any) error {
 // reports false, v may be half-filled and nothing is said about why:
 // readJSON then takes the careful way, which finds and words the problem.
 func decodeInOnePass(body []byte, v any) bool {
-	fields := bodyFieldsOf(reflect.TypeOf(v).Elem())
+	index := fieldIndexOf(reflect.TypeOf(v).Elem())
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return false
 	}
 	target := reflect.ValueOf(v).Elem()
-	seen := 0 // bit i: field i was given (bodies have few fields)
+	seen := make([]bool, target.NumField())
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return false
 		}
-		i, ok := fields.index[tok.(string)]
-		if !ok || seen&(1<<i) != 0 {
+		i, ok := index[tok.(string)]
+		if !ok || seen[i] {
 			return false
 		}
-		seen |= 1 << i
+		seen[i] = true
 		if err := dec.Decode(target.Field(i).Addr().Interface()); err != nil {
 			return false
 		}
@@ -253,35 +253,22 @@ func decodeInOnePass(body []byte, v any) bool {
 	return errors.Is(err, io.EOF)
 }
 
-// bodyFields is what decodeInOnePass needs to know of a body struct.
-type bodyFields struct {
-	index map[string]int // JSON name -> field index
-}
+var fieldIndexCache sync.Map // reflect.Type -> map[string]int
 
-var bodyFieldsCache sync.Map // reflect.Type -> *bodyFields
-
-func bodyFieldsOf(t reflect.Type) *bodyFields {
-	if f, ok := bodyFieldsCache.Load(t); ok {
-		return f.(*bodyFields)
+// fieldIndexOf maps the JSON names of struct type t's exported fields to
+// their indexes, once per type.
+func fieldIndexOf(t reflect.Type) map[string]int {
+	if f, ok := fieldIndexCache.Load(t); ok {
+		return f.(map[string]int)
 	}
-	f := &bodyFields{index: make(map[string]int, t.NumField())}
+	index := make(map[string]int, t.NumField())
 	for i := range t.NumField() {
-		if i >= 63 {
-			panic("httpapi: a request body struct has more than 63 fields")
-		}
-		if !t.Field(i).IsExported() {
-			continue // encoding/json does not fill it either
-		}
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name == "" {
-			name = t.Field(i).Name
-		}
-		if name != "-" {
-			f.index[name] = i
+		if name, ok := jsonName(t.Field(i)); ok && t.Field(i).IsExported() {
+			index[name] = i
 		}
 	}
-	bodyFieldsCache.Store(t, f)
-	return f
+	fieldIndexCache.Store(t, index)
+	return index
 }
 
 // checkKeys refuses what encoding/json would let through: a key that
@@ -326,15 +313,21 @@ func jsonFields(v any) []string {
 	t := reflect.TypeOf(v).Elem()
 	names := make([]string, 0, t.NumField())
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name == "" {
-			name = t.Field(i).Name
-		}
-		if name != "-" {
+		if name, ok := jsonName(t.Field(i)); ok {
 			names = append(names, name)
 		}
 	}
 	return names
+}
+
+// jsonName is f's name in JSON, and false for a field encoding/json skips
+// by its tag ("-").
+func jsonName(f reflect.StructField) (string, bool) {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if name == "" {
+		name = f.Name
+	}
+	return name, name != "-"
 }
 
 func describeJSONError(err error) string {

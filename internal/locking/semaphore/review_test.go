@@ -29,7 +29,8 @@ func acquireAfterOutage(t *testing.T, s *semaphore.Semaphore, name string) (*sem
 	return nil, err
 }
 
-// TestReviewDeadFirstHolderKeyNeverExpires: the review broke, and the fix now keeps, the package doc's "Every
+// TestReviewDeadFirstHolderKeyNeverExpires guards, after the review broke
+// it, the package doc's "Every
 // key expires a while after its last use, so that names nobody asks for any
 // more leave nothing behind".
 //
@@ -63,7 +64,8 @@ func TestReviewDeadFirstHolderKeyNeverExpires(t *testing.T) {
 	}
 }
 
-// TestReviewLateReleaseReportsHeld: the review broke, and the fix now keeps, Release's doc: "It reports false
+// TestReviewLateReleaseReportsHeld guards, after the review broke
+// it, Release's doc: "It reports false
 // when the permit no longer held one (its lease had ended)".
 //
 // leave ZREMs the id from holders without looking at its lease end; an
@@ -90,7 +92,8 @@ func TestReviewLateReleaseReportsHeld(t *testing.T) {
 	}
 }
 
-// TestReviewShortLeaseProcessExpiresLongLeaseHolder: the review broke, and the fix now keeps, "at most N
+// TestReviewShortLeaseProcessExpiresLongLeaseHolder guards, after the review broke
+// it, "at most N
 // holders of a name at once across processes" when the processes' leases
 // differ (WithLease is per process; the service sets it from ORDER_TIMEOUT,
 // so two instances configured apart, e.g. during a rolling deploy, differ).
@@ -159,7 +162,8 @@ func TestReviewRestartWithItsDataKeepsTheLimit(t *testing.T) {
 	_, _ = first.Release(t.Context())
 }
 
-// TestReviewTimedOutWaiterKeepsAPlace: the review broke, and the fix now keeps, claim "a waiter whose context
+// TestReviewTimedOutWaiterKeepsAPlace guards, after the review broke
+// it, claim "a waiter whose context
 // ends leaves nothing behind": Acquire reports ErrNotAdmitted with the
 // context's error (the service answers "busy", not "Redis unavailable"), yet
 // its enter, in flight when the context ended, admits it afterwards, and the
@@ -208,7 +212,8 @@ func TestReviewTimedOutWaiterKeepsAPlace(t *testing.T) {
 	_, _ = p.Release(t.Context())
 }
 
-// TestReviewManyDeadWaitersJamTheName: the review broke, and the fix now keeps, "a dead waiter leaves the
+// TestReviewManyDeadWaitersJamTheName guards, after the review broke
+// it, "a dead waiter leaves the
 // queue after the wait lease" (and with it every later Acquire of the
 // name): enter drops the waiters that stopped asking with
 // redis.call('ZREM', KEYS[2], unpack(gone)), and Redis's Lua (5.1) cannot
