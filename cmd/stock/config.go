@@ -60,6 +60,9 @@ type config struct {
 	// orders wait before another instance writes them.
 	ReserveDurable   bool
 	ReserveClaimIdle time.Duration
+	// ReservePipelines bounds the pipelines of reserve scripts in flight
+	// per instance (redis-reserve; 0: a round trip per order).
+	ReservePipelines int
 	// ReconcileEvery is how often one instance compares Redis with the
 	// database for every SKU on sale (0: never).
 	ReconcileEvery time.Duration
@@ -130,6 +133,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// batch's write, well within what a buyer tolerates between the
 		// 201 and the order row.
 		ReserveClaimIdle: duration("RESERVE_CLAIM_IDLE", 5*time.Second, false),
+		ReservePipelines: integer("RESERVE_PIPELINES", 4, 0, 64),
 		ReconcileEvery:   duration("RESERVE_RECONCILE_EVERY", 30*time.Second, true),
 		AuditEvery:       duration("AUDIT_EVERY", 30*time.Second, true),
 		AdmissionLimit:   integer("ADMISSION_LIMIT", 0, 0, 1000),
@@ -155,6 +159,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if (getenv("RESERVE_DURABILITY") != "" || getenv("RESERVE_CLAIM_IDLE") != "" || getenv("RESERVE_RECONCILE_EVERY") != "") && !isReservedStrategy(c.Strategy) {
 		bad("RESERVE_DURABILITY, RESERVE_CLAIM_IDLE and RESERVE_RECONCILE_EVERY apply only to STRATEGY=redis-reserve or redis-watch")
+	}
+	if getenv("RESERVE_PIPELINES") != "" && c.Strategy != inventory.NameRedisReserve {
+		bad("RESERVE_PIPELINES applies only to STRATEGY=redis-reserve (redis-watch's transactions cannot share a pipeline)")
 	}
 	switch f := str("FENCING", "on"); f {
 	case "on":
@@ -255,6 +262,7 @@ func (c config) logAttrs() []any {
 		"redis_skip_policy_check", c.SkipPolicyCheck,
 		"reserve_durable", c.ReserveDurable,
 		"reserve_claim_idle", c.ReserveClaimIdle.String(),
+		"reserve_pipelines", c.ReservePipelines,
 		"redis_cluster", c.RedisCluster,
 		"reserve_reconcile_every", c.ReconcileEvery.String(),
 	}

@@ -171,6 +171,12 @@ func TestReservedConfiguration(t *testing.T) {
 			t.Errorf("%s set: %+v %v", strategy, c, err)
 		}
 	}
+	if c, err := loadConfig(env(with("STRATEGY", "redis-reserve"))); err != nil || c.ReservePipelines != 4 {
+		t.Errorf("redis-reserve's pipelines by default: %d %v, want 4", c.ReservePipelines, err)
+	}
+	if c, err := loadConfig(env(with("STRATEGY", "redis-reserve", "RESERVE_PIPELINES", "0"))); err != nil || c.ReservePipelines != 0 {
+		t.Errorf("RESERVE_PIPELINES=0: %d %v", c.ReservePipelines, err)
+	}
 	for _, bad := range []struct {
 		env  map[string]string
 		want string
@@ -180,6 +186,8 @@ func TestReservedConfiguration(t *testing.T) {
 		{with("STRATEGY", "redis-reserve", "RESERVE_DURABILITY", "fsync"), `RESERVE_DURABILITY="fsync" is not aof or none`},
 		{with("STRATEGY", "conditional", "RESERVE_CLAIM_IDLE", "1s"), "apply only to STRATEGY=redis-reserve or redis-watch"},
 		{with("STRATEGY", "conditional", "RESERVE_RECONCILE_EVERY", "1m"), "apply only to STRATEGY=redis-reserve or redis-watch"},
+		{with("STRATEGY", "redis-watch", "RESERVE_PIPELINES", "2"), "RESERVE_PIPELINES applies only to STRATEGY=redis-reserve"},
+		{with("STRATEGY", "redis-reserve", "RESERVE_PIPELINES", "65"), "RESERVE_PIPELINES"},
 	} {
 		if _, err := loadConfig(env(bad.env)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v: %v, want %q", bad.env, err, bad.want)

@@ -63,7 +63,7 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Sc
 		log.Warn("RESERVE_DURABILITY=none: orders are answered 201 before Redis has them on disk. " +
 			"A crash of Redis or of the machine loses them, and the database never sees them. Never use it for a real sale.")
 	}
-	opts := []reservation.Option{reservation.WithLogger(log)}
+	opts := []reservation.Option{reservation.WithLogger(log), reservation.WithPipelines(cfg.ReservePipelines)}
 	var strategyOpts []inventory.ReservedOption
 	if cfg.Strategy == inventory.NameRedisWatch {
 		// The optimistic variant is bounded like version-cas.

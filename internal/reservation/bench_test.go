@@ -32,18 +32,31 @@ import (
 //	go test -run '^$' -bench Reserve -benchtime 20000x -count 3 ./internal/reservation/ | tee testdata/bench-reserve.txt
 //	benchstat -col /... testdata/bench-reserve.txt (see testdata/bench-reserve-benchstat.txt)
 func BenchmarkReserve(b *testing.B) {
+	// redis-reserve runs as the service runs it (4 pipelines) and with
+	// every order's script sent on its own (pipelines=0).
+	type variant struct {
+		name      string
+		pipelines int
+		label     string
+	}
+	variants := []variant{
+		{inventory.NameRedisReserve, 4, inventory.NameRedisReserve},
+		{inventory.NameRedisReserve, 0, inventory.NameRedisReserve + "/pipelines=0"},
+		{inventory.NameRedisWatch, 0, inventory.NameRedisWatch},
+		{inventory.NameConditional, 0, inventory.NameConditional},
+	}
 	for _, engine := range store.Engines {
-		for _, name := range []string{inventory.NameRedisReserve, inventory.NameRedisWatch, inventory.NameConditional} {
+		for _, v := range variants {
 			for _, buyers := range []int{1, 16, 64, 256} {
-				b.Run(fmt.Sprintf("%s/%s/buyers=%d", engine, name, buyers), func(b *testing.B) {
-					benchOrders(b, engine, name, buyers)
+				b.Run(fmt.Sprintf("%s/%s/buyers=%d", engine, v.label, buyers), func(b *testing.B) {
+					benchOrders(b, engine, v.name, v.pipelines, buyers)
 				})
 			}
 		}
 	}
 }
 
-func benchOrders(b *testing.B, engine, name string, buyers int) {
+func benchOrders(b *testing.B, engine, name string, pipelines, buyers int) {
 	ctx := context.Background()
 	db := testdb.New(b, engine, 16)
 	var strategy inventory.Strategy = inventory.LimitRowWork(inventory.NewConditional(), 4)
@@ -52,7 +65,7 @@ func benchOrders(b *testing.B, engine, name string, buyers int) {
 	if reserved {
 		rdb := redis.NewClient(&redis.Options{Addr: testredis.StartDurable(b).Addr, MaxRetries: -1, PoolSize: 64})
 		b.Cleanup(func() { _ = rdb.Close() })
-		var opts []reservation.Option
+		opts := []reservation.Option{reservation.WithPipelines(pipelines)}
 		if name == inventory.NameRedisWatch {
 			opts = append(opts, reservation.WithOptimisticTransactions(50, 2))
 		}

@@ -55,6 +55,8 @@ type Store struct {
 	prefix    string
 	answerTTL time.Duration
 	retryWait time.Duration
+	// pipelineCount is WithPipelines' n.
+	pipelineCount int
 	// wake nudges this process's Consumer: an order was just logged.
 	wake chan struct{}
 	// local holds the SKUs this process has taken orders for, so its
@@ -68,6 +70,9 @@ type Store struct {
 	optimistic    bool
 	watchAttempts int
 	gates         [gateStripes]chan struct{}
+	// pipelines sends the scripts of orders that arrive together in one
+	// pipeline (coalesce.go); nil sends each on its own.
+	pipelines *coalescer
 }
 
 var _ inventory.Reservations = (*Store)(nil)
@@ -88,15 +93,25 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 // deadline. Default 5 minutes.
 func WithAnswerTTL(d time.Duration) Option { return func(s *Store) { s.answerTTL = d } }
 
+// WithPipelines sets how many pipelines of one SKU's reserve scripts may be
+// in flight at once; the orders that arrive while they are all out go
+// together in the next one. 0 sends every order's script on its own, a
+// round trip each. Default 4: under a burst the pipelines carry dozens of
+// orders each, and a lone order is sent at once, as without them.
+func WithPipelines(n int) Option { return func(s *Store) { s.pipelineCount = n } }
+
 // New returns a Store over rdb that checks a restarted Redis against
 // ledger (the database). rdb should not retry commands itself (MaxRetries
 // -1): Reserve retries its own script, which is safe to repeat, and a
 // retried Load would be refused or be a no-op.
 func New(rdb redis.UniversalClient, ledger Ledger, opts ...Option) *Store {
 	s := &Store{rdb: rdb, ledger: ledger, log: slog.Default(), prefix: "stock:", answerTTL: 5 * time.Minute,
-		retryWait: 20 * time.Millisecond, wake: make(chan struct{}, 1)}
+		retryWait: 20 * time.Millisecond, wake: make(chan struct{}, 1), pipelineCount: 4}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.pipelineCount > 0 {
+		s.pipelines = newCoalescer(rdb, s.pipelineCount)
 	}
 	return s
 }
@@ -160,7 +175,8 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 			serverErr redis.Error
 			unchecked errUnchecked
 		)
-		refused := errors.As(err, &serverErr) && !retriableServerError(err) || isRefused(err) || errors.As(err, &unchecked)
+		refused := errors.As(err, &serverErr) && !retriableServerError(err) || isRefused(err) ||
+			errors.As(err, &unchecked) || errors.Is(err, errNotSent)
 		switch {
 		case refused && mayHaveRun:
 			return "", fmt.Errorf("%w: an earlier attempt's answer was lost, and Redis refused the retry: %w", inventory.ErrOutcomeUnknown, err)
@@ -191,7 +207,7 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 func (s *Store) runReserve(ctx context.Context, sku string, keys []string, args []any) ([]string, error) {
 	checked := false
 	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
-		reply, err := reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
+		reply, err := s.evalReserve(ctx, sku, keys, args)
 		switch {
 		case isNoScript(err) && !checked:
 			if err := s.checkRestarted(ctx); err != nil {
@@ -215,6 +231,15 @@ func (s *Store) runReserve(ctx context.Context, sku string, keys []string, args 
 			return reply, err
 		}
 	}
+}
+
+// evalReserve runs the reserve script by its hash, in a pipeline with other
+// orders of the SKU when WithPipelines allows it.
+func (s *Store) evalReserve(ctx context.Context, sku string, keys []string, args []any) ([]string, error) {
+	if s.pipelines == nil {
+		return reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
+	}
+	return s.pipelines.run(ctx, sku, keys, args)
 }
 
 // errUnchecked: a Redis whose data may have changed could not be checked

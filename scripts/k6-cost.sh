@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# k6's own CPU per request, for the ceiling script (healthz.js) and the
+# sale (flashsale.js), alternated ROUNDS times against a running service:
+# on a machine where k6 shares the cores with the service, what k6 spends
+# on each order is taken from the figure being measured.
+#
+#   BASE_URLS=http://127.0.0.1:18080 ADMIN_TOKEN=... scripts/k6-cost.sh
+#
+# Each run puts REQUESTS units on sale under a new SKU (flashsale.js), so
+# every order is a 201 and the service does its full work. With
+# SERVICE_PIDS (the instances' PIDs, space-separated) it also prints their
+# CPU per request. Nothing else is started or stopped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${BASE_URLS:?set BASE_URLS to the service instance(s), comma-separated}"
+: "${ADMIN_TOKEN:?set ADMIN_TOKEN to the admin token of the service}"
+ROUNDS=${ROUNDS:-3}
+REQUESTS=${REQUESTS:-30000}
+SERVICE_PIDS=${SERVICE_PIDS:-}
+k6=$(cd loadtest && go tool -n k6)
+ticks=$(getconf CLK_TCK)
+
+# service_cpu: the CPU seconds the SERVICE_PIDS have used so far.
+service_cpu() {
+  local total=0 pid
+  for pid in $SERVICE_PIDS; do
+    # Fields 14 and 15 of /proc/PID/stat (after the command in parentheses).
+    total=$((total + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
+  done
+  awk -v t="$total" -v hz="$ticks" 'BEGIN {print t / hz}'
+}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# run SCRIPT: one k6 run; prints "SCRIPT requests cpu-seconds".
+run() {
+  local script=$1 sku="k6-cost-$RANDOM$RANDOM"
+  local TIMEFORMAT='%U %S' # bash's time: the child's user and system CPU
+  local before
+  before=$(service_cpu)
+  { time (cd loadtest && "$k6" run -q \
+    -e BASE_URLS="$BASE_URLS" -e ADMIN_TOKEN="$ADMIN_TOKEN" -e SKU="$sku" \
+    -e STOCK="$REQUESTS" -e BUYERS="$REQUESTS" -e VUS=64 -e DURATION=5s \
+    -e SUMMARY_JSON="$out/summary.json" "$script" >"$out/stdout" 2>&1) ; } 2>"$out/time" || {
+    cat "$out/stdout" >&2
+    exit 1
+  }
+  local requests cpu
+  requests=$(sed -n 's/^requests: \([0-9]*\).*/\1/p' "$out/stdout")
+  cpu=$(awk '{print $1 + $2}' "$out/time")
+  echo "$script $requests $cpu $(awk -v a="$before" -v b="$(service_cpu)" 'BEGIN {print b - a}')"
+}
+
+printf '%-13s %9s %10s %12s %12s %14s\n' script requests k6-cpu-s k6-µs/req service-cpu-s service-µs/req
+for _ in $(seq "$ROUNDS"); do
+  for script in healthz.js flashsale.js; do
+    run "$script" | awk '{printf "%-13s %9d %10.2f %12.0f %12.2f %14.0f\n", $1, $2, $3, 1e6 * $3 / $2, $4, 1e6 * $4 / $2}'
+  done
+done
