@@ -50,7 +50,11 @@ type Locker interface {
 	// Reset clears a key's lock state for a new sale. Fencing tokens keep
 	// growing across it.
 	Reset(ctx context.Context, key string) error
-	// AdvanceFence makes every later token of key greater than atLeast.
+	// AdvanceFence makes every later token of key greater than atLeast:
+	// every token the lock service gives from now on, and every token this
+	// process hands on locally. (Another process may still hand on tokens
+	// it reserved before; the store refuses them and that process advances
+	// the fence in turn.)
 	AdvanceFence(ctx context.Context, key string, atLeast int64) error
 }
 

@@ -29,30 +29,47 @@
 //
 // # Fencing tokens
 //
-// Each new holder, whether it got the lock from ZooKeeper or by hand-over,
-// makes one write before it holds: a multi that checks its lock node (the
-// node is never written, so version 0 means "still there": our session
-// lives), checks the version of the fence node <prefix>/n/fence, whose data
-// is a base B (0 until AdvanceFence raises it), and writes the process's
-// own token node <prefix>/n/token-<id> (an ephemeral node nothing else
-// touches). The token is B + z, where z is the multi's zxid (the token
-// node's new Mzxid). If the lock node is gone, the write fails and the
-// would-be holder goes back to ZooKeeper's queue instead of holding.
+// A holder that got the lock from ZooKeeper makes one write before it
+// holds: a multi that checks its lock node (the node is never written, so
+// version 0 means "still there": our session lives), checks the version of
+// the fence node <prefix>/n/fence, whose data is a base B (0 until
+// AdvanceFence raises it), and writes the process's own token node
+// <prefix>/n/token-<id> (an ephemeral node nothing else touches). If the
+// lock node is gone, the write fails and the would-be holder goes back to
+// ZooKeeper's queue instead of holding.
 //
-// The invariant: a holder's token write happens after the previous
-// holder's (the previous holder deleted its node, or handed it over, only
-// after its own write succeeded; a waiter writes only after it saw that
-// deletion), ZooKeeper orders writes by zxid, and the multi itself checks
-// that B at zxid z is the B it adds, and B only grows. So z, and B + z,
-// grow strictly with every new holder, in every process and across server
-// restarts (a restart begins a new epoch, the high half of the zxid).
-// AdvanceFence(atLeast) raises B to at least atLeast; every later token is
-// above it, since z >= 1.
+// The token has two parts: B + z<<16 + i, where z is the multi's zxid and
+// i the holder's place in its batch. The holder that wrote is place 0;
+// each local hand-over gives the next holder the next place, without a
+// write of its own (a batch that would pass 65,536 holders writes again).
+//
+// The invariant: tokens grow with every new holder. Inside a batch, i
+// grows. A batch's write happens after the previous holder's (the previous
+// holder deleted its node only after its own write succeeded; a waiter
+// writes only after it saw that deletion), ZooKeeper orders writes by
+// zxid, the multi itself checks that B at zxid z is the B it adds, and B
+// only grows: a later batch's z' > z gives B' + z'<<16 > B + z<<16 + i for
+// every i < 1<<16. So tokens grow strictly in every process and across
+// server restarts (a restart begins a new epoch, the high half of the
+// zxid). AdvanceFence(atLeast) raises B to at least atLeast, so every
+// later batch's tokens are above it (z >= 1); this process hands on no
+// place of an earlier batch at or below it (another process may: the
+// store refuses it, that process advances the fence in turn, and its next
+// holder writes).
+//
+// A hand-over without a write trusts the session: it is made only while
+// the client has not lost its connection since the batch's write (the
+// connection's epoch) and within a third of the session timeout of it, as
+// a renewal would be; past that the next holder writes again, and that
+// write fails if the node is gone. A holder handed a place after its
+// session silently ended holds a token below every holder that came after
+// the end, so the store refuses its writes: the token, not the belief in
+// the lock, makes a late write harmless.
 //
 // The write goes to a node of the process's own rather than the lock node
 // (a SetData there would do as well for the token) because the next
 // process in line watches the lock node: a write on it would wake that
-// process for nothing at every hand-over.
+// process for nothing at every batch.
 //
 // Why not the node's creation zxid (czxid), as tokens often are? Because of
 // the local hand-over: g1 of process P holds on P's node N, g2 of P queues
@@ -60,8 +77,9 @@
 // czxid(N). g1 hands N to g2. With czxid as token g2 gets g1's token (a
 // store that refuses equal tokens refuses g2; one that accepts them
 // accepts g1's late write); with czxid(N)+1 it may equal czxid(M), Q's
-// token after g2. A fresh write per holder gives each a zxid of its own,
-// after everything its predecessors did.
+// token after g2. The batch's own write, after everything its
+// predecessors did, and the place in the batch give each holder a token of
+// its own.
 //
 // # Fairness
 //
@@ -101,11 +119,20 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/handoff"
+)
+
+// A token is B + z<<batchBits + i: the fence base B, the zxid z of the
+// token write that began the holder's batch, and i, the holder's place in
+// the batch (see the package documentation).
+const (
+	batchBits = 16
+	maxBatch  = 1 << batchBits // holders per token write at most
 )
 
 const (
@@ -156,6 +183,7 @@ type nameState struct {
 	version    int32  // the fence node's version, as last read
 	known      bool   // base and version are set
 	generation int    // counts Resets: a hold of an older one is not handed on
+	floor      int64  // AdvanceFence's highest atLeast: reserved tokens must be above it
 	token      string // this process's token node
 	tokenGen   uint64 // the session generation it was created in
 }
@@ -169,6 +197,14 @@ type node struct {
 	budget     int    // local hand-overs left
 	alone      bool   // no other node was queued when the process got the lock
 	generation int    // nameState.generation when the process got the lock
+
+	// The tokens the batch's last token write reserved for hand-overs
+	// without a write of their own: nextToken up to topToken, usable
+	// while the session's epoch is still epoch and the write was sent
+	// less than a third of the session timeout ago.
+	nextToken, topToken int64
+	epoch               uint64
+	written             time.Time
 }
 
 // New dials the ZooKeeper servers (host:port) and returns a Locker on its
@@ -585,12 +621,24 @@ func seq(name string) string { return name[strings.LastIndex(name, "-")+1:] }
 func (l *Locker) hold(ctx, wctx context.Context, n *node) (*Lease, error) {
 	for {
 		l.mu.Lock()
-		epoch := l.epoch
+		epoch, floor := l.epoch, l.nameLocked(n.name).floor
 		l.mu.Unlock()
-		token, err := l.writeToken(wctx, n)
-		if err != nil {
-			return nil, err
+		token := n.nextToken
+		if token <= floor || token > n.topToken || n.epoch != epoch || time.Since(n.written) >= l.cfg.sessionTimeout/3 {
+			// No token of the batch left, or none that can still be
+			// trusted: a token write, which begins a new batch.
+			sent := time.Now()
+			base, z, err := l.writeToken(wctx, n)
+			if err != nil {
+				return nil, err
+			}
+			if z >= 1<<(62-batchBits) {
+				return nil, fmt.Errorf("zklock: zxid %#x too large to make tokens of", z)
+			}
+			token = base + z<<batchBits
+			n.topToken, n.epoch, n.written = token+maxBatch-1, epoch, sent
 		}
+		n.nextToken = token + 1
 		h := &hold{l: l, n: n, token: token, count: 1}
 		h.ctx, h.cancel = context.WithCancelCause(context.WithValue(ctx, holdKey{l, n.name}, h))
 		l.mu.Lock()
@@ -619,21 +667,21 @@ func (l *Locker) hold(ctx, wctx context.Context, n *node) (*Lease, error) {
 // writeToken makes the token write for n's new holder: one multi that
 // checks n's node (it is still there: our session lives), checks the fence
 // node's version (its base is the one we know) and writes this process's
-// token node. The token is the base plus the multi's zxid.
+// token node. It returns the base and the multi's zxid.
 //
 // The write goes to a node of our own, not to the lock node: the next
 // process watches the lock node, and a write there would wake it for
 // nothing at every hand-over.
-func (l *Locker) writeToken(wctx context.Context, n *node) (int64, error) {
+func (l *Locker) writeToken(wctx context.Context, n *node) (base, zxid int64, err error) {
 	fence := l.dir(n.name) + "/" + fenceNode
 	for {
 		base, version, err := l.fence(wctx, n.name)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		tok, err := l.tokenNode(wctx, n.name)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		res, err := call(l, wctx, func() ([]zk.MultiResponse, error) {
 			return l.conn.Multi(
@@ -642,17 +690,17 @@ func (l *Locker) writeToken(wctx context.Context, n *node) (int64, error) {
 				&zk.SetDataRequest{Path: tok, Version: -1})
 		}, nil)
 		if err == nil && len(res) == 3 && res[2].Stat != nil {
-			return base + res[2].Stat.Mzxid, nil
+			return base, res[2].Stat.Mzxid, nil
 		}
 		if err == nil {
 			err = fmt.Errorf("zklock: unexpected multi response %+v", res)
 		}
 		if !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
 			if errors.Is(err, zk.ErrSessionExpired) {
-				return 0, errNodeGone
+				return 0, 0, errNodeGone
 			}
 			if err = l.retryable(wctx, err); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			continue
 		}
@@ -665,12 +713,12 @@ func (l *Locker) writeToken(wctx context.Context, n *node) (int64, error) {
 		}, nil)
 		if err != nil {
 			if err = l.retryable(wctx, err); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			continue
 		}
 		if !ok {
-			return 0, errNodeGone
+			return 0, 0, errNodeGone
 		}
 		l.forgetFence(n.name)
 	}
@@ -1069,6 +1117,12 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 	if atLeast > math.MaxInt64/2 {
 		return fmt.Errorf("zklock: fence %d too high: tokens add a zxid to it", atLeast)
 	}
+	// Tokens this process reserved before are not handed on if they are
+	// not above atLeast: the next holder here makes a token write.
+	l.mu.Lock()
+	ns := l.nameLocked(name)
+	ns.floor = max(ns.floor, atLeast)
+	l.mu.Unlock()
 	path := l.dir(name) + "/" + fenceNode
 	for {
 		l.forgetFence(name)

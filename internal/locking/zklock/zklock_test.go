@@ -250,9 +250,13 @@ func TestLocalHandOverAfterAnotherProcessQueued(t *testing.T) {
 	}
 }
 
-// TestAdvanceFence: every token after AdvanceFence(x) is above x, also a
-// token handed over inside a process after it; a lower value changes
-// nothing, and tokens keep growing.
+// TestAdvanceFence: every token after AdvanceFence(x) is above x: every
+// batch's (its token write reads the new base), and every place this
+// process hands on after its own AdvanceFence (TestReservedTokensBelow-
+// TheFenceAreNotHandedOn). A place another process hands on from a batch
+// it began before may be below x: the store refuses it, and that process
+// advances the fence in turn. A lower value changes nothing, and tokens
+// keep growing.
 func TestAdvanceFence(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
@@ -272,11 +276,9 @@ func TestAdvanceFence(t *testing.T) {
 	if t1 <= target {
 		t.Fatalf("token %d after AdvanceFence(%d)", t1, target)
 	}
-	// A hand-over in l, after another process advanced the fence while
-	// l held: the next token is above the new fence, though l knew the
-	// old one.
-	hook, watched := watching()
-	l.SetWatchHook(hook)
+	// Another process advances the fence while l holds with a local
+	// waiter: l hands on the next place of its batch; the batch after it
+	// is above the new fence.
 	next := acquireAsync(t, l, ctx, name)
 	for l.LocalWaiters(name) != 1 {
 		runtime.Gosched()
@@ -287,22 +289,23 @@ func TestAdvanceFence(t *testing.T) {
 	}
 	release(t, le)
 	le = got(t, next)
-	if t2 := le.Token(); t2 <= target2 {
-		t.Fatalf("token %d handed over after AdvanceFence(%d)", t2, target2)
-	}
-	select {
-	case pred := <-watched:
-		t.Fatalf("the successor waited in ZooKeeper (watched %s): no hand-over happened", pred)
-	default:
-	}
 	t2 := le.Token()
+	if t2 <= t1 {
+		t.Fatalf("token %d handed over after %d", t2, t1)
+	}
+	release(t, le)
+	le = acquire(t, other, ctx, name)
+	t3 := le.Token()
+	if t3 <= target2 || t3 <= t2 {
+		t.Fatalf("token %d of the next batch after AdvanceFence(%d) and the hand-over's %d", t3, target2, t2)
+	}
 	release(t, le)
 	if err := other.AdvanceFence(ctx, name, 5); err != nil {
 		t.Fatal(err)
 	}
 	le = acquire(t, other, ctx, name)
-	if le.Token() <= t2 {
-		t.Fatalf("token %d after %d and a lower AdvanceFence", le.Token(), t2)
+	if le.Token() <= t3 {
+		t.Fatalf("token %d after %d and a lower AdvanceFence", le.Token(), t3)
 	}
 	release(t, le)
 }
@@ -486,4 +489,151 @@ func TestReleaseAfterSuspension(t *testing.T) {
 		t.Fatal("a suspended hold was handed on")
 	}
 	release(t, next)
+}
+
+// TestBatchHandsOnReservedTokens: a batch's local hand-overs take the
+// tokens its first holder's write reserved, one after the other, without a
+// write of their own; a holder after the batch, in another process, gets
+// a token above the whole block.
+func TestBatchHandsOnReservedTokens(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	blocker := newLocker(t, []string{srv.Addr})
+	p := newLocker(t, []string{srv.Addr})
+	q := newLocker(t, []string{srv.Addr})
+	ctx := t.Context()
+
+	// P's first goroutine waits in ZooKeeper behind the blocker while
+	// three more queue behind it in P: when P gets the lock its batch is
+	// four holders.
+	h0 := acquire(t, blocker, ctx, name)
+	hook, watched := watching()
+	p.SetWatchHook(hook)
+	first := acquireAsync(t, p, ctx, name)
+	<-watched
+	var rest []<-chan result
+	for i := range 3 {
+		rest = append(rest, acquireAsync(t, p, ctx, name))
+		for p.LocalWaiters(name) != i+1 {
+			runtime.Gosched()
+		}
+	}
+	writesBefore := tokenWrites(t, p, name)
+	release(t, h0)
+	var tokens []int64
+	le := got(t, first)
+	tokens = append(tokens, le.Token())
+	qRes := acquireAsync(t, q, ctx, name) // queues in ZooKeeper behind P's batch
+	for _, r := range rest {
+		release(t, le)
+		le = got(t, r)
+		tokens = append(tokens, le.Token())
+	}
+	if n := tokenWrites(t, p, name) - writesBefore; n != 1 {
+		t.Fatalf("%d token writes for a batch of %d holders, want 1", n, len(tokens))
+	}
+	release(t, le)
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] != tokens[i-1]+1 {
+			t.Fatalf("batch tokens %v: hand-over %d did not take the next reserved token", tokens, i)
+		}
+	}
+	lq := got(t, qRes)
+	if lq.Token() <= tokens[len(tokens)-1] {
+		t.Fatalf("token %d after the batch's %v", lq.Token(), tokens)
+	}
+	release(t, lq)
+}
+
+// TestReservedTokensBelowTheFenceAreNotHandedOn: after AdvanceFence in
+// this process, a hand-over does not take a reserved token at or below
+// the new fence: its holder makes a token write, above it.
+func TestReservedTokensBelowTheFenceAreNotHandedOn(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	blocker := newLocker(t, []string{srv.Addr})
+	l := newLocker(t, []string{srv.Addr})
+	ctx := t.Context()
+
+	h0 := acquire(t, blocker, ctx, name)
+	hook, watched := watching()
+	l.SetWatchHook(hook)
+	first := acquireAsync(t, l, ctx, name)
+	<-watched
+	second := acquireAsync(t, l, ctx, name)
+	for l.LocalWaiters(name) != 1 {
+		runtime.Gosched()
+	}
+	release(t, h0)
+	le := got(t, first) // its write reserved a token for second
+	target := le.Token() + 1_000
+	if err := l.AdvanceFence(ctx, name, target); err != nil {
+		t.Fatal(err)
+	}
+	release(t, le)
+	le = got(t, second)
+	if le.Token() <= target {
+		t.Fatalf("token %d handed on after AdvanceFence(%d)", le.Token(), target)
+	}
+	release(t, le)
+}
+
+// TestReservedTokensExpireWithTheirWrite: a hand-over later than a third
+// of the session timeout after the batch's write does not trust the
+// session on it: its holder writes again (the time itself is under test).
+func TestReservedTokensExpireWithTheirWrite(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	const session = 1500 * time.Millisecond
+	blocker := newLocker(t, []string{srv.Addr})
+	l := newLocker(t, []string{srv.Addr}, zklock.WithSessionTimeout(session))
+	ctx := t.Context()
+
+	h0 := acquire(t, blocker, ctx, name)
+	hook, watched := watching()
+	l.SetWatchHook(hook)
+	first := acquireAsync(t, l, ctx, name)
+	<-watched
+	second := acquireAsync(t, l, ctx, name)
+	for l.LocalWaiters(name) != 1 {
+		runtime.Gosched()
+	}
+	release(t, h0)
+	le := got(t, first)
+	t0 := le.Token()
+	time.Sleep(session/3 + 50*time.Millisecond)
+	before := tokenWrites(t, l, name)
+	release(t, le)
+	le = got(t, second)
+	if n := tokenWrites(t, l, name) - before; n != 1 {
+		t.Fatalf("%d token writes for the holder handed the lock past a third of the session timeout, want 1", n)
+	}
+	if le.Token() <= t0 {
+		t.Fatalf("token %d after %d", le.Token(), t0)
+	}
+	release(t, le)
+}
+
+// tokenWrites counts the writes to name's fence node and token nodes so
+// far (their data versions).
+func tokenWrites(t *testing.T, l *zklock.Locker, name string) int {
+	t.Helper()
+	children, _, err := l.Conn().Children(l.Dir(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range children {
+		if c != "fence" && !strings.HasPrefix(c, "token-") {
+			continue
+		}
+		_, st, err := l.Conn().Exists(l.Dir(name) + "/" + c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st != nil {
+			n += int(st.Version)
+		}
+	}
+	return n
 }
