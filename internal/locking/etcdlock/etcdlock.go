@@ -22,20 +22,35 @@
 //
 // # The fencing token
 //
-// A holder's token is base + R, where R is the etcd revision at which it
-// was established that the holder holds, and base is the value of the
-// name's fence key read at that same revision (AdvanceFence raises it;
-// it only grows). Tokens grow strictly in hold order: the next holder
-// either reads its queue position after its predecessor's key was deleted
-// (a revision above every revision of the predecessor's hold) or, on a
-// local hand-over, writes its own key again and takes that write's
-// revision. Taking the create revision instead would break fencing with
-// local hand-overs: process P holds with create revision 10, process Q
-// queues at 11, P hands over locally; if P's second holder kept 10 it
-// could not be told from P's first, and if it took a later write's
-// revision (say 12) Q would hold next with 11, below it. The write that
-// closes the hand-over and the read that ends a wait each come after the
-// previous holder's last act, so their revisions order the holders.
+// A token has two parts: base + R<<16 + i. R is the etcd revision at which
+// it was established that a batch's first holder holds (the read that
+// found no predecessor, or the write that took the key back for a new
+// batch), base is the value of the name's fence key read at that same
+// revision (AdvanceFence raises it; it only grows), and i is the holder's
+// place in its batch: 0 for the first, and each local hand-over gives the
+// next holder the next place without a request to etcd.
+//
+// Tokens grow strictly in hold order. Inside a batch, i grows. The next
+// batch's R' is above every revision of the batch before it: a holder of
+// another process reads its queue position after the batch's key was
+// deleted, and a new batch in this process writes its key again, each a
+// revision above everything the batch before did, so R'<<16 is above
+// R<<16 + i for every place i < 1<<16 (a batch that would pass 65,536
+// holders begins a new one). Taking the create revision instead would
+// break fencing with local hand-overs: process P holds with create
+// revision 10, process Q queues at 11, P hands over locally; if P's second
+// holder kept 10 it could not be told from P's first, and if it took a
+// later write's revision (say 12) Q would hold next with 11, below it.
+//
+// A place is handed on only while the key is still this process's (its
+// watch has not seen it go, its session lives) and within a third of the
+// TTL of the request that established the batch's revision, as a renewal
+// would be; past that the next holder writes the key again (which fails
+// if it is gone) and begins a new batch. AdvanceFence(atLeast) makes every
+// later batch's tokens greater than atLeast, and this process hands on no
+// place at or below it (another process may hand on a place of a batch it
+// began before: the store refuses it, and that process advances the fence
+// in turn).
 //
 // # Known problems of etcd's own recipe (concurrency.Mutex) this avoids
 //
@@ -70,6 +85,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,7 +119,17 @@ type Locker struct {
 	wg       sync.WaitGroup
 
 	parked func(predecessor string) // tests: a waiter's watch is in place and its predecessor key still there
+
+	floors map[string]int64 // per name, AdvanceFence's highest atLeast; guarded by mu
 }
+
+// A token is base + R<<batchBits + i: the fence base, the revision R that
+// established the batch's hold, and i, the holder's place in the batch
+// (see the package documentation).
+const (
+	batchBits = 16
+	maxBatch  = 1 << batchBits // holders per batch at most
+)
 
 // New returns a Locker over client. Close it to end its session; the
 // client stays the caller's.
@@ -114,7 +140,7 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 	}
 	closeCtx, closeAll := context.WithCancel(context.Background())
 	return &Locker{client: client, cfg: cfg, queue: handoff.New[*hold](), grant: make(chan struct{}, 1),
-		closeCtx: closeCtx, closeAll: closeAll}
+		closeCtx: closeCtx, closeAll: closeAll, floors: make(map[string]int64)}
 }
 
 func (l *Locker) queueDir(name string) string { return l.cfg.prefix + "q/" + name + "/" }
@@ -319,6 +345,10 @@ type hold struct {
 	sess      *session
 	token     int64
 	budget    int // local hand-overs left before the lock goes back to etcd
+	// The batch's last token (its base, revision and place maxBatch-1),
+	// and when the read or write that established its revision was sent.
+	topToken  int64
+	confirmed time.Time
 	// keyCtx ends when the key is known gone (its session ended, or
 	// someone else deleted it: Reset) with a cause wrapping
 	// locking.ErrLockLost; stopWatch ends the watch on it once the key's
@@ -337,6 +367,7 @@ type hold struct {
 // holder's leases can never re-enter the next holder's.
 func (h *hold) handOn() *hold {
 	return &hold{name: h.name, key: h.key, createRev: h.createRev, sess: h.sess, budget: h.budget,
+		token: h.token, topToken: h.topToken, confirmed: h.confirmed,
 		keyCtx: h.keyCtx, keyCancel: h.keyCancel, stopWatch: h.stopWatch}
 }
 
@@ -518,6 +549,7 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 	for {
 		// One transaction, so everything is read at one revision: the
 		// predecessor, the fence base, and whether our key still exists.
+		sent := time.Now()
 		var resp *clientv3.TxnResponse
 		err := l.retry(wctx, func(ctx context.Context) (err error) {
 			resp, err = l.client.Txn(ctx).Then(
@@ -548,7 +580,10 @@ func (l *Locker) queueAndWait(wctx context.Context, s *session, name string) (*h
 				l.deleteKey(h)
 				return nil, err
 			}
-			h.token = base + rev
+			if err := h.beginBatch(base, rev, sent); err != nil {
+				l.deleteKey(h)
+				return nil, err
+			}
 			l.watchOwn(h)
 			return h, nil
 		}
@@ -669,6 +704,7 @@ func fenceBase(kvs []*mvccpb.KeyValue) (int64, error) {
 }
 
 // takeOver makes a hold handed over inside the process its new holder's:
+// the next place of the batch, or, when none can be trusted, a new batch:
 // it writes the key again (only if it is still the hold's) and takes that
 // write's revision for the token, which orders the new holder after every
 // earlier one.
@@ -676,6 +712,16 @@ func (l *Locker) takeOver(ctx context.Context, h *hold) error {
 	if err := h.keyCtx.Err(); err != nil {
 		return context.Cause(h.keyCtx)
 	}
+	l.mu.Lock()
+	floor := l.floors[h.name]
+	l.mu.Unlock()
+	if next := h.token + 1; next <= h.topToken && next > floor && time.Since(h.confirmed) < l.cfg.ttl/3 {
+		// The next place of the batch: no write (package documentation).
+		h.token = next
+		h.budget--
+		return nil
+	}
+	sent := time.Now()
 	var resp *clientv3.TxnResponse
 	err := l.retry(ctx, func(ctx context.Context) (err error) {
 		resp, err = l.client.Txn(ctx).
@@ -698,8 +744,22 @@ func (l *Locker) takeOver(ctx context.Context, h *hold) error {
 	if err != nil {
 		return err
 	}
-	h.token = base + resp.Header.Revision
+	if err := h.beginBatch(base, resp.Header.Revision, sent); err != nil {
+		return err
+	}
 	h.budget--
+	return nil
+}
+
+// beginBatch makes h the first holder of a batch established at revision
+// rev (read or written by a request sent at sent), over the fence base.
+func (h *hold) beginBatch(base, rev int64, sent time.Time) error {
+	if rev >= 1<<(62-batchBits) {
+		return fmt.Errorf("etcdlock: revision %d too large to make tokens of", rev)
+	}
+	h.token = base + rev<<batchBits
+	h.topToken = h.token + maxBatch - 1
+	h.confirmed = sent
 	return nil
 }
 
@@ -843,8 +903,16 @@ func (l *Locker) Reset(ctx context.Context, name string) error {
 
 // AdvanceFence makes every later token of name greater than atLeast, for a
 // resource that has seen a token from an etcd whose data was lost (its
-// revisions began again). Tokens are base + revision; it raises base.
+// revisions began again): it raises the fence base, and this process
+// hands on no place of a batch at or below it.
 func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) error {
+	if atLeast > math.MaxInt64/2 {
+		return fmt.Errorf("etcdlock: fence %d too high: tokens add a revision to it", atLeast)
+	}
+	// This process hands on no place of an earlier batch at or below it.
+	l.mu.Lock()
+	l.floors[name] = max(l.floors[name], atLeast)
+	l.mu.Unlock()
 	key := l.fenceKey(name)
 	for {
 		resp, err := l.client.Get(ctx, key)
@@ -855,9 +923,10 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 		if err != nil {
 			return err
 		}
-		// Every later token is base' + R' with base' >= base and R' at
-		// least this read's revision (a reader's R' may equal it).
-		if base+resp.Header.Revision > atLeast {
+		// Every later batch's token is base' + R'<<batchBits with base'
+		// >= base and R' at least this read's revision (a reader's R' may
+		// equal it).
+		if base+resp.Header.Revision<<batchBits > atLeast {
 			return nil
 		}
 		var modRev int64

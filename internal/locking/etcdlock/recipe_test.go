@@ -274,3 +274,103 @@ func TestWaiterRequeuesWhenItFindsItsLeaseGoneFirst(t *testing.T) {
 		t.Fatalf("the waiter that found its lease gone: %v", err)
 	}
 }
+
+// A batch's local hand-overs take the next places of its token without a
+// request to etcd (its revision does not move), and the first holder of
+// the next batch, in another process, gets a token above them all. After
+// this process's own AdvanceFence, a place at or below the fence is not
+// handed on: the holder begins a new batch, above it.
+func TestBatchHandsOnPlacesWithoutWrites(t *testing.T) {
+	cluster := testetcd.Start(t)
+	cli := cluster.Client(t)
+	p := newLocker(t, cluster.Client(t))
+	q := newLocker(t, cluster.Client(t))
+	revision := func() int64 {
+		t.Helper()
+		resp, err := cli.Get(t.Context(), "any")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	type res struct {
+		le  *etcdlock.Lease
+		err error
+	}
+	acquire := func(l *etcdlock.Locker) <-chan res {
+		ch := make(chan res, 1)
+		go func() {
+			le, err := l.Acquire(t.Context(), "k")
+			ch <- res{le, err}
+		}()
+		return ch
+	}
+	got := func(ch <-chan res) *etcdlock.Lease {
+		t.Helper()
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.le
+	}
+
+	blocker, err := q.Acquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := acquire(p)
+	queueKeys(t, cli, p, "k", 2) // p's key queued behind q's
+	var rest []<-chan res
+	for i := range 4 {
+		rest = append(rest, acquire(p))
+		for p.LocalWaiting("k") < i+1 {
+			runtime.Gosched()
+		}
+	}
+	if err := blocker.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	le := got(first)
+	tokens := []int64{le.Token()}
+	before := revision()
+	for _, r := range rest[:3] {
+		if err := le.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		le = got(r)
+		tokens = append(tokens, le.Token())
+	}
+	if after := revision(); after != before {
+		t.Fatalf("etcd's revision went from %d to %d over %d local hand-overs: want no writes", before, after, len(tokens)-1)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] != tokens[i-1]+1 {
+			t.Fatalf("tokens %v: hand-over %d did not take the next place", tokens, i)
+		}
+	}
+	// This process advances the fence: the last local waiter begins a new
+	// batch above it.
+	fence := le.Token() + 1
+	if err := p.AdvanceFence(t.Context(), "k", fence); err != nil {
+		t.Fatal(err)
+	}
+	if err := le.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	le = got(rest[3])
+	if le.Token() <= fence {
+		t.Fatalf("token %d handed on after AdvanceFence(%d)", le.Token(), fence)
+	}
+	last := le.Token()
+	next := acquire(q)
+	if err := le.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	le = got(next)
+	if le.Token() <= last {
+		t.Fatalf("token %d of the next batch after %d", le.Token(), last)
+	}
+	if err := le.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -453,6 +453,11 @@ func TestHandOverPassedOnWhenTheWaiterGivesUpInTakeOver(t *testing.T) {
 	if keys := queueKeys(t, cli, q, "k", 2); keys[0] != pKey {
 		t.Fatalf("queue %v, want p's key first", keys)
 	}
+	// A place of P's batch at or below the fence is not handed on: P2's
+	// takeOver must write the key again, a call to etcd.
+	if err := p.AdvanceFence(t.Context(), "k", r1.le.Token()+1); err != nil {
+		t.Fatal(err)
+	}
 	plink.Freeze()
 	t.Cleanup(plink.Thaw)
 	if err := r1.le.Release(t.Context()); err != nil { // a local hand-over: no call to etcd
