@@ -491,39 +491,45 @@ func TestReleaseAfterSuspension(t *testing.T) {
 	release(t, next)
 }
 
-// TestBatchHandsOnReservedTokens: a batch's local hand-overs take the
-// tokens its first holder's write reserved, one after the other, without a
-// write of their own; a holder after the batch, in another process, gets
-// a token above the whole block.
-func TestBatchHandsOnReservedTokens(t *testing.T) {
-	srv := testzk.Start(t)
-	name := uniqueName(t)
+// batch makes l's goroutines a batch of 1 + locals holders of name: the
+// first waits in ZooKeeper behind another process's hold while locals
+// more queue behind it in l. Calling begin releases the other hold, so l
+// gets the lock with locals waiters; it returns the first holder's lease
+// and the others' results, in queue order.
+func batch(t *testing.T, srv *testzk.Server, l *zklock.Locker, name string, locals int) (begin func() (*zklock.Lease, []<-chan result)) {
+	t.Helper()
 	blocker := newLocker(t, []string{srv.Addr})
-	p := newLocker(t, []string{srv.Addr})
-	q := newLocker(t, []string{srv.Addr})
-	ctx := t.Context()
-
-	// P's first goroutine waits in ZooKeeper behind the blocker while
-	// three more queue behind it in P: when P gets the lock its batch is
-	// four holders.
-	h0 := acquire(t, blocker, ctx, name)
+	h0 := acquire(t, blocker, t.Context(), name)
 	hook, watched := watching()
-	p.SetWatchHook(hook)
-	first := acquireAsync(t, p, ctx, name)
+	l.SetWatchHook(hook)
+	first := acquireAsync(t, l, t.Context(), name)
 	<-watched
 	var rest []<-chan result
-	for i := range 3 {
-		rest = append(rest, acquireAsync(t, p, ctx, name))
-		for p.LocalWaiters(name) != i+1 {
+	for i := range locals {
+		rest = append(rest, acquireAsync(t, l, t.Context(), name))
+		for l.LocalWaiters(name) != i+1 {
 			runtime.Gosched()
 		}
 	}
+	return func() (*zklock.Lease, []<-chan result) {
+		release(t, h0)
+		return got(t, first), rest
+	}
+}
+
+// TestBatchHandsOnReservedTokens: a batch's local hand-overs take the next
+// places of its token, one after the other, without a write of their own;
+// a holder after the batch, in another process, gets a token above them.
+func TestBatchHandsOnReservedTokens(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	p := newLocker(t, []string{srv.Addr})
+	q := newLocker(t, []string{srv.Addr})
+	begin := batch(t, srv, p, name, 3)
 	writesBefore := tokenWrites(t, p, name)
-	release(t, h0)
-	var tokens []int64
-	le := got(t, first)
-	tokens = append(tokens, le.Token())
-	qRes := acquireAsync(t, q, ctx, name) // queues in ZooKeeper behind P's batch
+	le, rest := begin()
+	tokens := []int64{le.Token()}
+	qRes := acquireAsync(t, q, t.Context(), name) // queues in ZooKeeper behind P's batch
 	for _, r := range rest {
 		release(t, le)
 		le = got(t, r)
@@ -535,7 +541,7 @@ func TestBatchHandsOnReservedTokens(t *testing.T) {
 	release(t, le)
 	for i := 1; i < len(tokens); i++ {
 		if tokens[i] != tokens[i-1]+1 {
-			t.Fatalf("batch tokens %v: hand-over %d did not take the next reserved token", tokens, i)
+			t.Fatalf("batch tokens %v: hand-over %d did not take the next place", tokens, i)
 		}
 	}
 	lq := got(t, qRes)
@@ -546,32 +552,19 @@ func TestBatchHandsOnReservedTokens(t *testing.T) {
 }
 
 // TestReservedTokensBelowTheFenceAreNotHandedOn: after AdvanceFence in
-// this process, a hand-over does not take a reserved token at or below
-// the new fence: its holder makes a token write, above it.
+// this process, a hand-over does not take a place at or below the new
+// fence: its holder makes a token write, above it.
 func TestReservedTokensBelowTheFenceAreNotHandedOn(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
-	blocker := newLocker(t, []string{srv.Addr})
 	l := newLocker(t, []string{srv.Addr})
-	ctx := t.Context()
-
-	h0 := acquire(t, blocker, ctx, name)
-	hook, watched := watching()
-	l.SetWatchHook(hook)
-	first := acquireAsync(t, l, ctx, name)
-	<-watched
-	second := acquireAsync(t, l, ctx, name)
-	for l.LocalWaiters(name) != 1 {
-		runtime.Gosched()
-	}
-	release(t, h0)
-	le := got(t, first) // its write reserved a token for second
+	le, rest := batch(t, srv, l, name, 1)()
 	target := le.Token() + 1_000
-	if err := l.AdvanceFence(ctx, name, target); err != nil {
+	if err := l.AdvanceFence(t.Context(), name, target); err != nil {
 		t.Fatal(err)
 	}
 	release(t, le)
-	le = got(t, second)
+	le = got(t, rest[0])
 	if le.Token() <= target {
 		t.Fatalf("token %d handed on after AdvanceFence(%d)", le.Token(), target)
 	}
@@ -585,26 +578,13 @@ func TestReservedTokensExpireWithTheirWrite(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
 	const session = 1500 * time.Millisecond
-	blocker := newLocker(t, []string{srv.Addr})
 	l := newLocker(t, []string{srv.Addr}, zklock.WithSessionTimeout(session))
-	ctx := t.Context()
-
-	h0 := acquire(t, blocker, ctx, name)
-	hook, watched := watching()
-	l.SetWatchHook(hook)
-	first := acquireAsync(t, l, ctx, name)
-	<-watched
-	second := acquireAsync(t, l, ctx, name)
-	for l.LocalWaiters(name) != 1 {
-		runtime.Gosched()
-	}
-	release(t, h0)
-	le := got(t, first)
+	le, rest := batch(t, srv, l, name, 1)()
 	t0 := le.Token()
 	time.Sleep(session/3 + 50*time.Millisecond)
 	before := tokenWrites(t, l, name)
 	release(t, le)
-	le = got(t, second)
+	le = got(t, rest[0])
 	if n := tokenWrites(t, l, name) - before; n != 1 {
 		t.Fatalf("%d token writes for the holder handed the lock past a third of the session timeout, want 1", n)
 	}
