@@ -754,8 +754,8 @@ func (l *Locker) takeOver(ctx context.Context, h *hold) error {
 // beginBatch makes h the first holder of a batch established at revision
 // rev (read or written by a request sent at sent), over the fence base.
 func (h *hold) beginBatch(base, rev int64, sent time.Time) error {
-	if rev >= 1<<(62-batchBits) {
-		return fmt.Errorf("etcdlock: revision %d too large to make tokens of", rev)
+	if rev >= 1<<(62-batchBits) || base > math.MaxInt64-rev<<batchBits-maxBatch {
+		return fmt.Errorf("etcdlock: fence base %d and revision %d too large to make tokens of", base, rev)
 	}
 	h.token = base + rev<<batchBits
 	h.topToken = h.token + maxBatch - 1
@@ -906,8 +906,8 @@ func (l *Locker) Reset(ctx context.Context, name string) error {
 // revisions began again): it raises the fence base, and this process
 // hands on no place of a batch at or below it.
 func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) error {
-	if atLeast > math.MaxInt64/2 {
-		return fmt.Errorf("etcdlock: fence %d too high: tokens add a revision to it", atLeast)
+	if atLeast > math.MaxInt64-2*maxBatch {
+		return fmt.Errorf("etcdlock: fence %d too high: no token is above it", atLeast)
 	}
 	// This process hands on no place of an earlier batch at or below it.
 	l.mu.Lock()
@@ -925,8 +925,15 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 		}
 		// Every later batch's token is base' + R'<<batchBits with base'
 		// >= base and R' at least this read's revision (a reader's R' may
-		// equal it).
-		if base+resp.Header.Revision<<batchBits > atLeast {
+		// equal it). The base is raised only as far as that needs:
+		// raising it to atLeast itself would add a revision's worth of
+		// tokens at every call, and tokens would run out.
+		rev := resp.Header.Revision
+		if rev >= 1<<(62-batchBits) {
+			return fmt.Errorf("etcdlock: revision %d too large to make tokens of", rev)
+		}
+		need := atLeast - rev<<batchBits + 1
+		if base >= need {
 			return nil
 		}
 		var modRev int64
@@ -935,7 +942,7 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 		}
 		put, err := l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
-			Then(clientv3.OpPut(key, strconv.FormatInt(atLeast, 10))).
+			Then(clientv3.OpPut(key, strconv.FormatInt(need, 10))).
 			Commit()
 		if err != nil {
 			return l.nodeError(fmt.Errorf("advance the fence of %s: %w", name, err))

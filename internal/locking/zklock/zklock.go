@@ -51,11 +51,14 @@
 // only grows: a later batch's z' > z gives B' + z'<<16 > B + z<<16 + i for
 // every i < 1<<16. So tokens grow strictly in every process and across
 // server restarts (a restart begins a new epoch, the high half of the
-// zxid). AdvanceFence(atLeast) raises B to at least atLeast, so every
-// later batch's tokens are above it (z >= 1); this process hands on no
-// place of an earlier batch at or below it (another process may: the
-// store refuses it, that process advances the fence in turn, and its next
-// holder writes).
+// zxid). AdvanceFence(atLeast) writes this process's token node to learn
+// a zxid n below every later write's, and raises B, if it must, to
+// atLeast - (n+1)<<16 + 1, so every later batch's tokens are above atLeast
+// (raising B to atLeast itself would add a zxid's worth of tokens at each
+// call, and they would run out); this process hands on no place of an
+// earlier batch at or below it (another process may: the store refuses
+// it, that process advances the fence in turn, and its next holder
+// writes).
 //
 // A hand-over without a write trusts the session: it is made only while
 // the client has not lost its connection since the batch's write (the
@@ -632,8 +635,8 @@ func (l *Locker) hold(ctx, wctx context.Context, n *node) (*Lease, error) {
 			if err != nil {
 				return nil, err
 			}
-			if z >= 1<<(62-batchBits) {
-				return nil, fmt.Errorf("zklock: zxid %#x too large to make tokens of", z)
+			if z >= 1<<(62-batchBits) || base > math.MaxInt64-z<<batchBits-maxBatch {
+				return nil, fmt.Errorf("zklock: fence base %d and zxid %#x too large to make tokens of", base, z)
 			}
 			token = base + z<<batchBits
 			n.topToken, n.epoch, n.written = token+maxBatch-1, epoch, sent
@@ -1114,11 +1117,12 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 	if err := validName(name); err != nil {
 		return err
 	}
-	if atLeast > math.MaxInt64/2 {
-		return fmt.Errorf("zklock: fence %d too high: tokens add a zxid to it", atLeast)
+	if atLeast > math.MaxInt64-2*maxBatch {
+		return fmt.Errorf("zklock: fence %d too high: no token is above it", atLeast)
 	}
-	// Tokens this process reserved before are not handed on if they are
-	// not above atLeast: the next holder here makes a token write.
+	// Places this process's batches have not handed on yet are not
+	// handed on if they are not above atLeast: the next holder here
+	// begins a new batch.
 	l.mu.Lock()
 	ns := l.nameLocked(name)
 	ns.floor = max(ns.floor, atLeast)
@@ -1130,16 +1134,50 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 		if err != nil {
 			return err
 		}
-		if base >= atLeast {
-			return nil // every token is base + a zxid >= 1
+		// Every later batch's token is base' + z'<<batchBits with base'
+		// >= base and z' above the zxid of a write made now (to this
+		// process's own token node). The base is raised only as far as
+		// that needs: raising it to atLeast itself would add a whole
+		// zxid's worth of tokens at every call, and tokens would run out
+		// after a few thousand fenced-off writes.
+		now, err := l.touchToken(ctx, name)
+		if err != nil {
+			return err
+		}
+		if now >= 1<<(62-batchBits) {
+			return fmt.Errorf("zklock: zxid %#x too large to make tokens of", now)
+		}
+		need := atLeast - (now+1)<<batchBits + 1
+		if base >= need {
+			return nil
 		}
 		_, err = call(l, ctx, func() (*zk.Stat, error) {
-			return l.conn.Set(path, []byte(strconv.FormatInt(atLeast, 10)), version)
+			return l.conn.Set(path, []byte(strconv.FormatInt(need, 10)), version)
 		}, nil)
 		if err == nil || !errors.Is(err, zk.ErrBadVersion) {
 			l.forgetFence(name)
 			return l.nodeError(err)
 		}
+	}
+}
+
+// touchToken writes this process's token node for name and returns the
+// write's zxid: every later write's zxid is above it.
+func (l *Locker) touchToken(ctx context.Context, name string) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		tok, err := l.tokenNode(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		st, err := call(l, ctx, func() (*zk.Stat, error) { return l.conn.Set(tok, nil, -1) }, nil)
+		if errors.Is(err, zk.ErrNoNode) && attempt == 0 {
+			l.forgetFence(name) // the session that made it ended: make it again
+			continue
+		}
+		if err != nil {
+			return 0, l.nodeError(err)
+		}
+		return st.Mzxid, nil
 	}
 }
 
