@@ -202,6 +202,12 @@ func hungCluster(t *testing.T, n int) (st *Store, onHung, healthy string, resume
 		}
 	}
 	st.pipelines.changed = make(chan struct{}, 1)
+	// A cluster client's first pipeline loads the commands' descriptions
+	// (COMMAND) from some master: from the paused one it would wait for
+	// the socket timeout. Load them now.
+	if _, err := cc.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Exists(ctx, st.keys(healthy).sale).Err() }); err != nil {
+		t.Fatal(err)
+	}
 	if err := hung.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -228,14 +234,21 @@ func reserveAsync(st *Store, sku, id string, timeout time.Duration) chan error {
 func TestCoalescerHungMasterHoldsOnlyItsOwnSKUs(t *testing.T) {
 	st, onHung, healthy, resume := hungCluster(t, 4)
 	c := st.pipelines
+	const deadline = 3 * time.Second
 	began := time.Now()
 	var hungOrders []chan error
 	for i := range c.max + 2 {
-		hungOrders = append(hungOrders, reserveAsync(st, onHung, fmt.Sprint("p", i), time.Second))
+		hungOrders = append(hungOrders, reserveAsync(st, onHung, fmt.Sprint("p", i), deadline))
 	}
-	waitFor(t, c, func() bool { ln := c.lines[onHung]; return ln != nil && ln.leaders == c.max && len(ln.queue) == 2 })
-	if err := <-reserveAsync(st, healthy, "h", 5*time.Second); err != nil {
-		t.Fatalf("an order for a SKU on a healthy master, beside a hung master's: %v", err)
+	// Every pipeline of the hung master's SKU is out (the orders' deadline
+	// is far enough for a slow machine to get there first).
+	waitFor(t, c, func() bool { ln := c.lines[onHung]; return ln != nil && ln.leaders == c.max })
+	if time.Since(began) < deadline {
+		if err := <-reserveAsync(st, healthy, "h", 5*time.Second); err != nil {
+			t.Fatalf("an order for a SKU on a healthy master, beside a hung master's: %v", err)
+		}
+	} else {
+		t.Errorf("the hung SKU's pipelines were all out only after %v, past the orders' deadline", time.Since(began).Round(time.Millisecond))
 	}
 	for i, res := range hungOrders {
 		err := <-res
@@ -244,9 +257,9 @@ func TestCoalescerHungMasterHoldsOnlyItsOwnSKUs(t *testing.T) {
 		}
 	}
 	// The client's own timeouts and retries would take 20 s and more; the
-	// orders' deadline is 1 s (the bound leaves room for a slow machine).
-	if waited := time.Since(began); waited > 5*time.Second {
-		t.Errorf("the hung master's orders came back after %v; their deadline was 1 s", waited.Round(time.Millisecond))
+	// orders' deadline is 3 s (the bound leaves room for a slow machine).
+	if waited := time.Since(began); waited > deadline+5*time.Second {
+		t.Errorf("the hung master's orders came back after %v; their deadline was %v", waited.Round(time.Millisecond), deadline)
 	}
 	resume()
 	idle(t, c)
