@@ -186,7 +186,7 @@ type nameState struct {
 	version    int32  // the fence node's version, as last read
 	known      bool   // base and version are set
 	generation int    // counts Resets: a hold of an older one is not handed on
-	floor      int64  // AdvanceFence's highest atLeast: reserved tokens must be above it
+	floor      int64  // AdvanceFence's highest atLeast: places handed on must be above it
 	token      string // this process's token node
 	tokenGen   uint64 // the session generation it was created in
 }
@@ -201,7 +201,7 @@ type node struct {
 	alone      bool   // no other node was queued when the process got the lock
 	generation int    // nameState.generation when the process got the lock
 
-	// The tokens the batch's last token write reserved for hand-overs
+	// The places of the batch's last token write left for hand-overs
 	// without a write of their own: nextToken up to topToken, usable
 	// while the session's epoch is still epoch and the write was sent
 	// less than a third of the session timeout ago.

@@ -252,8 +252,8 @@ func TestLocalHandOverAfterAnotherProcessQueued(t *testing.T) {
 
 // TestAdvanceFence: every token after AdvanceFence(x) is above x: every
 // batch's (its token write reads the new base), and every place this
-// process hands on after its own AdvanceFence (TestReservedTokensBelow-
-// TheFenceAreNotHandedOn). A place another process hands on from a batch
+// process hands on after its own AdvanceFence
+// (TestPlacesAtOrBelowTheFenceAreNotHandedOn). A place another process hands on from a batch
 // it began before may be below x: the store refuses it, and that process
 // advances the fence in turn. A lower value changes nothing, and tokens
 // keep growing.
@@ -517,10 +517,10 @@ func batch(t *testing.T, srv *testzk.Server, l *zklock.Locker, name string, loca
 	}
 }
 
-// TestBatchHandsOnReservedTokens: a batch's local hand-overs take the next
+// TestBatchHandsOnPlaces: a batch's local hand-overs take the next
 // places of its token, one after the other, without a write of their own;
 // a holder after the batch, in another process, gets a token above them.
-func TestBatchHandsOnReservedTokens(t *testing.T) {
+func TestBatchHandsOnPlaces(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
 	p := newLocker(t, []string{srv.Addr})
@@ -551,10 +551,10 @@ func TestBatchHandsOnReservedTokens(t *testing.T) {
 	release(t, lq)
 }
 
-// TestReservedTokensBelowTheFenceAreNotHandedOn: after AdvanceFence in
+// TestPlacesAtOrBelowTheFenceAreNotHandedOn: after AdvanceFence in
 // this process, a hand-over does not take a place at or below the new
 // fence: its holder makes a token write, above it.
-func TestReservedTokensBelowTheFenceAreNotHandedOn(t *testing.T) {
+func TestPlacesAtOrBelowTheFenceAreNotHandedOn(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
 	l := newLocker(t, []string{srv.Addr})
@@ -571,10 +571,10 @@ func TestReservedTokensBelowTheFenceAreNotHandedOn(t *testing.T) {
 	release(t, le)
 }
 
-// TestReservedTokensExpireWithTheirWrite: a hand-over later than a third
+// TestPlacesExpireWithTheirWrite: a hand-over later than a third
 // of the session timeout after the batch's write does not trust the
 // session on it: its holder writes again (the time itself is under test).
-func TestReservedTokensExpireWithTheirWrite(t *testing.T) {
+func TestPlacesExpireWithTheirWrite(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
 	const session = 1500 * time.Millisecond
