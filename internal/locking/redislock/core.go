@@ -52,8 +52,7 @@ type attempt struct {
 	token      string
 	deadline   time.Time // end of the wait
 	inbox      *inbox
-	fence      int64
-	fenceTop   int64           // highest fence reserved for this hold and its local successors (>= fence)
+	fence      int64           // the fencing token: counter<<placeBits + place (token.go)
 	validUntil time.Time       // written by acquire, then only by the watchdog
 	element    string          // our entry in the server's queue (single node) or in the gate's (Redlock)
 	queueID    string          // Redlock: our name in the gate's queue; token changes after a failed round, this does not
@@ -65,21 +64,46 @@ type attempt struct {
 	lost       bool            // set by Release: the hold was lost, do not hand it on
 }
 
+// grantKind says how the key's local slot reached the next goroutine.
+type grantKind uint8
+
+const (
+	// grantNone: the goroutine takes the lock from Redis like a newcomer.
+	grantNone grantKind = iota
+	// grantHandedOn: the predecessor passed its lock on inside this process,
+	// without Redis (core.handOver); the slot carries the lock's value.
+	grantHandedOn
+	// grantGiven: Locker only. The predecessor's release script gave the
+	// lock to this goroutine in Redis.
+	grantGiven
+	// grantQueued: Locker only. The predecessor's release script put this
+	// goroutine in the server's queue (element).
+	grantQueued
+	// grantReleased: Redlock only. The predecessor released the lock to
+	// everyone; the goroutine listens for the announcement before it tries,
+	// like the other processes' waiters.
+	grantReleased
+)
+
 // slotGrant is what the releasing holder passes to the next local waiter.
 type slotGrant struct {
-	granted    bool // the lock is already ours
-	fence      int64
-	validUntil time.Time
-	token      string          // local hand-over: the lock's value in Redis, inherited
-	pending    *sync.WaitGroup // local hand-over: the calls for that lock still running
-	fenceTop   int64           // local hand-over: the reserved fences
-	batch      int             // local hand-over: hand-overs left
-	generation int             // local hand-over: the chain's generation
-	queued     bool            // we have a place in the server's queue: element
-	element    string          //
-	notBefore  time.Time       // the lock cannot have reached us before this
-	armed      bool            // our inbox listened on a confirmed subscription before we were queued
-	releasedBy string          // Redlock: our predecessor released this token for everyone
+	kind       grantKind
+	fence      int64     // handedOn, given: the new holder's token
+	validUntil time.Time // handedOn, given
+	chain      chainLock // handedOn: the lock in Redis that the batch shares
+	element    string    // queued: our place in the server's queue
+	notBefore  time.Time // queued: the lock cannot have reached us before this
+	armed      bool      // queued: our inbox listened on a confirmed subscription before we were queued
+}
+
+// chainLock is what a chain of local hand-overs shares: the lock's value in
+// Redis, the calls for that value still running, the hand-overs left, and
+// the keyState.generation the chain began in.
+type chainLock struct {
+	token      string
+	pending    *sync.WaitGroup
+	batch      int
+	generation int
 }
 
 // keyState is the process-local state of one key, guarded by core.mu.
@@ -192,7 +216,7 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 			return nil, c.notObtained(wctx)
 		}
 	}
-	if g.token != "" {
+	if g.kind == grantHandedOn {
 		// Handed over inside this process: the lock is ours already,
 		// unless its validity ended on the way (this goroutine paused
 		// between the hand-over and here). Then it takes the normal path.
@@ -220,9 +244,8 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		// Serve the goroutines of this process that wait now, by
 		// hand-over, then give the lock back to all (see handOver).
 		c.mu.Lock()
-		a.batch, a.generation = len(ks.waiters), ks.generation
+		a.batch, a.generation = min(len(ks.waiters), maxPlace), ks.generation
 		c.mu.Unlock()
-		a.fenceTop = max(a.fenceTop, a.fence) // a backend may have reserved more
 		l, err := c.newHold(ctx, ks, a)
 		if !errors.Is(err, errExpired) {
 			return l, err
@@ -244,7 +267,7 @@ var errExpired = errors.New("locking: validity ended before the hold began")
 func (c *core) abandon(ctx context.Context, a *attempt) {
 	_, _ = c.be.leave(context.WithoutCancel(ctx), a, nil) // locking.ErrLockLost, most likely: it expired
 	a.token, a.queueID, a.element, a.gates = newToken(), "", "", nil
-	a.fence, a.fenceTop, a.validUntil = 0, 0, time.Time{}
+	a.fence, a.validUntil = 0, time.Time{}
 	a.pending, a.batch, a.generation, a.lost = new(sync.WaitGroup), 0, 0, false
 }
 
@@ -265,14 +288,14 @@ func (c *core) notObtained(wctx context.Context, errs ...error) error {
 }
 
 func (a *attempt) apply(g slotGrant) {
-	if g.queued {
+	switch g.kind {
+	case grantQueued:
 		a.element = g.element
-	}
-	if g.granted {
+	case grantGiven:
 		a.fence, a.validUntil = g.fence, g.validUntil
-	}
-	if g.token != "" {
-		a.token, a.fenceTop, a.batch, a.pending, a.generation = g.token, g.fenceTop, g.batch, g.pending, g.generation
+	case grantHandedOn:
+		a.fence, a.validUntil = g.fence, g.validUntil
+		a.token, a.pending, a.batch, a.generation = g.chain.token, g.chain.pending, g.chain.batch, g.chain.generation
 	}
 }
 
@@ -315,21 +338,21 @@ func (c *core) watchLocked(ks *keyState) []*subscription {
 
 // handOver passes a's lock to the next goroutine of this process that waits
 // for the key, without letting go of it in Redis: the successor inherits
-// the lock's value and its validity, and takes the next fencing token from a
-// block reserved for the batch. It does so only for the goroutines that
-// waited when the process took the lock (a.batch), and then gives the lock
-// back to everyone: cheap hand-overs, without starving other processes.
+// the lock's value and its validity, and takes the next place in the
+// chain's block of tokens (token.go). It does so only for the goroutines
+// that waited when the process took the lock (a.batch), and then gives the
+// lock back to everyone: cheap hand-overs, without starving other
+// processes.
 //
-// The block is reserved before any of its tokens is handed on: by Redlock's
-// fence write when it takes the lock, else by an extend that raises the
-// counter to the block's top (on a majority for Redlock). Every later
-// acquisition reads a counter at least that high and takes a token above
-// the block, so tokens still grow with every new holder (doc.go). Nothing
-// is handed on once the validity has ended; the lock is confirmed in Redis
-// (an extend, within the validity) whenever its last confirmation is older
-// than a renewal interval, so a chain of short holds notices a lost lock as
-// soon as one long hold would; a Reset in this process ends the chain, and
-// AdvanceFence raises the tokens still to be handed.
+// Every later acquisition from Redis takes a greater counter than the one
+// that began the chain, so a token above the whole block: tokens still grow
+// with every new holder, and a hand-over needs no call to Redis (doc.go).
+// Nothing is handed on once the validity has ended; the lock is confirmed
+// in Redis (an extend, within the validity) whenever its last confirmation
+// is older than a renewal interval, so a chain of short holds notices a
+// lost lock as soon as one long hold would; a Reset in this process ends
+// the chain, and so does an AdvanceFence that leaves no token of the block
+// above what it was given.
 func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
 	if a.fence == 0 || a.lost || a.batch <= 0 || !time.Now().Before(a.validUntil) {
 		return false
@@ -338,17 +361,14 @@ func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
 	waiting := !c.closed && len(ks.waiters) > 0 && a.generation == ks.generation
 	fence := max(a.fence, ks.fenceFloor) + 1
 	c.mu.Unlock()
-	if !waiting {
+	if !waiting || !sameChain(fence, a.fence) {
 		return false
 	}
-	// Go back to Redis when the block is used up (or AdvanceFence raised
-	// the floor past it), and when the lock was last confirmed there more
-	// than a renewal interval ago: a chain of short holds must not outlive
-	// a lock lost to Reset or to a server that restarted empty for longer
-	// than one hold would.
-	confirmedLongAgo := time.Until(a.validUntil) < c.cfg.ttl-c.cfg.drift()-c.cfg.renewInterval()
-	if fence > a.fenceTop || confirmedLongAgo {
-		a.fenceTop = max(a.fenceTop, fence+int64(a.batch)-1)
+	// Go back to Redis when the lock was last confirmed there more than a
+	// renewal interval ago: a chain of short holds must not outlive a lock
+	// lost to Reset or to a server that restarted empty for longer than
+	// one hold would.
+	if time.Until(a.validUntil) < c.cfg.ttl-c.cfg.drift()-c.cfg.renewInterval() {
 		// Within the validity, like a renewal: Redlock's extend takes back
 		// nodes that lost the key, which is safe only while we hold a
 		// majority.
@@ -374,19 +394,18 @@ func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
 		s.disarm(a.inbox)
 	}
 	next.ready <- slotGrant{
-		granted: true, fence: fence, validUntil: a.validUntil,
-		token: a.token, fenceTop: a.fenceTop, batch: a.batch - 1, generation: a.generation,
+		kind: grantHandedOn, fence: fence, validUntil: a.validUntil,
 		// A renewal's call that a slow node answers late may still be
 		// running: whoever finally releases the lock must wait for it, or
 		// it could put the lock back on that node after the release.
-		pending: a.pending,
+		chain: chainLock{token: a.token, pending: a.pending, batch: a.batch - 1, generation: a.generation},
 	}
 	return true
 }
 
 // raiseFenceFloor makes the hand-overs of key's current chain take tokens
-// above atLeast (AdvanceFence raised the counters in Redis; the tokens the
-// chain reserved before may be below it).
+// above atLeast (AdvanceFence raised the counters in Redis; the places left
+// in the chain's block may be below it).
 func (c *core) raiseFenceFloor(key string, atLeast int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

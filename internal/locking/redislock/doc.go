@@ -31,14 +31,24 @@
 // written, so every write saw the state it changes
 // (internal/inventory.Locked).
 //
+// # Tokens: a counter and a place
+//
+// A fencing token has two parts: counter<<16 + place (token.go). The
+// counter K:fence grows by one with every acquisition from Redis; the
+// place is 0 for the holder that took the counter and 1, 2, … for the
+// goroutines of its process it hands the lock on to (see Hand-overs
+// inside a process). The sections below argue that each acquisition from
+// Redis takes a counter above every earlier holder's, which puts its token
+// above every place of every earlier chain.
+//
 // # Fencing on one server
 //
 // The acquire script sets the lock (SET NX PX) and increments the key's
 // counter (INCR K:fence) in one script, and hand-overs to a queued waiter
-// do the same, so each new holder gets the next integer: strictly growing,
-// as long as the server keeps its data (Reset keeps the counter; run Redis
-// with persistence and maxmemory-policy noeviction, so neither a restart nor
-// an eviction loses it).
+// do the same, so each new holder from Redis gets the next counter:
+// strictly growing, as long as the server keeps its data (Reset keeps the
+// counter; run Redis with persistence and maxmemory-policy noeviction, so
+// neither a restart nor an eviction loses it).
 //
 // # Fencing across Redlock nodes
 //
@@ -50,15 +60,16 @@
 // is reported held only when a majority W acknowledged the token, and only
 // if its validity (ttl - elapsed - drift) has not run out.
 //
+// (Here, as below, "token" is the counter part; the place adds nothing.)
+//
 // The write-back usually goes with the acquisition instead: the contender
 // that holds the gate (see Waiting) learns the gate node's counter c there
-// and proposes token c+1 with its round. The acquire script then, after its
-// read and in the same script as the SET, raises the counter to the
-// proposal's top (the token plus the block reserved for local hand-overs,
-// see below; set-if-greater) and replies with the value it read. If every
-// value read on the majority M is below c+1, the token is c+1 and W = M
-// took it with the SET; otherwise the proposal is dropped and the token is
-// fixed as above, by max+1 and a second round. Either way the token exceeds
+// and proposes c+1 with its round. The acquire script then, after its read
+// and in the same script as the SET, raises the counter to c+1
+// (set-if-greater) and replies with the value it read. If every value read
+// on the majority M is below c+1, the token is c+1 and W = M took it with
+// the SET; otherwise the proposal is dropped and the token is fixed as
+// above, by max+1 and a second round. Either way the token exceeds
 // every value read on a majority, and a majority holds it (or more) before
 // the lock is reported held, which is all the argument below uses. A
 // dropped proposal, or a round that failed after raising some counters,
@@ -74,7 +85,7 @@
 // took at least t1+1. Reads that happen in the acquire script itself are
 // what make this work; reading the counters in a separate step could read a
 // node before H1's write landed on it. Counters only grow (set-if-greater),
-// and each renewal also raises every node's counter to the holder's token,
+// and each renewal also raises every node's counter to the holder's,
 // which repairs nodes that came back empty.
 //
 // The token is written to every node where the lock is H1's, not just to
@@ -113,30 +124,29 @@
 //
 // A holder whose process has goroutines waiting for the same key passes the
 // lock to the next of them without letting go of it in Redis (see Waiting).
-// The successor inherits the lock and takes the next integer from a block
-// of tokens reserved for the batch before any of them is handed on: Redlock
-// writes the block's top as the counter when it fixes the holder's token
-// (in the acquisition round or the second round, on a majority, see above);
-// otherwise a renewal
-// raises the counter to it. Nobody else can hold the lock in between, and
-// every later acquisition reads a counter at least that high, so it takes a
-// token above the whole block: tokens still grow strictly with each new
-// holder, with gaps where a reserved goroutine gave up. Nothing is handed on
-// after the validity ends, and a chain of hand-overs confirms the lock in
-// Redis at least once per renewal interval, like a single hold, so it
-// notices a lost lock (Reset, a server restarted empty) no later than one
-// hold would. AdvanceFence raises the tokens still to be handed. The
-// successor checks the validity again when it takes the lock: one that
-// paused past it refuses the grant and acquires from Redis instead.
-//
+// The successor inherits the lock and takes the next place of the chain's
+// counter, without a call to Redis: nobody else can hold the lock in
+// between, and every later acquisition from Redis takes a greater counter
+// (the arguments above), so a token above every place of the chain: tokens
+// still grow strictly with each new holder. A chain makes at most 65,535
+// hand-overs (the places of 16 bits), and only for the goroutines that
+// waited when it began. Nothing is handed on after the validity ends, and
+// a chain of hand-overs confirms the lock in Redis at least once per
+// renewal interval, like a single hold, so it notices a lost lock (Reset, a
+// server restarted empty) no later than one hold would. AdvanceFence raises
+// the places still to be handed, and ends the chain when none of them
+// would be above what it was given. The successor checks the validity
+// again when it takes the lock: one that paused past it refuses the grant
+// and acquires from Redis instead.
+
 // # Waiting
 //
 // Within a process, goroutines queue locally (FIFO) and one of them talks to
 // Redis for the key. A process that takes the lock serves the goroutines
 // that were waiting for it at that moment by hand-over (no Redis call but
-// one renewal per batch, see above) and then gives it back to all: batching
-// makes contended locks cheap without starving other processes, since each
-// goroutine gets one turn per batch of its process.
+// one confirmation per renewal interval, see above) and then gives it back
+// to all: batching makes contended locks cheap without starving other
+// processes, since each goroutine gets one turn per batch of its process.
 //
 // Locker: waiting processes queue on the server (K:queue, oldest first) and
 // a release hands the lock straight to the oldest of them, publishing the

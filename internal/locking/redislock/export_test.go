@@ -112,3 +112,10 @@ func DeliverLate(ctx context.Context, c *redis.Client, call LateCall, key, value
 func NewRedlockClients(clients []Client, opts ...Option) (*Redlock, error) {
 	return newRedlock(clients, opts...)
 }
+
+// TokenCounter is the counter in Redis (K:fence) of the chain token belongs
+// to (token.go).
+func TokenCounter(token int64) int64 { return counterOf(token) }
+
+// ChainStart is the token of the holder that took counter from Redis.
+func ChainStart(counter int64) int64 { return chainStart(counter) }

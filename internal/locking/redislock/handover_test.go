@@ -17,12 +17,12 @@ import (
 	"github.com/flashsale/stock/internal/locking/redislock"
 )
 
-// TestHandOverReservesTokens: a process that takes the lock while two of
-// its goroutines wait for it hands it to them in turn without going back
-// to Redis; their tokens follow on, and the counter in Redis is raised past
-// them before the first hand-over, so another process's later token is
-// greater than all of them.
-func TestHandOverReservesTokens(t *testing.T) {
+// TestHandOverTakesPlacesWithoutRedis: a process that takes the lock while
+// two of its goroutines wait for it hands it to them in turn without going
+// back to Redis; their tokens are the next places of the first holder's
+// counter, the counter in Redis stays as it was, and another process's
+// later token (the next counter) is greater than all of them.
+func TestHandOverTakesPlacesWithoutRedis(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	client := shared.Client(t)
@@ -62,8 +62,8 @@ func TestHandOverReservesTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counter != first.Token() {
-		t.Fatalf("counter %d while the first holds %d: nothing should be reserved before a hand-over", counter, first.Token())
+	if counter != redislock.TokenCounter(first.Token()) || first.Token() != redislock.ChainStart(counter) {
+		t.Fatalf("counter %d while the first holds %d: the first of a chain holds its counter's first place", counter, first.Token())
 	}
 	current := first
 	for range 2 {
@@ -72,12 +72,12 @@ func TestHandOverReservesTokens(t *testing.T) {
 		}
 		current = <-leases
 		tokens = append(tokens, current.Token())
-		counter, err := client.Get(ctx, "lock:"+key+":fence").Int64()
+		after, err := client.Get(ctx, "lock:"+key+":fence").Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if counter < tokens[0]+2 {
-			t.Fatalf("counter %d after hand-over to token %d: the batch's tokens up to %d are not reserved", counter, current.Token(), tokens[0]+2)
+		if after != counter {
+			t.Fatalf("counter %d after hand-over to token %d, was %d: a hand-over wrote to Redis", after, current.Token(), counter)
 		}
 	}
 	if err := current.Release(ctx); err != nil {
@@ -236,8 +236,7 @@ func TestHandOverNeverRevivesAnExpiredLock(t *testing.T) {
 }
 
 // secondOfLockerBatch starts a batch of three in a Locker and returns once
-// the second goroutine holds the lock by hand-over (the first hand-over
-// reserved the block), with the Locker, another process's Locker, the key
+// the second goroutine holds the lock by hand-over, with the Locker, another process's Locker, the key
 // and the channel the third lease will arrive on.
 func secondOfLockerBatch(t *testing.T) (p, other *redislock.Locker, key string, leases <-chan *redislock.Lease, second *redislock.Lease) {
 	t.Helper()
@@ -281,20 +280,34 @@ func TestHandOverStopsAtReset(t *testing.T) {
 }
 
 // TestHandOverHonoursAdvanceFence: AdvanceFence during a batch raises the
-// tokens the rest of the batch is handed.
+// tokens the rest of the batch is handed: within the chain's places when
+// some are above what it was given, else by going back to Redis.
 func TestHandOverHonoursAdvanceFence(t *testing.T) {
-	ctx := context.Background()
-	p, _, key, leases, second := secondOfLockerBatch(t)
-	if err := p.AdvanceFence(ctx, key, 1000); err != nil {
-		t.Fatal(err)
-	}
-	if err := second.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	third := nextLease(t, leases)
-	defer third.Release(ctx)
-	if third.Token() <= 1000 {
-		t.Errorf("token %d handed over after AdvanceFence(1000)", third.Token())
+	for _, tc := range []struct {
+		name  string
+		above func(second int64) int64 // what AdvanceFence is given
+	}{
+		{"within the chain", func(second int64) int64 { return second + 5 }},
+		{"past the chain", func(second int64) int64 {
+			return redislock.ChainStart(redislock.TokenCounter(second)+3) + 7
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			p, _, key, leases, second := secondOfLockerBatch(t)
+			atLeast := tc.above(second.Token())
+			if err := p.AdvanceFence(ctx, key, atLeast); err != nil {
+				t.Fatal(err)
+			}
+			if err := second.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			third := nextLease(t, leases)
+			defer third.Release(ctx)
+			if third.Token() <= atLeast {
+				t.Errorf("token %d handed over after AdvanceFence(%d)", third.Token(), atLeast)
+			}
+		})
 	}
 }
 

@@ -321,8 +321,8 @@ func TestWakeOnRelease(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("waiter not woken by the release: %v", err)
 	}
-	if second.Token() != first.Token()+1 {
-		t.Fatalf("token %d after %d", second.Token(), first.Token())
+	if redislock.TokenCounter(second.Token()) != redislock.TokenCounter(first.Token())+1 {
+		t.Fatalf("token %d after %d: want the next counter", second.Token(), first.Token())
 	}
 	_ = second.Release(ctx)
 }
@@ -384,8 +384,8 @@ func TestReset(t *testing.T) {
 		_ = lease.Release(ctx)
 	}
 	lease := acquire(t, l, ctx, key)
-	if lease.Token() != 4 {
-		t.Fatalf("token %d, want 4", lease.Token())
+	if lease.Token() != redislock.ChainStart(4) {
+		t.Fatalf("token %d, want %d (counter 4)", lease.Token(), redislock.ChainStart(4))
 	}
 	if err := l.Reset(ctx, key); err != nil {
 		t.Fatal(err)

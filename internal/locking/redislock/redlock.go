@@ -98,7 +98,7 @@ func (r *Redlock) AdvanceFence(ctx context.Context, key string, atLeast int64) e
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			if err := advanceFence.Run(ctx, n.client, []string{fence}, atLeast).Err(); err != nil {
+			if err := advanceFence.Run(ctx, n.client, []string{fence}, counterFloor(atLeast)).Err(); err != nil {
 				errs[i] = &locking.NodeError{Node: n.name, Err: err}
 			}
 		})
@@ -461,7 +461,7 @@ func nodeErrors(answers []result) []error {
 
 // round is the outcome of one acquisition round.
 type round struct {
-	proposal proposal
+	proposal int64 // the counter proposed with the round, 0 for none
 	ours     []int // nodes where the lock is ours
 	counter  int64 // highest fencing counter among them, as read before the proposal's write
 	holders  map[string]int
@@ -470,16 +470,11 @@ type round struct {
 	errs     []error
 }
 
-// proposal is a fencing token proposed with an acquisition round, and the
-// top of the block reserved with it for local hand-overs (core's handOver).
-// The zero proposal proposes nothing.
-type proposal struct{ fence, top int64 }
-
-// tryAll runs the acquire script on every node. With a proposal, each node
-// where the lock becomes ours also raises its counter to the proposal's
-// top, in the same script: when the counters it read on a majority are all
-// below the proposed token, settle needs no second round (doc.go).
-func (q *quorum) tryAll(ctx context.Context, a *attempt, p proposal) round {
+// tryAll runs the acquire script on every node. With a proposed counter p
+// (> 0), each node where the lock becomes ours also raises its counter to
+// p, in the same script: when the counters it read on a majority are all
+// below p, settle needs no second round (doc.go).
+func (q *quorum) tryAll(ctx context.Context, a *attempt, p int64) round {
 	won := func(r result) bool {
 		v, ok := r.v.([]any)
 		return r.err == nil && ok && len(v) == 3 && v[0] == int64(1)
@@ -490,7 +485,7 @@ func (q *quorum) tryAll(ctx context.Context, a *attempt, p proposal) round {
 	// survive the loss of others. The node timeout still bounds them.
 	token := a.token // the calls may outlive the round; a.token may not
 	answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, token, ms(q.cfg.ttl), p.top).Slice()
+		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, token, ms(q.cfg.ttl), p).Slice()
 	}, q.counted(won))
 	r := round{proposal: p, holders: map[string]int{}, pttl: map[string]time.Duration{}, others: map[int]bool{}}
 	for _, ans := range answers {
@@ -540,7 +535,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 	}()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	if g.releasedBy != "" && g.armed {
+	if g.kind == grantReleased {
 		// Our predecessor gave the lock back to everyone: start when the
 		// release is announced, like the other processes' waiters, not
 		// before them.
@@ -618,21 +613,17 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 			queuedBefore = !woken && gateState == gateQueued
 			continue
 		}
-		var p proposal
+		var p int64
 		if gateState == gateOurs {
 			// The gate node's counter is, nearly always, what every node
-			// holds: the last holder wrote its block's top everywhere. So
-			// propose the next token with the round, and reserve the
-			// tokens of the goroutines of this process that wait now,
-			// which the lock will be handed to (core's handOver).
-			q.c.mu.Lock()
-			p = proposal{fence: counter + 1, top: counter + 1 + int64(len(ks.waiters))}
-			q.c.mu.Unlock()
+			// holds: the last holder wrote its counter everywhere. So
+			// propose the next one with the round.
+			p = counter + 1
 		}
 		start := time.Now()
 		r := q.tryAll(ctx, a, p)
 		lastErrs = r.errs
-		if q.settle(ctx, ks, a, &r, start) {
+		if q.settle(ctx, a, &r, start) {
 			q.leaveGateQueue(context.WithoutCancel(ctx), a, false)
 			return nil
 		}
@@ -724,35 +715,29 @@ func (q *quorum) wait(ctx context.Context, a *attempt, t *time.Timer, listen boo
 }
 
 // settle turns a round with a majority into a held lock. It checks the
-// validity and fixes the fencing token: the round's proposal if every
-// counter it read was below it (the round raised them to the proposal's top
-// already), else one more than the highest counter read, written back
-// (set-if-greater) in a second round; the lock is held only if a majority
-// took the token in time.
-func (q *quorum) settle(ctx context.Context, ks *keyState, a *attempt, r *round, start time.Time) bool {
+// validity and fixes the chain's counter, from which the fencing token
+// follows (token.go): the round's proposal if every counter it read was
+// below it (the round raised them to it already), else one more than the
+// highest counter read, written back (set-if-greater) in a second round;
+// the lock is held only if a majority took the counter in time.
+func (q *quorum) settle(ctx context.Context, a *attempt, r *round, start time.Time) bool {
 	cfg := q.cfg
 	valid := cfg.ttl - cfg.drift()
 	if len(r.ours) < q.need || time.Since(start) >= valid {
 		return false
 	}
-	if p := r.proposal; p.fence > r.counter {
-		a.fence, a.fenceTop, a.validUntil = p.fence, p.top, start.Add(valid)
+	if p := r.proposal; p > r.counter {
+		a.fence, a.validUntil = chainStart(p), start.Add(valid)
 		return true
 	}
-	fence := r.counter + 1
-	// The counter is raised past the tokens of the goroutines of this
-	// process that wait now, which the lock will be handed to (core's
-	// handOver), so those hand-overs need no round of their own.
-	q.c.mu.Lock()
-	top := fence + int64(len(ks.waiters))
-	q.c.mu.Unlock()
+	counter := r.counter + 1
 	// Written to every node, not only those the round heard from: the
 	// script writes only where the lock is ours, and late answers of the
 	// round may have made it ours on more nodes. The more nodes carry the
 	// token, the more node losses the fencing survives (doc.go).
 	token := a.token
 	answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockFence.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, token, top).Int64()
+		return redlockFence.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, token, counter).Int64()
 	}, q.counted(isOne))
 	r.errs = append(r.errs, nodeErrors(answers)...)
 	n := 0
@@ -764,7 +749,7 @@ func (q *quorum) settle(ctx context.Context, ks *keyState, a *attempt, r *round,
 	if n < q.need || time.Since(start) >= valid {
 		return false
 	}
-	a.fence, a.fenceTop, a.validUntil = fence, top, start.Add(valid)
+	a.fence, a.validUntil = chainStart(counter), start.Add(valid)
 	return true
 }
 
@@ -812,7 +797,7 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 		// If it deleted it nowhere (the lock had expired, or was reset),
 		// no announcement comes: the waiter tries at once instead of
 		// sleeping a poll interval on a free lock.
-		g = slotGrant{releasedBy: a.token, armed: true}
+		g = slotGrant{kind: grantReleased}
 	}
 	if n >= q.need {
 		return g, nil
@@ -829,7 +814,7 @@ func (q *quorum) extend(ctx context.Context, a *attempt) (time.Time, error) {
 	a.pending.Wait()
 	start := time.Now()
 	answers := q.run(ctx, a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
-		return redlockExtend.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl), max(a.fence, a.fenceTop)).Int64()
+		return redlockExtend.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl), counterOf(a.fence)).Int64()
 	}, q.counted(isOne))
 	n := 0
 	for _, ans := range answers {

@@ -174,16 +174,11 @@ redis.call('RPUSH', KEYS[3], e)
 return {held, 0, e}
 `)
 
-// singleExtend: KEYS lock, fence; ARGV token, ttl ms, fence. Compare-and-
-// pexpire, and set-if-greater of the fencing counter to fence (the top of
-// the tokens reserved for local hand-overs): 1 when the lock is ours and
-// renewed, else 0.
+// singleExtend: KEYS lock; ARGV token, ttl ms. Compare-and-pexpire: 1 when
+// the lock is ours and renewed, else 0.
 var singleExtend = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if tonumber(ARGV[3]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
-  redis.call('SET', KEYS[2], ARGV[3])
-end
 return 1
 `)
 
@@ -214,14 +209,15 @@ redis.call('PUBLISH', KEYS[1] .. ':wake', '')
 return 1
 `)
 
-// redlockAcquire: KEYS lock, fence; ARGV token, ttl ms, proposed top (0 for
-// none). Returns {1, counter, ""} when the lock on this node is ours (taken
-// now with SET NX PX, or already ours from an earlier round), else {0,
-// holder's pttl, holder}. The counter is read in the same script as the SET:
-// that is what the fencing argument in doc.go relies on. With a proposed top,
-// the counter is raised to it (set-if-greater) in that same script, after the
-// read: the reply is the counter as it was before, so the caller can tell
-// whether its proposal was above every earlier token (doc.go). A released
+// redlockAcquire: KEYS lock, fence; ARGV token, ttl ms, proposed counter (0
+// for none). Returns {1, counter, ""} when the lock on this node is ours
+// (taken now with SET NX PX, or already ours from an earlier round), else
+// {0, holder's pttl, holder}. The counter is read in the same script as the
+// SET: that is what the fencing argument in doc.go relies on. With a
+// proposal, the counter is raised to it (set-if-greater) in that same
+// script, after the read: the reply is the counter as it was before, so the
+// caller can tell whether its proposal was above every earlier one
+// (doc.go). A released
 // token (tombstone) does not take a free key: {0, 0, ""}.
 var redlockAcquire = redis.NewScript(luaGone + `
 local cur = redis.call('GET', KEYS[1])
@@ -299,7 +295,7 @@ end
 return 1
 `)
 
-// redlockFence: KEYS lock, fence; ARGV token, fence. Set-if-greater of the
+// redlockFence: KEYS lock, fence; ARGV token, counter. Set-if-greater of the
 // fencing counter, only on a node where the lock is ours: 1 when done.
 var redlockFence = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -309,7 +305,7 @@ end
 return 1
 `)
 
-// redlockExtend: KEYS lock, fence; ARGV token, ttl ms, fence. Renews the lock
+// redlockExtend: KEYS lock, fence; ARGV token, ttl ms, counter. Renews the lock
 // if ours; if the key is missing (the node restarted empty) it takes it back,
 // which is safe because the caller still holds a valid majority; and it
 // raises the node's fencing counter to ours, healing a wiped counter.
@@ -353,7 +349,8 @@ return -1
 `)
 
 // advanceFence: KEYS fence; ARGV n. Set-if-greater of the fencing counter,
-// whoever holds the lock: the next token is then above n.
+// whoever holds the lock: the next acquisition then takes a counter above n
+// (AdvanceFence passes counterFloor of the token it was given).
 var advanceFence = redis.NewScript(`
 if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then
   redis.call('SET', KEYS[1], ARGV[1])

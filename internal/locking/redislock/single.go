@@ -64,7 +64,7 @@ func (l *Locker) Reset(ctx context.Context, key string) error {
 // refused until the counter caught up. It never lowers the counter.
 func (l *Locker) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
 	l.c.raiseFenceFloor(l.c.cfg.prefix+key, atLeast)
-	if err := advanceFence.Run(ctx, l.s.client, []string{l.c.cfg.prefix + key + ":fence"}, atLeast).Err(); err != nil {
+	if err := advanceFence.Run(ctx, l.s.client, []string{l.c.cfg.prefix + key + ":fence"}, counterFloor(atLeast)).Err(); err != nil {
 		return l.s.nodeErr(err)
 	}
 	return nil
@@ -134,16 +134,16 @@ func (s *single) try(ctx context.Context, a *attempt) (acquireReply, error) {
 	if err != nil {
 		return acquireReply{}, s.nodeErr(err)
 	}
-	fence, pttl, el, err := triple(v)
+	counter, pttl, el, err := triple(v)
 	if err != nil {
 		return acquireReply{}, s.nodeErr(err)
 	}
-	return acquireReply{fence: fence, pttl: time.Duration(pttl) * time.Millisecond, element: el}, nil
+	return acquireReply{fence: chainStart(counter), pttl: time.Duration(pttl) * time.Millisecond, element: el}, nil
 }
 
 func (s *single) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error {
 	cfg := s.cfg
-	if g.granted {
+	if g.kind == grantGiven {
 		a.fence, a.validUntil = g.fence, g.validUntil
 		return nil
 	}
@@ -159,7 +159,7 @@ func (s *single) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 	// after it, so the lock lives at least until notBefore+ttl.
 	var notBefore time.Time
 	poll := true
-	if g.queued {
+	if g.kind == grantQueued {
 		// Our predecessor put us in line. If we listened before it did, the
 		// hand-over message will find us and no poll is needed.
 		a.element, notBefore, poll = g.element, g.notBefore, !g.armed
@@ -231,8 +231,8 @@ func (s *single) wait(ctx context.Context, a *attempt, t *time.Timer, notBefore 
 		case <-a.inbox.c:
 		}
 		msgs, resync := a.inbox.take()
-		if f, ok := grantFor(a.token, msgs); ok {
-			a.fence, a.validUntil = f, notBefore.Add(cfg.ttl-cfg.drift())
+		if counter, ok := grantFor(a.token, msgs); ok {
+			a.fence, a.validUntil = chainStart(counter), notBefore.Add(cfg.ttl-cfg.drift())
 			if time.Until(a.validUntil) > cfg.ttl/2 {
 				return true, nil
 			}
@@ -251,6 +251,8 @@ func (s *single) wait(ctx context.Context, a *attempt, t *time.Timer, notBefore 
 	}
 }
 
+// grantFor finds the hand-over of the lock to token among msgs and returns
+// the counter it took.
 func grantFor(token string, msgs []string) (int64, bool) {
 	for _, m := range msgs {
 		tok, f, ok := strings.Cut(m, " ")
@@ -266,7 +268,7 @@ func (s *single) extend(ctx context.Context, a *attempt) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.nodeTimeout)
 	defer cancel()
 	sent := time.Now()
-	n, err := singleExtend.Run(ctx, s.client, []string{a.key, a.key + ":fence"}, a.token, ms(s.cfg.ttl), max(a.fence, a.fenceTop)).Int64()
+	n, err := singleExtend.Run(ctx, s.client, []string{a.key}, a.token, ms(s.cfg.ttl)).Int64()
 	if err != nil {
 		return time.Time{}, s.nodeErr(err)
 	}
@@ -289,10 +291,10 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	sent := time.Now()
 	v, err := singleLeave.Run(ctx, s.client, lockKeys(a.key),
 		a.token, a.element, succ, sttl, swait, s.id, ms(s.cfg.ttl)).Slice()
-	var held, fence int64
+	var held, counter int64
 	var el string
 	if err == nil {
-		held, fence, el, err = triple(v)
+		held, counter, el, err = triple(v)
 	}
 	if err != nil {
 		var g slotGrant
@@ -301,17 +303,17 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 			// queued next, or may yet. next polls at once and finds its
 			// entry by its value rather than queue a second one (the
 			// script does not queue it again either, see singleLeave).
-			g = slotGrant{queued: true, element: unknownElement, notBefore: sent}
+			g = slotGrant{kind: grantQueued, element: unknownElement, notBefore: sent}
 		}
 		return g, s.nodeErr(err)
 	}
 	var g slotGrant
 	switch {
 	case next == nil:
-	case fence > 0:
-		g = slotGrant{granted: true, fence: fence, validUntil: sent.Add(s.cfg.ttl - s.cfg.drift())}
+	case counter > 0:
+		g = slotGrant{kind: grantGiven, fence: chainStart(counter), validUntil: sent.Add(s.cfg.ttl - s.cfg.drift())}
 	default:
-		g = slotGrant{queued: true, element: el, notBefore: sent, armed: true}
+		g = slotGrant{kind: grantQueued, element: el, notBefore: sent, armed: true}
 	}
 	switch held {
 	case 1:

@@ -1,0 +1,367 @@
+package redislock_test
+
+// Review of the two-part fencing tokens (token.go) and of the grantKind
+// refactor: each test here failed against the change under review.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking/redislock"
+)
+
+// scriptGate is a go-redis hook that, once armed, holds back the first
+// script call (EVALSHA or EVAL) whose arguments match, until unblock is
+// closed (or 10s pass, to keep a broken test bounded). blocked is closed
+// when the call is held: the call has not reached the server yet.
+type scriptGate struct {
+	match   func(args []any) bool
+	armed   atomic.Bool
+	blocked chan struct{}
+	unblock chan struct{}
+}
+
+func newScriptGate(match func(args []any) bool) *scriptGate {
+	return &scriptGate{match: match, blocked: make(chan struct{}), unblock: make(chan struct{})}
+}
+
+func (g *scriptGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *scriptGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := strings.ToLower(cmd.Name())
+		if (name == "evalsha" || name == "eval") && g.match(cmd.Args()) && g.armed.CompareAndSwap(true, false) {
+			close(g.blocked)
+			bound := time.NewTimer(10 * time.Second)
+			select {
+			case <-g.unblock:
+			case <-bound.C:
+			}
+			bound.Stop()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// oneKeyScript matches a script call with the single key k and nargs
+// arguments: ["evalsha", sha, 1, k, args...].
+func oneKeyScript(k string, nargs int) func(args []any) bool {
+	return func(args []any) bool {
+		if len(args) != 4+nargs {
+			return false
+		}
+		s, ok := args[3].(string)
+		return ok && s == k
+	}
+}
+
+// TestReviewAdvanceFenceFromAnotherProcessSkipsRunningChain: claim 2.
+// Process P hands the lock on locally (second holds by hand-over, third
+// waits). Another process (same Redis) calls AdvanceFence(second+5) and
+// gets nil. P's keyState never learns of it (the floor is per process, and
+// AdvanceFence only raised K:fence to counterOf(atLeast), which the chain
+// already has), so the third holder's lease, handed over after
+// AdvanceFence returned, has token second+1 <= atLeast.
+func TestReviewAdvanceFenceFromAnotherProcessSkipsRunningChain(t *testing.T) {
+	ctx := context.Background()
+	_, other, key, leases, second := secondOfLockerBatch(t)
+	atLeast := second.Token() + 5
+	if err := other.AdvanceFence(ctx, key, atLeast); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	third := nextLease(t, leases)
+	defer third.Release(ctx)
+	if third.Token() <= atLeast {
+		t.Errorf("lease obtained after AdvanceFence(%d) returned nil has token %d", atLeast, third.Token())
+	}
+}
+
+// TestReviewAdvanceFenceBeforeLocalStateExists: claim 2, one process.
+// AdvanceFence records the floor (raiseFenceFloor) before it writes the
+// counter in Redis, and only in a keyState that exists then. Here P has no
+// keyState for the key when AdvanceFence starts; its script is held back;
+// meanwhile P's first goroutine takes the lock from Redis (old counter c)
+// with a second one waiting locally; the script lands and AdvanceFence
+// returns nil; the first goroutine releases and hands over c<<16+1, far
+// below atLeast.
+func TestReviewAdvanceFenceBeforeLocalStateExists(t *testing.T) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	plain := shared.Client(t)
+	hooked := shared.Client(t)
+	gate := newScriptGate(oneKeyScript("lock:"+key+":fence", 1)) // advanceFence
+	hooked.AddHook(gate)
+	p, other := newLocker(t, hooked), newLocker(t, plain)
+
+	holder := acquire(t, other, ctx, key)
+	cur, err := plain.Get(ctx, "lock:"+key+":fence").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	atLeast := (cur + 100) << 16 // far above anything the next chain starts with
+
+	gate.armed.Store(true)
+	advanced := make(chan error, 1)
+	go func() { advanced <- p.AdvanceFence(ctx, key, atLeast) }()
+	<-gate.blocked // raiseFenceFloor has run (no keyState: nothing recorded); K:fence not raised yet
+
+	blocked, hook := blockedSignal()
+	p.SetWaitHook(hook)
+	leases := make(chan *redislock.Lease, 2)
+	for i := range 2 {
+		go func() {
+			l, err := p.Acquire(ctx, key)
+			if err != nil {
+				t.Error(err)
+				close(leases)
+				return
+			}
+			leases <- l
+		}()
+		if i == 0 {
+			<-blocked
+			continue
+		}
+		for p.LocalWaiters(key) != 1 {
+			runtime.Gosched()
+		}
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := nextLease(t, leases)
+	close(gate.unblock)
+	if err := <-advanced; err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := nextLease(t, leases)
+	defer second.Release(ctx)
+	if second.Token() <= atLeast {
+		t.Errorf("hand-over after AdvanceFence(%d) returned nil got token %d (first holder %d)", atLeast, second.Token(), first.Token())
+	}
+}
+
+// TestReviewAdvanceFenceDuringHandOverConfirmation: claim 2, one process.
+// handOver computes the successor's token from the floor, unlocks, and
+// then confirms the lock in Redis (an extend, as the lock was last
+// confirmed more than a renewal interval ago); only then does it pop the
+// successor and hand it the token computed before. AdvanceFence running
+// entirely within that extend raises the floor too late: the successor's
+// lease, handed over after AdvanceFence returned nil, has first+1 <= atLeast.
+func TestReviewAdvanceFenceDuringHandOverConfirmation(t *testing.T) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	plain := shared.Client(t)
+	hooked := shared.Client(t)
+	gate := newScriptGate(oneKeyScript("lock:"+key, 2)) // singleExtend: KEYS lock; ARGV token, ttl
+	hooked.AddHook(gate)
+	// A renewal interval of 1ns: every hand-over confirms the lock first.
+	// The watchdog itself is paused (renew hook), so only handOver extends.
+	p := newLocker(t, hooked, redislock.WithRenewEvery(time.Nanosecond))
+	p.SetRenewHook(pause(t))
+	other := newLocker(t, plain)
+
+	leases, holder := startBatch(t, p, other, key, 1)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := nextLease(t, leases)
+	atLeast := first.Token() + 5
+
+	gate.armed.Store(true)
+	released := make(chan error, 1)
+	go func() { released <- first.Release(ctx) }()
+	<-gate.blocked // handOver computed the token and is in its extend
+	if err := p.AdvanceFence(ctx, key, atLeast); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.unblock)
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	second := nextLease(t, leases)
+	defer second.Release(ctx)
+	if second.Token() <= atLeast {
+		t.Errorf("hand-over after AdvanceFence(%d) returned nil got token %d (first holder %d)", atLeast, second.Token(), first.Token())
+	}
+}
+
+// lastCounterToken is (2^47-1)<<16: the first token of the last counter a
+// two-part token can carry, a valid token (the old one-part tokens went up
+// to MaxInt64). AdvanceFence(lastCounterToken) sets K:fence to 2^47-1, the
+// next acquisition takes 2^47, and chainStart(2^47) overflows to MinInt64.
+const lastCounterToken = math.MaxInt64 - (1<<16 - 1)
+
+// TestReviewTokenOverflowAfterAdvanceFence: claims 4 and 1. AdvanceFence of
+// a token near the top returns nil, yet no later acquisition gets a token
+// above it: Locker.Acquire spins on a lock it holds in Redis (try treats
+// the negative token as "not ours") until its wait ends, and leaves that
+// lock behind; a Locker waiter woken by a hand-over and a Redlock holder get
+// negative tokens, below every earlier holder's.
+func TestReviewTokenOverflowAfterAdvanceFence(t *testing.T) {
+	ctx := context.Background()
+	const atLeast = lastCounterToken
+
+	t.Run("locker acquire", func(t *testing.T) {
+		l := newLocker(t, shared.Client(t), redislock.WithWait(time.Second))
+		key := uniqueKey(t)
+		if err := l.AdvanceFence(ctx, key, atLeast); err != nil {
+			t.Logf("AdvanceFence refused: %v", err) // refusing is an acceptable answer
+			return
+		}
+		lease, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Fatalf("free lock not obtained after AdvanceFence(%d) returned nil: %v", int64(atLeast), err)
+		}
+		defer lease.Release(ctx)
+		if lease.Token() <= atLeast {
+			t.Errorf("token %d after AdvanceFence(%d)", lease.Token(), int64(atLeast))
+		}
+	})
+
+	t.Run("locker hand-over from another process", func(t *testing.T) {
+		client := shared.Client(t)
+		other := newLocker(t, client)
+		p := newLocker(t, client, redislock.WithPollInterval(time.Hour), redislock.WithWait(5*time.Second))
+		key := uniqueKey(t)
+		holder := acquire(t, other, ctx, key)
+		if err := other.AdvanceFence(ctx, key, atLeast); err != nil {
+			_ = holder.Release(ctx)
+			t.Logf("AdvanceFence refused: %v", err)
+			return
+		}
+		blocked, hook := blockedSignal()
+		p.SetWaitHook(hook)
+		type res struct {
+			l   *redislock.Lease
+			err error
+		}
+		got := make(chan res, 1)
+		go func() {
+			l, err := p.Acquire(ctx, key)
+			got <- res{l, err}
+		}()
+		<-blocked
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("waiter not served: %v", r.err)
+		}
+		defer r.l.Release(ctx)
+		if r.l.Token() <= atLeast || r.l.Token() <= holder.Token() {
+			t.Errorf("token %d after holder %d and AdvanceFence(%d)", r.l.Token(), holder.Token(), int64(atLeast))
+		}
+	})
+
+	t.Run("redlock", func(t *testing.T) {
+		_, clients := cluster(t, 3)
+		r := newRedlock(t, clients, redislock.WithWait(time.Second))
+		key := uniqueKey(t)
+		before := acquire(t, r, ctx, key)
+		if err := before.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AdvanceFence(ctx, key, atLeast); err != nil {
+			t.Logf("AdvanceFence refused: %v", err)
+			return
+		}
+		lease, err := r.Acquire(ctx, key)
+		if err != nil {
+			t.Fatalf("free lock not obtained after AdvanceFence: %v", err)
+		}
+		defer lease.Release(ctx)
+		if lease.Token() <= atLeast || lease.Token() <= before.Token() {
+			t.Errorf("token %d after holder %d and AdvanceFence(%d)", lease.Token(), before.Token(), int64(atLeast))
+		}
+	})
+}
+
+// deafClient is a Redis client whose pub/sub connection never comes up
+// (its SUBSCRIBE never gets confirmed): scripts work, wake messages never
+// arrive.
+type deafClient struct {
+	*redis.Client
+	ps *redis.Client
+}
+
+func (c deafClient) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return c.ps.Subscribe(ctx, channels...)
+}
+
+// TestReviewRedlockReleasedGrantIgnoresArmed: claim 3 (behaviour of the
+// grantKind refactor). The old quorum.acquire waited for the predecessor's
+// release announcement only if g.releasedBy != "" && g.armed, and
+// core.releaseSlot cleared armed when the next waiter's inbox was not on
+// confirmed subscriptions (the announcement may not reach it). The new
+// grantReleased drops that condition: the local successor always sleeps
+// until an announcement that cannot come, for a poll interval (here 1h,
+// so until its wait ends), on a free lock. Mutual exclusion is not
+// affected; liveness is.
+func TestReviewRedlockReleasedGrantIgnoresArmed(t *testing.T) {
+	ctx := context.Background()
+	_, clients := cluster(t, 3)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close()
+	wrapped := make([]redislock.Client, len(clients))
+	for i, c := range clients {
+		ps := redis.NewClient(&redis.Options{Addr: dead, DialerRetries: 1, MaxRetries: -1})
+		t.Cleanup(func() { _ = ps.Close() })
+		wrapped[i] = deafClient{Client: c, ps: ps}
+	}
+	r, err := redislock.NewRedlockClients(wrapped, redislock.WithNodeTimeout(500*time.Millisecond),
+		redislock.WithPollInterval(time.Hour), redislock.WithWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	key := uniqueKey(t)
+
+	first := acquire(t, r, ctx, key)
+	type res struct {
+		l   *redislock.Lease
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		l, err := r.Acquire(ctx, key)
+		got <- res{l, err}
+	}()
+	for r.LocalWaiters(key) != 1 {
+		runtime.Gosched()
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	x := <-got
+	if x.err != nil {
+		t.Fatalf("local successor did not take the free lock (released by its predecessor) within its wait: %v", x.err)
+	}
+	if err := x.l.Release(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Error(err)
+	}
+}
