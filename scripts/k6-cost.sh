@@ -9,7 +9,10 @@
 # Each run puts REQUESTS units on sale under a new SKU (flashsale.js), so
 # every order is a 201 and the service does its full work. With
 # SERVICE_PIDS (the instances' PIDs, space-separated) it also prints their
-# CPU per request. Nothing else is started or stopped.
+# CPU per request. The last column is the whole machine's CPU per request
+# (/proc/stat, every process: k6, the service, Redis, the database and
+# whatever else runs), so what is neither k6 nor the service shows as the
+# difference. Nothing else is started or stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${BASE_URLS:?set BASE_URLS to the service instance(s), comma-separated}"
@@ -29,6 +32,11 @@ service_cpu() {
   done
   awk -v t="$total" -v hz="$ticks" 'BEGIN {print t / hz}'
 }
+# machine_cpu: the CPU seconds all processes have used so far (the "cpu"
+# line of /proc/stat: every state but idle and iowait).
+machine_cpu() {
+  awk -v hz="$ticks" '$1 == "cpu" {print ($2 + $3 + $4 + $7 + $8 + $9) / hz; exit}' /proc/stat
+}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -36,8 +44,9 @@ trap 'rm -rf "$out"' EXIT
 run() {
   local script=$1 sku="k6-cost-$RANDOM$RANDOM"
   local TIMEFORMAT='%U %S' # bash's time: the child's user and system CPU
-  local before
+  local before machine_before
   before=$(service_cpu)
+  machine_before=$(machine_cpu)
   { time (cd loadtest && "$k6" run -q \
     -e BASE_URLS="$BASE_URLS" -e ADMIN_TOKEN="$ADMIN_TOKEN" -e SKU="$sku" \
     -e STOCK="$REQUESTS" -e BUYERS="$REQUESTS" -e VUS=64 -e DURATION=5s \
@@ -48,12 +57,13 @@ run() {
   local requests cpu
   requests=$(sed -n 's/^requests: \([0-9]*\).*/\1/p' "$out/stdout")
   cpu=$(awk '{print $1 + $2}' "$out/time")
-  echo "$script $requests $cpu $(awk -v a="$before" -v b="$(service_cpu)" 'BEGIN {print b - a}')"
+  echo "$script $requests $cpu $(awk -v a="$before" -v b="$(service_cpu)" 'BEGIN {print b - a}')" \
+    "$(awk -v a="$machine_before" -v b="$(machine_cpu)" 'BEGIN {print b - a}')"
 }
 
-printf '%-13s %9s %10s %12s %12s %14s\n' script requests k6-cpu-s k6-µs/req service-cpu-s service-µs/req
+printf '%-13s %9s %10s %12s %12s %14s %14s\n' script requests k6-cpu-s k6-µs/req service-cpu-s service-µs/req machine-µs/req
 for _ in $(seq "$ROUNDS"); do
   for script in healthz.js flashsale.js; do
-    run "$script" | awk '{printf "%-13s %9d %10.2f %12.0f %12.2f %14.0f\n", $1, $2, $3, 1e6 * $3 / $2, $4, 1e6 * $4 / $2}'
+    run "$script" | awk '{printf "%-13s %9d %10.2f %12.0f %12.2f %14.0f %14.0f\n", $1, $2, $3, 1e6 * $3 / $2, $4, 1e6 * $4 / $2, 1e6 * $5 / $2}'
   done
 done
