@@ -10,8 +10,14 @@
 // is the backend's type H.
 //
 // A hand-over must still give the next holder a greater fencing token; the
-// backend does that when it receives a hold (a write that the service
-// orders after every earlier one), not here.
+// backend does that (a write that the service orders after every earlier
+// one, or the next place of a two-part token), not here.
+//
+// A backend whose release must name its successor to the service (the
+// Redis lock hands the lock straight to the successor's value in Redis)
+// takes the successor out of the line first (Claim), talks to the service,
+// and then gives it the turn (Claimed.Give); a waiter can carry what the
+// backend needs to know about it (WaitAs).
 package handoff
 
 import (
@@ -30,7 +36,10 @@ type line[H any] struct {
 	waiters []*waiter[H]
 }
 
-type waiter[H any] struct{ turn chan Turn[H] }
+type waiter[H any] struct {
+	turn chan Turn[H]
+	who  any
+}
 
 // Turn is what a goroutine gets when its turn comes: the hold the previous
 // owner passed on (Handed), or nothing, and then it takes the lock from the
@@ -50,6 +59,11 @@ func New[H any]() *Queue[H] {
 // it at that very moment is given to giveBack (on this goroutine), which
 // must pass it on or end it (Pass, Done) as an owner would.
 func (q *Queue[H]) Wait(ctx context.Context, key string, giveBack func(Turn[H])) (Turn[H], error) {
+	return q.WaitAs(ctx, key, nil, giveBack)
+}
+
+// WaitAs is Wait for a waiter that Claim reports as who.
+func (q *Queue[H]) WaitAs(ctx context.Context, key string, who any, giveBack func(Turn[H])) (Turn[H], error) {
 	q.mu.Lock()
 	ln := q.lines[key]
 	if ln == nil {
@@ -61,7 +75,7 @@ func (q *Queue[H]) Wait(ctx context.Context, key string, giveBack func(Turn[H]))
 		q.mu.Unlock()
 		return Turn[H]{}, nil
 	}
-	w := &waiter[H]{turn: make(chan Turn[H], 1)}
+	w := &waiter[H]{turn: make(chan Turn[H], 1), who: who}
 	ln.waiters = append(ln.waiters, w)
 	q.mu.Unlock()
 
@@ -103,6 +117,35 @@ func (q *Queue[H]) Pass(key string, hold H) bool {
 	w := ln.pop()
 	w.turn <- Turn[H]{Hold: hold, Handed: true}
 	return true
+}
+
+// Claimed is a waiter that Claim took out of the line: the turn is the
+// caller's until it calls Give, exactly once.
+type Claimed[H any] struct {
+	w *waiter[H]
+}
+
+// Who is what the waiter gave WaitAs.
+func (c *Claimed[H]) Who() any { return c.w.who }
+
+// Give ends the caller's turn and gives it to the claimed waiter. A waiter
+// whose wait ended since the Claim still receives it, and gives it back
+// (Wait's giveBack).
+func (c *Claimed[H]) Give(t Turn[H]) { c.w.turn <- t }
+
+// Claim takes the goroutine that has waited longest for key out of the line
+// and returns it, or nil when none waits (the turn then stays with the
+// caller, who ends it with Done). Between Claim and Give the caller still
+// has the turn: a goroutine that queues meanwhile waits behind the claimed
+// one.
+func (q *Queue[H]) Claim(key string) *Claimed[H] {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ln := q.lines[key]
+	if ln == nil || len(ln.waiters) == 0 {
+		return nil
+	}
+	return &Claimed[H]{w: ln.pop()}
 }
 
 // Done ends the caller's turn without passing a hold: the next waiter, if

@@ -143,3 +143,69 @@ func TestTurnHandedAsTheWaiterGivesUp(t *testing.T) {
 		cancel()
 	}
 }
+
+// Claim takes the longest waiter out of the line and tells the caller who
+// it is; the turn reaches it only with Give, and a waiter that queues in
+// between waits behind it.
+func TestClaimThenGive(t *testing.T) {
+	q := handoff.New[int]()
+	ctx := t.Context()
+	_, _ = q.Wait(ctx, "k", nil)
+	first := make(chan handoff.Turn[int], 1)
+	go func() {
+		turn, _ := q.WaitAs(ctx, "k", "first", nil)
+		first <- turn
+	}()
+	waitQueued(t, q, "k", 1)
+	c := q.Claim("k")
+	if c == nil || c.Who() != "first" {
+		t.Fatalf("Claim = %+v, want the waiter that gave WaitAs \"first\"", c)
+	}
+	if q.Claim("k") != nil || q.Waiting("k") != 0 {
+		t.Fatal("the claimed waiter is still in the line")
+	}
+	second := make(chan handoff.Turn[int], 1)
+	go func() {
+		turn, _ := q.Wait(ctx, "k", nil)
+		second <- turn
+	}()
+	waitQueued(t, q, "k", 1) // behind the claimed one: the turn is still ours
+	select {
+	case turn := <-first:
+		t.Fatalf("the claimed waiter got %+v before Give", turn)
+	default:
+	}
+	c.Give(handoff.Turn[int]{Hold: 5, Handed: true})
+	if turn := <-first; !turn.Handed || turn.Hold != 5 {
+		t.Fatalf("claimed waiter got %+v, want hold 5", turn)
+	}
+	q.Done("k")
+	if turn := <-second; turn.Handed {
+		t.Fatalf("second waiter got %+v after Done", turn)
+	}
+}
+
+// A claimed waiter that gives up as the turn is given still receives it:
+// from WaitAs, or in giveBack, never lost.
+func TestClaimedWaiterThatGivesUpKeepsTheTurn(t *testing.T) {
+	for range 200 {
+		q := handoff.New[int]()
+		_, _ = q.Wait(t.Context(), "k", nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		got := make(chan handoff.Turn[int], 2)
+		go func() {
+			turn, err := q.WaitAs(ctx, "k", 1, func(turn handoff.Turn[int]) { got <- turn })
+			if err == nil {
+				got <- turn
+			}
+		}()
+		waitQueued(t, q, "k", 1)
+		c := q.Claim("k")
+		go cancel() // races the Give
+		c.Give(handoff.Turn[int]{Hold: 9, Handed: true})
+		if turn := <-got; turn.Hold != 9 {
+			t.Fatalf("the claimed waiter got %+v, want hold 9", turn)
+		}
+		cancel()
+	}
+}

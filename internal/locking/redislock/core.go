@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/handoff"
 )
 
 // Client is what this package needs from one Redis server: scripts and
@@ -93,7 +94,10 @@ type slotGrant struct {
 	chain      chainLock // handedOn: the lock in Redis that the batch shares
 	element    string    // queued: our place in the server's queue
 	notBefore  time.Time // queued: the lock cannot have reached us before this
-	armed      bool      // queued: our inbox listened on a confirmed subscription before we were queued
+	// armed (queued, released): our inbox listened on confirmed
+	// subscriptions before the predecessor's release could wake us; else
+	// we look at once rather than wait for a message that may not come.
+	armed bool
 }
 
 // chainLock is what a chain of local hand-overs shares: the lock's value in
@@ -106,23 +110,21 @@ type chainLock struct {
 	generation int
 }
 
-// keyState is the process-local state of one key, guarded by core.mu.
+// keyState is the process-local state of one key, guarded by core.mu. The
+// order in which this process's goroutines take the key is core.queue's.
 type keyState struct {
-	key     string
-	owner   *attempt // the one goroutine of this process that talks to Redis for key
-	hold    *hold    // owner's hold once it has the lock
-	waiters []*localWaiter
+	key string
+	// users counts the attempts of this process that take part in the key
+	// (the one whose turn it is, the ones queued behind it): the keyState
+	// and its subscriptions are dropped when it falls to 0.
+	users int
+	hold  *hold // the hold of the attempt whose turn it is, once it has the lock
 	// fenceFloor: tokens handed over must exceed it (AdvanceFence).
 	fenceFloor int64
 	// generation counts Resets: a chain of hand-overs begun before one
 	// stops.
 	generation int
 	subs       []*subscription // one per server, while someone waits
-}
-
-type localWaiter struct {
-	a     *attempt
-	ready chan slotGrant // cap 1
 }
 
 type core struct {
@@ -134,6 +136,11 @@ type core struct {
 	renewHook atomic.Pointer[func(ctx context.Context, key string) error]
 	waitHook  atomic.Pointer[func(key string)]
 	grantHook atomic.Pointer[func(key string)]
+
+	// queue orders this process's goroutines per key: one at a time talks
+	// to Redis for the key, and it passes the turn on (core.releaseSlot)
+	// with what the next one needs (slotGrant).
+	queue *handoff.Queue[slotGrant]
 
 	mu     sync.Mutex
 	keys   map[string]*keyState
@@ -149,6 +156,7 @@ func newCore(cfg config, be backend, notifiers []*notifier) *core {
 		notifiers: notifiers,
 		closeCtx:  ctx,
 		closeAll:  cancel,
+		queue:     handoff.New[slotGrant](),
 		keys:      make(map[string]*keyState),
 		holds:     make(map[*hold]struct{}),
 	}
@@ -191,31 +199,30 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		ks = &keyState{key: key}
 		c.keys[key] = ks
 	}
-	var g slotGrant
-	if ks.owner == nil {
-		ks.owner = a
-		c.mu.Unlock()
-	} else {
-		// Queue behind the local owner: only one goroutine per process and
-		// key talks to Redis, and the local order is first come, first served.
-		w := &localWaiter{a: a, ready: make(chan slotGrant, 1)}
-		ks.waiters = append(ks.waiters, w)
+	if ks.users > 0 {
+		// Another goroutine of this process has the key's turn: we will
+		// most likely wait, and a waiter must listen before its predecessor
+		// can queue it in Redis (releaseSlot arms it).
 		c.watchLocked(ks)
-		c.mu.Unlock()
-		select {
-		case g = <-w.ready:
-		case <-wctx.Done():
-			c.mu.Lock()
-			removed := ks.remove(w)
-			c.mu.Unlock()
-			if !removed {
-				// The slot reached us as we gave up: pass it on.
-				a.apply(<-w.ready)
-				_ = c.releaseSlot(ctx, ks, a)
-			}
-			return nil, c.notObtained(wctx)
-		}
 	}
+	ks.users++
+	c.mu.Unlock()
+	// Only one goroutine per process and key talks to Redis; the others
+	// queue behind it, first come, first served.
+	gaveBack := false
+	turn, err := c.queue.WaitAs(wctx, key, a, func(t handoff.Turn[slotGrant]) {
+		// The turn reached us as we gave up: pass it on.
+		gaveBack = true
+		a.apply(t.Hold)
+		_ = c.releaseSlot(ctx, ks, a)
+	})
+	if err != nil {
+		if !gaveBack {
+			c.leaveKey(ks)
+		}
+		return nil, c.notObtained(wctx)
+	}
+	g := turn.Hold
 	if g.kind == grantHandedOn {
 		// Handed over inside this process: the lock is ours already,
 		// unless its validity ended on the way (this goroutine paused
@@ -224,9 +231,11 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		if hook := c.grantHook.Load(); hook != nil {
 			(*hook)(key)
 		}
-		l, err := c.newHold(ctx, ks, a)
-		if !errors.Is(err, errExpired) {
-			return l, err
+		if c.aboveFloor(ks, a) {
+			l, err := c.newHold(ctx, ks, a)
+			if !errors.Is(err, errExpired) {
+				return l, err
+			}
 		}
 		c.abandon(ctx, a)
 		g = slotGrant{}
@@ -244,18 +253,43 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		// Serve the goroutines of this process that wait now, by
 		// hand-over, then give the lock back to all (see handOver).
 		c.mu.Lock()
-		a.batch, a.generation = min(len(ks.waiters), maxPlace), ks.generation
+		a.generation = ks.generation
 		c.mu.Unlock()
-		l, err := c.newHold(ctx, ks, a)
-		if !errors.Is(err, errExpired) {
-			return l, err
+		a.batch = min(c.queue.Waiting(key), maxPlace)
+		if c.aboveFloor(ks, a) {
+			l, err := c.newHold(ctx, ks, a)
+			if !errors.Is(err, errExpired) {
+				return l, err
+			}
 		}
 		// The validity ended before we could hold the lock (a pause, or
-		// a lock handed to us in Redis long ago): give it back and try
+		// a lock handed to us in Redis long ago), or its counter is below
+		// an AdvanceFence that returned meanwhile: give it back and try
 		// again, within the wait.
 		c.abandon(ctx, a)
 		g = slotGrant{}
 	}
+}
+
+// aboveFloor makes a's token greater than the floor that AdvanceFence set
+// in this process, by moving it up within a's chain's places if need be,
+// and reports false when no place of the chain is above the floor: a must
+// then give the lock back and take it from Redis again, under a counter
+// that AdvanceFence has already raised past the floor. This check, under
+// the lock that AdvanceFence raises the floor under, is the moment a lease
+// is obtained: an AdvanceFence that returned before it is honoured, be the
+// token handed on or read from Redis before the counter was raised.
+func (c *core) aboveFloor(ks *keyState, a *attempt) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a.fence > ks.fenceFloor {
+		return true
+	}
+	if up := ks.fenceFloor + 1; sameChain(up, a.fence) {
+		a.fence = up
+		return true
+	}
+	return false
 }
 
 // errExpired: newHold refused a lock whose validity had already ended.
@@ -299,24 +333,22 @@ func (a *attempt) apply(g slotGrant) {
 	}
 }
 
-func (ks *keyState) remove(w *localWaiter) bool {
-	for i, x := range ks.waiters {
-		if x == w {
-			ks.waiters = append(ks.waiters[:i], ks.waiters[i+1:]...)
-			return true
-		}
+// leaveKey ends a's part in ks (see keyState.users): the last attempt to
+// leave drops the keyState and its subscriptions, so a process that locks
+// many keys keeps nothing for the idle ones.
+func (c *core) leaveKey(ks *keyState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ks.users--; ks.users > 0 {
+		return
 	}
-	return false
-}
-
-func (ks *keyState) pop() *localWaiter {
-	if len(ks.waiters) == 0 {
-		return nil
+	if c.keys[ks.key] == ks {
+		delete(c.keys, ks.key)
 	}
-	w := ks.waiters[0]
-	ks.waiters[0] = nil
-	ks.waiters = ks.waiters[1:]
-	return w
+	for _, s := range ks.subs {
+		s.n.unsubscribe(s)
+	}
+	ks.subs = nil
 }
 
 // watch subscribes the process to key's wake channel on every server, for
@@ -358,10 +390,10 @@ func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
 		return false
 	}
 	c.mu.Lock()
-	waiting := !c.closed && len(ks.waiters) > 0 && a.generation == ks.generation
+	current := !c.closed && a.generation == ks.generation
 	fence := max(a.fence, ks.fenceFloor) + 1
 	c.mu.Unlock()
-	if !waiting || !sameChain(fence, a.fence) {
+	if !current || c.queue.Waiting(ks.key) == 0 || !sameChain(fence, a.fence) {
 		return false
 	}
 	// Go back to Redis when the lock was last confirmed there more than a
@@ -380,27 +412,19 @@ func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
 		}
 		a.validUntil = until
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	next := ks.pop()
-	if next == nil {
-		return false // the waiters gave up meanwhile
-	}
-	ks.owner = next.a
-	// The hand-over is complete: a waits for nothing any more, and an inbox
-	// left in the subscriptions would stay there, one per batch, until the
-	// key goes idle, and be scanned by every message.
-	for _, s := range ks.subs {
-		s.disarm(a.inbox)
-	}
-	next.ready <- slotGrant{
+	// a waits for nothing any more: an inbox left in the subscriptions
+	// would stay there, one per batch, until the key goes idle, and be
+	// scanned by every message.
+	c.disarm(ks, a.inbox)
+	// Pass finds nobody if the waiters gave up meanwhile: the lock then
+	// goes back to Redis.
+	return c.queue.Pass(ks.key, slotGrant{
 		kind: grantHandedOn, fence: fence, validUntil: a.validUntil,
 		// A renewal's call that a slow node answers late may still be
 		// running: whoever finally releases the lock must wait for it, or
 		// it could put the lock back on that node after the release.
 		chain: chainLock{token: a.token, pending: a.pending, batch: a.batch - 1, generation: a.generation},
-	}
-	return true
+	})
 }
 
 // raiseFenceFloor makes the hand-overs of key's current chain take tokens
@@ -424,59 +448,45 @@ func (c *core) endChain(key string) {
 	}
 }
 
-// releaseSlot gives up a's claim in Redis and hands the key's local slot to
-// the next local waiter, or frees it.
+// releaseSlot gives up a's claim in Redis and passes the key's turn in this
+// process to the next goroutine that waits for it, or ends it. It ends a's
+// part in ks.
 func (c *core) releaseSlot(ctx context.Context, ks *keyState, a *attempt) error {
+	defer c.leaveKey(ks)
 	if c.handOver(ctx, ks, a) {
 		return nil
 	}
-	for _, s := range ks.subsSnapshot(c) {
-		s.disarm(a.inbox)
-	}
-	c.mu.Lock()
-	next := ks.pop()
+	c.disarm(ks, a.inbox)
+	// The next goroutine is named to Redis with the release (single node:
+	// the release script gives it the lock or queues it), so it is taken
+	// out of the local line first, and its inbox listens before the script
+	// can send it the hand-over.
+	next := c.queue.Claim(ks.key)
+	var na *attempt
 	armed := false
 	if next != nil {
-		// Listen for next before the release script can queue it, so the
-		// hand-over message cannot slip past.
+		na = next.Who().(*attempt)
+		c.mu.Lock()
 		armed = len(ks.subs) > 0
 		for _, s := range ks.subs {
-			s.arm(next.a.inbox)
+			s.arm(na.inbox)
 			select {
 			case <-s.readyC():
 			default:
 				armed = false
 			}
 		}
-	}
-	c.mu.Unlock()
-
-	var na *attempt
-	if next != nil {
-		na = next.a
+		c.mu.Unlock()
 	}
 	g, err := c.be.leave(context.WithoutCancel(ctx), a, na)
-	g.armed = g.armed && armed
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if next == nil {
-		// Someone may have queued while we were in Redis.
-		next, g = ks.pop(), slotGrant{}
-	}
-	if next == nil {
-		ks.owner = nil
-		if len(ks.waiters) == 0 && ks.hold == nil {
-			delete(c.keys, ks.key)
-			for _, s := range ks.subs {
-				s.n.unsubscribe(s)
-			}
-			ks.subs = nil
-		}
+		// A goroutine that queued while we were in Redis takes the lock
+		// from Redis itself.
+		c.queue.Done(ks.key)
 		return err
 	}
-	ks.owner = next.a
-	next.ready <- g
+	g.armed = g.armed && armed
+	next.Give(handoff.Turn[slotGrant]{Hold: g, Handed: true})
 	return err
 }
 

@@ -133,11 +133,12 @@
 // waited when it began. Nothing is handed on after the validity ends, and
 // a chain of hand-overs confirms the lock in Redis at least once per
 // renewal interval, like a single hold, so it notices a lost lock (Reset, a
-// server restarted empty) no later than one hold would. AdvanceFence raises
-// the places still to be handed, and ends the chain when none of them
-// would be above what it was given. The successor checks the validity
-// again when it takes the lock: one that paused past it refuses the grant
-// and acquires from Redis instead.
+// server restarted empty) no later than one hold would. AdvanceFence
+// raises the places still to be handed in its process, and ends the chain
+// when none of them would be above what it was given. The successor checks
+// the validity again when it takes the lock, and the floor AdvanceFence
+// set: one that paused past the validity, or whose chain has no place
+// above the floor, gives the lock back and acquires from Redis instead.
 
 // # Waiting
 //

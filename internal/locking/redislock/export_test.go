@@ -38,14 +38,7 @@ func (l *Locker) LocalWaiters(key string) int { return l.c.localWaiters(key) }
 // LocalWaiters: see Locker.LocalWaiters.
 func (r *Redlock) LocalWaiters(key string) int { return r.c.localWaiters(key) }
 
-func (c *core) localWaiters(key string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ks := c.keys[c.cfg.prefix+key]; ks != nil {
-		return len(ks.waiters)
-	}
-	return 0
-}
+func (c *core) localWaiters(key string) int { return c.queue.Waiting(c.cfg.prefix + key) }
 
 // ArmedInboxes reports how many waiters' inboxes the subscriptions of key
 // route messages to, summed over the servers.

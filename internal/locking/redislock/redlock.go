@@ -85,11 +85,13 @@ func (r *Redlock) Reset(ctx context.Context, key string) error {
 }
 
 // AdvanceFence makes every later token of key greater than atLeast, as
-// Locker.AdvanceFence does. It raises the counter on every server it can
+// Locker.AdvanceFence does (with its exception for other processes). It raises the counter on every server it can
 // reach and fails unless a majority answered: a later token is above every
 // counter it read on a majority, and any majority meets the one raised here.
 func (r *Redlock) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
-	r.c.raiseFenceFloor(r.c.cfg.prefix+key, atLeast)
+	if err := checkAdvance(atLeast); err != nil {
+		return err
+	}
 	fence := r.c.cfg.prefix + key + ":fence"
 	timeout := max(r.c.cfg.nodeTimeout, time.Second)
 	errs := make([]error, len(r.q.nodes))
@@ -110,6 +112,9 @@ func (r *Redlock) AdvanceFence(ctx context.Context, key string, atLeast int64) e
 			fmt.Errorf("locking: advance fence of %s: %d of %d nodes answered, %d needed", key, answered, len(r.q.nodes), r.q.need),
 		}, errs...)...)
 	}
+	// After the counters: a chain that read its counters before the writes
+	// exists in this process by now, and learns of the floor.
+	r.c.raiseFenceFloor(r.c.cfg.prefix+key, atLeast)
 	return nil
 }
 
@@ -535,7 +540,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 	}()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	if g.kind == grantReleased {
+	if g.kind == grantReleased && g.armed {
 		// Our predecessor gave the lock back to everyone: start when the
 		// release is announced, like the other processes' waiters, not
 		// before them.
@@ -614,7 +619,7 @@ func (q *quorum) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGr
 			continue
 		}
 		var p int64
-		if gateState == gateOurs {
+		if gateState == gateOurs && counter < maxCounter {
 			// The gate node's counter is, nearly always, what every node
 			// holds: the last holder wrote its counter everywhere. So
 			// propose the next one with the round.
@@ -731,6 +736,11 @@ func (q *quorum) settle(ctx context.Context, a *attempt, r *round, start time.Ti
 		return true
 	}
 	counter := r.counter + 1
+	if counter > maxCounter {
+		_, err := startOf(counter)
+		r.errs = append(r.errs, err)
+		return false
+	}
 	// Written to every node, not only those the round heard from: the
 	// script writes only where the lock is ours, and late answers of the
 	// round may have made it ours on more nodes. The more nodes carry the
@@ -797,7 +807,7 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 		// If it deleted it nowhere (the lock had expired, or was reset),
 		// no announcement comes: the waiter tries at once instead of
 		// sleeping a poll interval on a free lock.
-		g = slotGrant{kind: grantReleased}
+		g = slotGrant{kind: grantReleased, armed: true}
 	}
 	if n >= q.need {
 		return g, nil

@@ -1,7 +1,9 @@
 package redislock_test
 
 // Review of the two-part fencing tokens (token.go) and of the grantKind
-// refactor: each test here failed against the change under review.
+// refactor: each test here failed against the change under review, but
+// TestReviewAdvanceFenceFromAnotherProcessReachesAChainInTurn, which pins
+// AdvanceFence's documented exception (its first form asked for more).
 
 import (
 	"context"
@@ -68,18 +70,47 @@ func oneKeyScript(k string, nargs int) func(args []any) bool {
 	}
 }
 
-// TestReviewAdvanceFenceFromAnotherProcessSkipsRunningChain: claim 2.
-// Process P hands the lock on locally (second holds by hand-over, third
-// waits). Another process (same Redis) calls AdvanceFence(second+5) and
-// gets nil. P's keyState never learns of it (the floor is per process, and
-// AdvanceFence only raised K:fence to counterOf(atLeast), which the chain
-// already has), so the third holder's lease, handed over after
-// AdvanceFence returned, has token second+1 <= atLeast.
-func TestReviewAdvanceFenceFromAnotherProcessSkipsRunningChain(t *testing.T) {
+// extendScript matches the single-node extend of lock key k: KEYS k; ARGV
+// token, ttl (before the change under review it had KEYS k, k:fence and a
+// third argument; matched too, so the test runs on both versions).
+func extendScript(k string) func(args []any) bool {
+	return func(args []any) bool {
+		if len(args) < 4 || args[3] != k {
+			return false
+		}
+		return (len(args) == 6 && args[2] == 1) || (len(args) == 8 && args[2] == 2)
+	}
+}
+
+// held waits (bounded) until g holds a call back.
+func held(t *testing.T, g *scriptGate) {
+	t.Helper()
+	bound := time.NewTimer(10 * time.Second)
+	defer bound.Stop()
+	select {
+	case <-g.blocked:
+	case <-bound.C:
+		t.Fatal("the script call to hold back never came")
+	}
+}
+
+// TestReviewAdvanceFenceFromAnotherProcessReachesAChainInTurn: claim 2
+// holds for the process that calls AdvanceFence, not for a chain another
+// process began before (AdvanceFence's documented exception). Process P's
+// chain is running (second holds by hand-over, third waits); another
+// process calls AdvanceFence(second+5): P may still hand on second+1, which
+// the store refuses; when P advances the fence in turn, as a store's
+// refusal makes it do, its next lease is above.
+func TestReviewAdvanceFenceFromAnotherProcessReachesAChainInTurn(t *testing.T) {
 	ctx := context.Background()
-	_, other, key, leases, second := secondOfLockerBatch(t)
+	p, other, key, leases, second := secondOfLockerBatch(t)
 	atLeast := second.Token() + 5
 	if err := other.AdvanceFence(ctx, key, atLeast); err != nil {
+		t.Fatal(err)
+	}
+	// The store saw atLeast and refuses anything at or below it: P learns
+	// of it there and advances the fence in its own process.
+	if err := p.AdvanceFence(ctx, key, atLeast); err != nil {
 		t.Fatal(err)
 	}
 	if err := second.Release(ctx); err != nil {
@@ -88,7 +119,7 @@ func TestReviewAdvanceFenceFromAnotherProcessSkipsRunningChain(t *testing.T) {
 	third := nextLease(t, leases)
 	defer third.Release(ctx)
 	if third.Token() <= atLeast {
-		t.Errorf("lease obtained after AdvanceFence(%d) returned nil has token %d", atLeast, third.Token())
+		t.Errorf("lease obtained after this process's AdvanceFence(%d) returned nil has token %d", atLeast, third.Token())
 	}
 }
 
@@ -119,7 +150,7 @@ func TestReviewAdvanceFenceBeforeLocalStateExists(t *testing.T) {
 	gate.armed.Store(true)
 	advanced := make(chan error, 1)
 	go func() { advanced <- p.AdvanceFence(ctx, key, atLeast) }()
-	<-gate.blocked // raiseFenceFloor has run (no keyState: nothing recorded); K:fence not raised yet
+	held(t, gate) // raiseFenceFloor has run (no keyState: nothing recorded); K:fence not raised yet
 
 	blocked, hook := blockedSignal()
 	p.SetWaitHook(hook)
@@ -172,7 +203,7 @@ func TestReviewAdvanceFenceDuringHandOverConfirmation(t *testing.T) {
 	key := uniqueKey(t)
 	plain := shared.Client(t)
 	hooked := shared.Client(t)
-	gate := newScriptGate(oneKeyScript("lock:"+key, 2)) // singleExtend: KEYS lock; ARGV token, ttl
+	gate := newScriptGate(extendScript("lock:" + key))
 	hooked.AddHook(gate)
 	// A renewal interval of 1ns: every hand-over confirms the lock first.
 	// The watchdog itself is paused (renew hook), so only handOver extends.
@@ -190,7 +221,7 @@ func TestReviewAdvanceFenceDuringHandOverConfirmation(t *testing.T) {
 	gate.armed.Store(true)
 	released := make(chan error, 1)
 	go func() { released <- first.Release(ctx) }()
-	<-gate.blocked // handOver computed the token and is in its extend
+	held(t, gate) // handOver computed the token and is in its extend
 	if err := p.AdvanceFence(ctx, key, atLeast); err != nil {
 		t.Fatal(err)
 	}
@@ -363,5 +394,50 @@ func TestReviewRedlockReleasedGrantIgnoresArmed(t *testing.T) {
 	}
 	if err := x.l.Release(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		t.Error(err)
+	}
+}
+
+// TestReviewWakeMessageWithLargeCounter: claim 4 (counters near 2^47). The
+// single-node hand-over message is built in Lua as tok .. ' ' .. f, with f
+// the INCR result as a Lua number, which Lua formats with %.14g: from
+// 10^14 on (2^47 is 1.4*10^14, so the top 29% of the counters a token can
+// carry) the message reads "tok 1.0000000000000e+14" and grantFor cannot
+// parse it. The waiter ignores its own hand-over and sleeps until its poll
+// (the holder's TTL, or the poll interval): here it is not served within
+// its wait although the lock was handed to it at once.
+func TestReviewWakeMessageWithLargeCounter(t *testing.T) {
+	ctx := context.Background()
+	client := shared.Client(t)
+	const ttl = 30 * time.Second
+	other := newLocker(t, client, redislock.WithTTL(ttl))
+	p := newLocker(t, client, redislock.WithTTL(ttl), redislock.WithPollInterval(time.Hour), redislock.WithWait(2*time.Second))
+	key := uniqueKey(t)
+	holder := acquire(t, other, ctx, key)
+	const atLeast = int64(100_000_000_000_000) << 16 // counter 10^14 < 2^47-1: a valid token
+	if err := other.AdvanceFence(ctx, key, atLeast); err != nil {
+		t.Fatal(err)
+	}
+	blocked, hook := blockedSignal()
+	p.SetWaitHook(hook)
+	type res struct {
+		l   *redislock.Lease
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		l, err := p.Acquire(ctx, key)
+		got <- res{l, err}
+	}()
+	<-blocked // queued in Redis behind holder
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter the lock was handed to was not served within its wait: %v", r.err)
+	}
+	defer r.l.Release(ctx)
+	if r.l.Token() <= atLeast {
+		t.Errorf("token %d after AdvanceFence(%d)", r.l.Token(), atLeast)
 	}
 }

@@ -49,7 +49,8 @@ local function promote(lock, fence, queue, skip)
     if dl and tonumber(dl) > now and redis.call('EXISTS', lock .. ':gone:' .. tok) == 0 then
       redis.call('SET', lock, tok, 'PX', ttl)
       local f = redis.call('INCR', fence)
-      if tok ~= skip then redis.call('PUBLISH', lock .. ':wake:' .. id, tok .. ' ' .. f) end
+      -- %d: a Lua number is a double, which .. writes as 1e+14 from 10^14.
+      if tok ~= skip then redis.call('PUBLISH', lock .. ':wake:' .. id, string.format('%s %d', tok, f)) end
       return tok, f
     end
   end

@@ -57,16 +57,27 @@ func (l *Locker) Reset(ctx context.Context, key string) error {
 	return l.s.reset(ctx, l.c.cfg.prefix+key)
 }
 
-// AdvanceFence makes every later token of key greater than atLeast. A store
-// that remembers the highest token it accepted calls it when it refuses a
-// token: if Redis lost its data (a restart without persistence), its
-// counter started again from 1, and without this every new holder would be
-// refused until the counter caught up. It never lowers the counter.
+// AdvanceFence makes every later token of key greater than atLeast: every
+// acquisition from Redis that begins after it returns, and every lease this
+// Locker gives from then on, by hand-over too, save a reentrant one, which
+// shares its hold's token. (Another Locker may still
+// hand on places of a chain it began before; the store refuses them and
+// that Locker advances the fence in turn.) A store that remembers the
+// highest token it accepted calls it when it refuses a token: if Redis lost
+// its data (a restart without persistence), its counter started again from
+// 1, and without this every new holder would be refused until the counter
+// caught up. It never lowers the counter, and it refuses, with
+// ErrTokensExhausted, an atLeast that no token can exceed.
 func (l *Locker) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
-	l.c.raiseFenceFloor(l.c.cfg.prefix+key, atLeast)
+	if err := checkAdvance(atLeast); err != nil {
+		return err
+	}
 	if err := advanceFence.Run(ctx, l.s.client, []string{l.c.cfg.prefix + key + ":fence"}, counterFloor(atLeast)).Err(); err != nil {
 		return l.s.nodeErr(err)
 	}
+	// After the counter: a chain that took its counter before the write
+	// exists in this process by now, and learns of the floor.
+	l.c.raiseFenceFloor(l.c.cfg.prefix+key, atLeast)
 	return nil
 }
 
@@ -138,7 +149,13 @@ func (s *single) try(ctx context.Context, a *attempt) (acquireReply, error) {
 	if err != nil {
 		return acquireReply{}, s.nodeErr(err)
 	}
-	return acquireReply{fence: chainStart(counter), pttl: time.Duration(pttl) * time.Millisecond, element: el}, nil
+	r := acquireReply{pttl: time.Duration(pttl) * time.Millisecond, element: el}
+	if counter != 0 {
+		if r.fence, err = startOf(counter); err != nil {
+			return acquireReply{}, s.nodeErr(err)
+		}
+	}
+	return r, nil
 }
 
 func (s *single) acquire(ctx context.Context, ks *keyState, a *attempt, g slotGrant) error {
@@ -232,7 +249,11 @@ func (s *single) wait(ctx context.Context, a *attempt, t *time.Timer, notBefore 
 		}
 		msgs, resync := a.inbox.take()
 		if counter, ok := grantFor(a.token, msgs); ok {
-			a.fence, a.validUntil = chainStart(counter), notBefore.Add(cfg.ttl-cfg.drift())
+			fence, err := startOf(counter)
+			if err != nil {
+				return false, s.nodeErr(err) // the lock is ours in Redis: leave deletes it
+			}
+			a.fence, a.validUntil = fence, notBefore.Add(cfg.ttl-cfg.drift())
 			if time.Until(a.validUntil) > cfg.ttl/2 {
 				return true, nil
 			}
@@ -311,7 +332,13 @@ func (s *single) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 	switch {
 	case next == nil:
 	case counter > 0:
-		g = slotGrant{kind: grantGiven, fence: chainStart(counter), validUntil: sent.Add(s.cfg.ttl - s.cfg.drift())}
+		if fence, err := startOf(counter); err == nil {
+			g = slotGrant{kind: grantGiven, fence: fence, validUntil: sent.Add(s.cfg.ttl - s.cfg.drift())}
+		} else {
+			// next finds the lock its own in Redis when it polls, and the
+			// poll reports the counter's error.
+			g = slotGrant{kind: grantQueued, element: unknownElement, notBefore: sent}
+		}
 	default:
 		g = slotGrant{kind: grantQueued, element: el, notBefore: sent, armed: true}
 	}

@@ -1,5 +1,10 @@
 package redislock
 
+import (
+	"errors"
+	"fmt"
+)
+
 // A fencing token has two parts: the counter that the acquisition from
 // Redis which began a chain of local hand-overs took (K:fence, see doc.go),
 // shifted left by placeBits, plus the holder's place in that chain (0 for
@@ -27,3 +32,29 @@ func sameChain(a, b int64) bool { return counterOf(a) == counterOf(b) }
 // next acquisition takes one more, and every token of that chain is above
 // atLeast.
 func counterFloor(atLeast int64) int64 { return counterOf(max(atLeast, 0)) }
+
+// maxCounter is the last counter a token can carry: counter<<placeBits
+// plus any place stays below 2^63.
+const maxCounter = 1<<(63-placeBits) - 1
+
+// ErrTokensExhausted: the key's fencing counter is past the last one a
+// token can carry (AdvanceFence refuses to take it there).
+var ErrTokensExhausted = errors.New("locking: the fencing tokens of this key are exhausted")
+
+// startOf is chainStart for a counter read from Redis, which may be past
+// maxCounter only if something other than this package wrote it.
+func startOf(counter int64) (int64, error) {
+	if counter < 1 || counter > maxCounter {
+		return 0, fmt.Errorf("%w: counter %d is outside 1..%d", ErrTokensExhausted, counter, int64(maxCounter))
+	}
+	return chainStart(counter), nil
+}
+
+// checkAdvance refuses an AdvanceFence that would leave no token above
+// atLeast.
+func checkAdvance(atLeast int64) error {
+	if counterFloor(atLeast) >= maxCounter {
+		return fmt.Errorf("%w: no token is above %d", ErrTokensExhausted, atLeast)
+	}
+	return nil
+}
