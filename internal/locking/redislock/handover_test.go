@@ -281,21 +281,31 @@ func TestHandOverStopsAtReset(t *testing.T) {
 
 // TestHandOverHonoursAdvanceFence: AdvanceFence during a batch raises the
 // tokens the rest of the batch is handed: within the chain's places when
-// some are above what it was given, else by going back to Redis.
+// some are above what it was given, else by going back to Redis. Another
+// process's AdvanceFence does not reach a chain begun before it (the
+// documented exception): the store refuses that chain's token, and the
+// process advances the fence in turn, which does.
 func TestHandOverHonoursAdvanceFence(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		above func(second int64) int64 // what AdvanceFence is given
+		name       string
+		above      func(second int64) int64 // what AdvanceFence is given
+		otherFirst bool                     // another process advanced it first
 	}{
-		{"within the chain", func(second int64) int64 { return second + 5 }},
+		{"within the chain", func(second int64) int64 { return second + 5 }, false},
 		{"past the chain", func(second int64) int64 {
 			return redislock.ChainStart(redislock.TokenCounter(second)+3) + 7
-		}},
+		}, false},
+		{"another process, then this one", func(second int64) int64 { return second + 5 }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			p, _, key, leases, second := secondOfLockerBatch(t)
+			p, other, key, leases, second := secondOfLockerBatch(t)
 			atLeast := tc.above(second.Token())
+			if tc.otherFirst {
+				if err := other.AdvanceFence(ctx, key, atLeast); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err := p.AdvanceFence(ctx, key, atLeast); err != nil {
 				t.Fatal(err)
 			}
