@@ -92,6 +92,7 @@ type slotGrant struct {
 	fence      int64     // handedOn, given: the new holder's token
 	validUntil time.Time // handedOn, given
 	chain      chainLock // handedOn: the lock in Redis that the batch shares
+	generation int       // given: keyState.generation before the release that gave it
 	element    string    // queued: our place in the server's queue
 	notBefore  time.Time // queued: the lock cannot have reached us before this
 	// armed (queued, released): our inbox listened on confirmed
@@ -241,6 +242,16 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		g = slotGrant{}
 	}
 	for {
+		// The chain's generation is the one before Redis was asked: a
+		// Reset that lands while the call is on its way deletes the lock
+		// it takes, and must end the chain it would begin. A lock the
+		// predecessor's release gave us is as old as that release.
+		c.mu.Lock()
+		generation := ks.generation
+		c.mu.Unlock()
+		if g.kind == grantGiven {
+			generation = g.generation
+		}
 		err := c.be.acquire(wctx, ks, a, g)
 		// Done waiting: the subscriptions stop routing messages to a. (A
 		// predecessor arms a's inbox before it passes the lock on in Redis,
@@ -252,9 +263,7 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		}
 		// Serve the goroutines of this process that wait now, by
 		// hand-over, then give the lock back to all (see handOver).
-		c.mu.Lock()
-		a.generation = ks.generation
-		c.mu.Unlock()
+		a.generation = generation
 		a.batch = min(c.queue.Waiting(key), maxPlace)
 		if c.aboveFloor(ks, a) {
 			l, err := c.newHold(ctx, ks, a)
@@ -464,6 +473,9 @@ func (c *core) releaseSlot(ctx context.Context, ks *keyState, a *attempt) error 
 	next := c.queue.Claim(ks.key)
 	var na *attempt
 	armed := false
+	c.mu.Lock()
+	generation := ks.generation // before the release script can give next the lock
+	c.mu.Unlock()
 	if next != nil {
 		na = next.Who().(*attempt)
 		c.mu.Lock()
@@ -486,6 +498,7 @@ func (c *core) releaseSlot(ctx context.Context, ks *keyState, a *attempt) error 
 		return err
 	}
 	g.armed = g.armed && armed
+	g.generation = generation
 	next.Give(handoff.Turn[slotGrant]{Hold: g, Handed: true})
 	return err
 }

@@ -134,10 +134,11 @@ type quorum struct {
 	nodes  []rnode
 	byName []int          // node indexes in the order of their names
 	need   int            // majority
-	bg     sync.WaitGroup // release calls still running after Release returned
+	bg     sync.WaitGroup // release calls still running after Release returned; Close joins them
 
-	mu      sync.Mutex
-	running map[*sync.WaitGroup]int // calls of run still running, by the WaitGroup that counts them
+	mu       sync.Mutex
+	draining bool                    // Close is joining bg: a call started now must be joined by its caller
+	running  map[*sync.WaitGroup]int // calls of run still running, by the WaitGroup that counts them
 
 	gateDown  []atomic.Int64 // by node: until when (Unix ns) it is passed over as a gate (gateFor)
 	gateFails []atomic.Int32 // by node: gate calls failed in a row
@@ -316,7 +317,7 @@ func (q *quorum) leaveGateQueue(ctx context.Context, a *attempt, giveUp bool) {
 	for _, i := range nodes {
 		waiting[i] = q.gateDown[i].Load() > now
 		n := q.nodes[i]
-		q.bg.Go(func() {
+		q.background(func() {
 			ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
 			defer cancel()
 			ch <- answer{i, redlockGateLeave.Run(ctx, n.client, lockKeys(key), id, retired, ms(q.cfg.ttl)).Err()}
@@ -356,8 +357,14 @@ func (q *quorum) run(ctx context.Context, wg *sync.WaitGroup,
 	f func(ctx context.Context, i int, n rnode) (any, error), decided func(answers []result) bool,
 ) []result {
 	ch := make(chan result, len(q.nodes)) // never blocks a straggler
-	wg.Add(len(q.nodes))
 	q.mu.Lock()
+	if wg == &q.bg && q.draining {
+		// Close is waiting for bg already and would not see these calls:
+		// they are this caller's to join.
+		wg = new(sync.WaitGroup)
+		defer wg.Wait()
+	}
+	wg.Add(len(q.nodes))
 	q.running[wg] += len(q.nodes)
 	q.mu.Unlock()
 	for i, n := range q.nodes {
@@ -417,7 +424,7 @@ func (q *quorum) releaseSettled(ctx context.Context, pending *sync.WaitGroup, ke
 	// give the calls that long, so that only a node that hangs costs the
 	// second release.
 	done := make(chan struct{})
-	q.bg.Go(func() {
+	q.background(func() {
 		pending.Wait()
 		close(done)
 	})
@@ -429,7 +436,7 @@ func (q *quorum) releaseSettled(ctx context.Context, pending *sync.WaitGroup, ke
 	case <-grace.C:
 	}
 	n, errs := q.release(ctx, key, token, skip, publish)
-	q.bg.Go(func() {
+	q.background(func() {
 		<-done
 		q.release(ctx, key, token, skip, false)
 	})
@@ -877,6 +884,30 @@ func compact(errs []error) []error {
 	return out
 }
 
-func (q *quorum) drain() { q.bg.Wait() }
+func (q *quorum) drain() {
+	q.mu.Lock()
+	q.draining = true
+	q.mu.Unlock()
+	q.bg.Wait()
+}
+
+// background runs f on a goroutine that Close joins, or, once Close has
+// begun to join them (a Release racing Close), on the caller's goroutine:
+// a goroutine added to bg while Close waits for it would be a WaitGroup
+// misuse, and nothing would join it.
+func (q *quorum) background(f func()) {
+	q.mu.Lock()
+	if q.draining {
+		q.mu.Unlock()
+		f()
+		return
+	}
+	q.bg.Add(1)
+	q.mu.Unlock()
+	go func() {
+		defer q.bg.Done()
+		f()
+	}()
+}
 
 func (q *quorum) channel(key string) string { return key + ":wake" }

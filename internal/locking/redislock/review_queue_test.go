@@ -1,0 +1,332 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/testredis"
+)
+
+// reviewState reports what the core keeps for key: the keyState, its users,
+// its subscriptions' refs, and how many wait in the local queue.
+func (c *core) reviewState(key string) string {
+	c.mu.Lock()
+	ks := c.keys[key]
+	var users, subs int
+	if ks != nil {
+		users, subs = ks.users, len(ks.subs)
+	}
+	c.mu.Unlock()
+	refs := 0
+	for _, n := range c.notifiers {
+		n.mu.Lock()
+		if s := n.subs[c.be.channel(key)]; s != nil {
+			refs += s.refs
+		}
+		n.mu.Unlock()
+	}
+	return fmt.Sprintf("keyState=%v users=%d subs=%d refs=%d waiting=%d", ks != nil, users, subs, refs, c.queue.Waiting(key))
+}
+
+// Review of the shared local queue (handoff.Queue in core.go): randomized
+// contention over two Lockers (or Redlocks) with waits that end at random,
+// AdvanceFence from one of them and, for Lockers, Close halfway.
+// It checks the claims the review could not break with a crafted
+// interleaving: no overlap, tokens strictly increasing, a lease of the
+// Locker that advanced the fence above every floor that returned before its
+// Acquire began, and nothing left for the key (keyState, subscription refs,
+// queue line) once every goroutine is done. It passed against 18c2564.
+type reviewLock interface {
+	Acquire(ctx context.Context, key string) (*Lease, error)
+	AdvanceFence(ctx context.Context, key string, atLeast int64) error
+	Close() error
+}
+
+func reviewStress(t *testing.T, ls []reviewLock, cores []*core, closeAt time.Duration) {
+	ctx := context.Background()
+	key := fmt.Sprintf("stress-%d", rand.Int64())
+	var inside atomic.Int32
+	var bad, tokBad, floorBad atomic.Int32
+	var last atomic.Int64
+	var floor atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(2 * time.Second)
+	if closeAt > 0 {
+		time.AfterFunc(closeAt, func() { _ = ls[0].Close() })
+	}
+	for g := range 24 {
+		wg.Go(func() {
+			l := ls[g%len(ls)]
+			for time.Now().Before(end) {
+				if g == 0 {
+					f := last.Load() + int64(rand.IntN(1<<17))
+					if l.AdvanceFence(ctx, key, f) == nil {
+						for m := floor.Load(); f > m && !floor.CompareAndSwap(m, f); m = floor.Load() {
+						}
+					}
+					continue
+				}
+				before := floor.Load()
+				d := time.Duration(rand.IntN(5000)) * time.Microsecond
+				actx, cancel := context.WithTimeout(ctx, d)
+				lease, err := l.Acquire(actx, key)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if inside.Add(1) != 1 {
+					bad.Add(1)
+				}
+				if g%len(ls) == 0 && lease.Token() <= before {
+					floorBad.Add(1)
+				}
+				if prev := last.Swap(lease.Token()); lease.Token() <= prev && lease.Context().Err() == nil {
+					tokBad.Add(1)
+				}
+				inside.Add(-1)
+				_ = lease.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	if bad.Load()+tokBad.Load()+floorBad.Load() > 0 {
+		t.Errorf("%d overlaps, %d tokens not increasing, %d below floor", bad.Load(), tokBad.Load(), floorBad.Load())
+	}
+	for i, c := range cores {
+		if s := c.reviewState(c.cfg.prefix + key); s != "keyState=false users=0 subs=0 refs=0 waiting=0" {
+			t.Errorf("locker %d: %s", i, s)
+		}
+	}
+}
+
+// TestReviewStressRedlock has no Close variant: a Release that runs while
+// Close drains calls q.bg.Add concurrently with q.bg.Wait (quorum.release,
+// core.close), a race that predates 18c2564 (neither changed) and that the
+// race detector reports.
+func TestReviewStressRedlock(t *testing.T) {
+	for _, closeAt := range []time.Duration{0} {
+		t.Run(fmt.Sprint(closeAt), func(t *testing.T) {
+			var clients []Client
+			for range 3 {
+				clients = append(clients, testredis.Start(t).Client(t))
+			}
+			var ls []reviewLock
+			var cores []*core
+			for range 2 {
+				r, err := newRedlock(clients, WithNodeTimeout(500*time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = r.Close() })
+				ls, cores = append(ls, r), append(cores, r.c)
+			}
+			reviewStress(t, ls, cores, closeAt)
+		})
+	}
+}
+
+func TestReviewStressLocker(t *testing.T) {
+	for _, closeAt := range []time.Duration{0, time.Second} {
+		t.Run(fmt.Sprint(closeAt), func(t *testing.T) {
+			srv := testredis.Start(t)
+			var ls []reviewLock
+			var cores []*core
+			for range 2 {
+				l := New(srv.Client(t))
+				t.Cleanup(func() { _ = l.Close() })
+				ls, cores = append(ls, l), append(cores, l.c)
+			}
+			reviewStress(t, ls, cores, closeAt)
+		})
+	}
+}
+
+// afterScript is a go-redis hook that, once armed, holds back the reply of
+// the first script call that succeeded with key as its first key,
+// until unblock is closed (or 10s pass).
+type afterScript struct {
+	key     string
+	armed   atomic.Bool
+	blocked chan struct{}
+	unblock chan struct{}
+}
+
+func (h *afterScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *afterScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *afterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		name := strings.ToLower(cmd.Name())
+		if err == nil && (name == "evalsha" || name == "eval") && len(args) > 3 && args[3] == h.key && h.armed.CompareAndSwap(true, false) {
+			close(h.blocked)
+			bound := time.NewTimer(10 * time.Second)
+			select {
+			case <-h.unblock:
+			case <-bound.C:
+			}
+			bound.Stop()
+		}
+		return err
+	}
+}
+
+// TestReviewResetBetweenAcquireAndGeneration (pre-existing, not from
+// 18c2564: 73092d3 reads ks.generation at the same point). The chain's
+// generation is read after the acquisition from Redis returns, so a Reset
+// that lands between the acquire script and that read does not end the
+// chain: the holder's lease begins after Reset returned, and its release
+// hands the deleted lock on without Redis; another process then takes the
+// lock while the successor holds it. Fails on 18c2564 and on 73092d3.
+func TestReviewResetBetweenAcquireAndGeneration(t *testing.T) {
+	ctx := context.Background()
+	srv := testredis.Start(t)
+	key := fmt.Sprintf("reset-%d", rand.Int64())
+	hooked := srv.Client(t)
+	h := &afterScript{key: "lock:" + key, blocked: make(chan struct{}), unblock: make(chan struct{})}
+	hooked.AddHook(h)
+	p, other := New(hooked), New(srv.Client(t))
+	t.Cleanup(func() { _ = p.Close(); _ = other.Close() })
+
+	h.armed.Store(true)
+	first := make(chan *Lease, 1)
+	go func() {
+		l, err := p.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- l
+	}()
+	select {
+	case <-h.blocked: // the acquire script took the lock; its reply is held
+	case <-time.After(10 * time.Second):
+		t.Fatal("the acquire script never ran")
+	}
+	second := make(chan *Lease, 1)
+	go func() {
+		l, err := p.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		second <- l
+	}()
+	for p.LocalWaiters(key) != 1 {
+		runtime.Gosched()
+	}
+	if err := p.Reset(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	close(h.unblock)
+	l1 := <-first
+	if l1 == nil {
+		t.FailNow()
+	}
+	t.Logf("l1 token %d release: %v", l1.Token(), l1.Release(ctx))
+	l2 := <-second
+	if l2 == nil {
+		t.FailNow()
+	}
+	defer l2.Release(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	o, err := other.Acquire(wctx, key)
+	t.Logf("l2 token %d ctx %v; other: %v", l2.Token(), context.Cause(l2.Context()), err)
+	if err == nil {
+		defer o.Release(ctx)
+		if l2.Context().Err() == nil {
+			t.Fatalf("two holders after Reset: the handed-on goroutine (token %d) and another process (token %d)", l2.Token(), o.Token())
+		}
+	}
+}
+
+// TestReviewClaimedWaiterGivesUp: claims 1, 2 and 4 at the moment the
+// review aimed at. The holder's release has claimed waiter W and named it
+// to Redis (the script gave W the lock); W's wait ends before Give; W must
+// pass the lock on to N (in Redis too), leave exactly once, and the key
+// must leave nothing behind. It passed against 18c2564.
+func TestReviewClaimedWaiterGivesUp(t *testing.T) {
+	ctx := context.Background()
+	srv := testredis.Start(t)
+	key := fmt.Sprintf("claimed-%d", rand.Int64())
+	hooked := srv.Client(t)
+	h := &afterScript{key: "lock:" + key, blocked: make(chan struct{}), unblock: make(chan struct{})}
+	hooked.AddHook(h)
+	p, other := New(hooked), New(srv.Client(t))
+	t.Cleanup(func() { _ = p.Close(); _ = other.Close() })
+
+	holder, err := p.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancelW := context.WithCancel(ctx)
+	wErr := make(chan error, 1)
+	go func() {
+		l, err := p.Acquire(wctx, key)
+		if l != nil {
+			_ = l.Release(ctx)
+		}
+		wErr <- err
+	}()
+	for p.LocalWaiters(key) != 1 {
+		runtime.Gosched()
+	}
+	nLease := make(chan *Lease, 1)
+	go func() {
+		l, err := p.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		nLease <- l
+	}()
+	for p.LocalWaiters(key) != 2 {
+		runtime.Gosched()
+	}
+	h.armed.Store(true)
+	released := make(chan error, 1)
+	go func() { released <- holder.Release(ctx) }()
+	select {
+	case <-h.blocked: // the leave script ran: W holds the lock in Redis
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leave script never ran")
+	}
+	if n := p.LocalWaiters(key); n != 1 {
+		t.Errorf("%d local waiters after the claim, want 1 (N)", n)
+	}
+	cancelW()
+	close(h.unblock)
+	if err := <-released; err != nil {
+		t.Error(err)
+	}
+	if err := <-wErr; err == nil {
+		t.Error("W obtained the lock after its wait ended")
+	}
+	n := <-nLease
+	if n == nil {
+		t.FailNow()
+	}
+	octx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if o, err := other.Acquire(octx, key); err == nil {
+		_ = o.Release(ctx)
+		t.Fatalf("another process took the lock while N holds it (token %d, other %d)", n.Token(), o.Token())
+	}
+	if err := n.Release(ctx); err != nil {
+		t.Errorf("N's release: %v", err)
+	}
+	if s := p.c.reviewState("lock:" + key); s != "keyState=false users=0 subs=0 refs=0 waiting=0" {
+		t.Errorf("left behind: %s", s)
+	}
+}
