@@ -81,6 +81,38 @@ type k6Result struct {
 	Err error
 }
 
+// k6CannotStartRESTAPI is k6's exit code when its REST API cannot listen
+// (go.k6.io/k6/errext/exitcodes.CannotStartRESTAPI).
+const k6CannotStartRESTAPI = 106
+
+// start runs k6 with args and env, its output to log, polling its REST API
+// on port for the progress line, and returns when k6 has exited.
+func (k *k6Runner) start(ctx context.Context, job k6Job, args, env []string, log *os.File, port int) (time.Time, error) {
+	cmd := exec.CommandContext(ctx, k.bin, args...)
+	cmd.Dir = k.loadtestDir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// On Ctrl-C k6 gets SIGINT, stops the load, runs teardown and writes
+	// its summary; only if that hangs is it killed.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 45 * time.Second
+
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		return started, fmt.Errorf("starting k6: %w", err)
+	}
+	// The poller is owned by this call: stopped and joined before return.
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		k.poll(fmt.Sprintf("http://127.0.0.1:%d", port), job, started, stop)
+	}()
+	err := cmd.Wait()
+	close(stop)
+	<-done
+	return started, err
+}
+
 // run runs job, polling k6's REST API for the progress line while it runs.
 func (k *k6Runner) run(ctx context.Context, job k6Job) k6Result {
 	var res k6Result
@@ -88,16 +120,11 @@ func (k *k6Runner) run(ctx context.Context, job k6Job) k6Result {
 		res.Err = err
 		return res
 	}
-	port, err := freePort()
-	if err != nil {
-		res.Err = err
-		return res
-	}
 	summaryPath := filepath.Join(job.Dir, "summary.json")
 	vars := append(append([][2]string{}, job.Vars...),
 		[2]string{"SUMMARY_JSON", summaryPath},
 		[2]string{"SUMMARY_TXT", filepath.Join(job.Dir, "summary.txt")})
-	args := []string{"run", "--quiet", "--address", fmt.Sprintf("127.0.0.1:%d", port)}
+	args := []string{"run", "--quiet", "--address", "127.0.0.1:0"}
 	for _, v := range vars {
 		args = append(args, "-e", v[0]+"="+v[1])
 	}
@@ -122,37 +149,36 @@ func (k *k6Runner) run(ctx context.Context, job k6Job) k6Result {
 	if len(env) > 0 {
 		words = append(words, shellJoin(env))
 	}
-	res.Command = strings.Join(append(words, "go tool k6", shellJoin(args)), " ")
 
-	log, err := os.Create(filepath.Join(job.Dir, "k6.log"))
-	if err != nil {
-		res.Err = err
-		return res
+	// k6's REST API (the progress poll) listens on a port picked free a
+	// moment before; another process can take it in between (an outgoing
+	// connection's ephemeral port, with thousands of them in a burst).
+	// k6 then exits at once with CannotStartRESTAPI, before its setup, so
+	// the run is tried again on another port.
+	var started time.Time
+	var waitErr error
+	var log *os.File
+	for try := 1; ; try++ {
+		port, err := freePort()
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		args[3] = fmt.Sprintf("127.0.0.1:%d", port)
+		res.Command = strings.Join(append(words, "go tool k6", shellJoin(args)), " ")
+		if log, err = os.Create(filepath.Join(job.Dir, "k6.log")); err != nil {
+			res.Err = err
+			return res
+		}
+		started, waitErr = k.start(ctx, job, args, env, log, port)
+		var ee *exec.ExitError
+		if try < 3 && errors.As(waitErr, &ee) && ee.ExitCode() == k6CannotStartRESTAPI {
+			log.Close()
+			continue
+		}
+		break
 	}
 	defer log.Close()
-	cmd := exec.CommandContext(ctx, k.bin, args...)
-	cmd.Dir = k.loadtestDir
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = log, log
-	// On Ctrl-C k6 gets SIGINT, stops the load, runs teardown and writes
-	// its summary; only if that hangs is it killed.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 45 * time.Second
-
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		res.Err = fmt.Errorf("starting k6: %w", err)
-		return res
-	}
-	// The poller is owned by this call: stopped and joined before return.
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		k.poll(fmt.Sprintf("http://127.0.0.1:%d", port), job, started, stop)
-	}()
-	waitErr := cmd.Wait()
-	close(stop)
-	<-done
 	res.Wall = time.Since(started)
 
 	var ee *exec.ExitError
