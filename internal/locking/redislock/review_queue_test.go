@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/testredis"
 )
@@ -150,40 +147,6 @@ func TestReviewStressLocker(t *testing.T) {
 	}
 }
 
-// afterScript is a go-redis hook that, once armed, holds back the reply of
-// the first script call that succeeded with key as its first key,
-// until unblock is closed (or 10s pass).
-type afterScript struct {
-	key     string
-	armed   atomic.Bool
-	blocked chan struct{}
-	unblock chan struct{}
-}
-
-func (h *afterScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *afterScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *afterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		args := cmd.Args()
-		name := strings.ToLower(cmd.Name())
-		if err == nil && (name == "evalsha" || name == "eval") && len(args) > 3 && args[3] == h.key && h.armed.CompareAndSwap(true, false) {
-			close(h.blocked)
-			bound := time.NewTimer(10 * time.Second)
-			select {
-			case <-h.unblock:
-			case <-bound.C:
-			}
-			bound.Stop()
-		}
-		return err
-	}
-}
-
 // TestReviewResetBetweenAcquireAndGeneration (pre-existing, not from
 // 18c2564: 73092d3 reads ks.generation at the same point). The chain's
 // generation is read after the acquisition from Redis returns, so a Reset
@@ -196,12 +159,12 @@ func TestReviewResetBetweenAcquireAndGeneration(t *testing.T) {
 	srv := testredis.Start(t)
 	key := fmt.Sprintf("reset-%d", rand.Int64())
 	hooked := srv.Client(t)
-	h := &afterScript{key: "lock:" + key, blocked: make(chan struct{}), unblock: make(chan struct{})}
+	h := NewScriptHold(FirstKeyIs("lock:"+key), true)
 	hooked.AddHook(h)
 	p, other := New(hooked), New(srv.Client(t))
 	t.Cleanup(func() { _ = p.Close(); _ = other.Close() })
 
-	h.armed.Store(true)
+	h.Arm()
 	first := make(chan *Lease, 1)
 	go func() {
 		l, err := p.Acquire(ctx, key)
@@ -210,11 +173,7 @@ func TestReviewResetBetweenAcquireAndGeneration(t *testing.T) {
 		}
 		first <- l
 	}()
-	select {
-	case <-h.blocked: // the acquire script took the lock; its reply is held
-	case <-time.After(10 * time.Second):
-		t.Fatal("the acquire script never ran")
-	}
+	h.Held(t) // the acquire script took the lock; its reply is held
 	second := make(chan *Lease, 1)
 	go func() {
 		l, err := p.Acquire(ctx, key)
@@ -229,7 +188,7 @@ func TestReviewResetBetweenAcquireAndGeneration(t *testing.T) {
 	if err := p.Reset(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	close(h.unblock)
+	h.Let()
 	l1 := <-first
 	if l1 == nil {
 		t.FailNow()
@@ -262,7 +221,7 @@ func TestReviewClaimedWaiterGivesUp(t *testing.T) {
 	srv := testredis.Start(t)
 	key := fmt.Sprintf("claimed-%d", rand.Int64())
 	hooked := srv.Client(t)
-	h := &afterScript{key: "lock:" + key, blocked: make(chan struct{}), unblock: make(chan struct{})}
+	h := NewScriptHold(FirstKeyIs("lock:"+key), true)
 	hooked.AddHook(h)
 	p, other := New(hooked), New(srv.Client(t))
 	t.Cleanup(func() { _ = p.Close(); _ = other.Close() })
@@ -294,19 +253,15 @@ func TestReviewClaimedWaiterGivesUp(t *testing.T) {
 	for p.LocalWaiters(key) != 2 {
 		runtime.Gosched()
 	}
-	h.armed.Store(true)
+	h.Arm()
 	released := make(chan error, 1)
 	go func() { released <- holder.Release(ctx) }()
-	select {
-	case <-h.blocked: // the leave script ran: W holds the lock in Redis
-	case <-time.After(10 * time.Second):
-		t.Fatal("the leave script never ran")
-	}
+	h.Held(t) // the leave script ran: W holds the lock in Redis
 	if n := p.LocalWaiters(key); n != 1 {
 		t.Errorf("%d local waiters after the claim, want 1 (N)", n)
 	}
 	cancelW()
-	close(h.unblock)
+	h.Let()
 	if err := <-released; err != nil {
 		t.Error(err)
 	}

@@ -12,8 +12,6 @@ import (
 	"math"
 	"net"
 	"runtime"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,43 +19,6 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/redislock"
 )
-
-// scriptGate is a go-redis hook that, once armed, holds back the first
-// script call (EVALSHA or EVAL) whose arguments match, until unblock is
-// closed (or 10s pass, to keep a broken test bounded). blocked is closed
-// when the call is held: the call has not reached the server yet.
-type scriptGate struct {
-	match   func(args []any) bool
-	armed   atomic.Bool
-	blocked chan struct{}
-	unblock chan struct{}
-}
-
-func newScriptGate(match func(args []any) bool) *scriptGate {
-	return &scriptGate{match: match, blocked: make(chan struct{}), unblock: make(chan struct{})}
-}
-
-func (g *scriptGate) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (g *scriptGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		name := strings.ToLower(cmd.Name())
-		if (name == "evalsha" || name == "eval") && g.match(cmd.Args()) && g.armed.CompareAndSwap(true, false) {
-			close(g.blocked)
-			bound := time.NewTimer(10 * time.Second)
-			select {
-			case <-g.unblock:
-			case <-bound.C:
-			}
-			bound.Stop()
-		}
-		return next(ctx, cmd)
-	}
-}
 
 // oneKeyScript matches a script call with the single key k and nargs
 // arguments: ["evalsha", sha, 1, k, args...].
@@ -83,18 +44,6 @@ func extendScript(k string) func(args []any) bool {
 	}
 }
 
-// held waits (bounded) until g holds a call back.
-func held(t *testing.T, g *scriptGate) {
-	t.Helper()
-	bound := time.NewTimer(10 * time.Second)
-	defer bound.Stop()
-	select {
-	case <-g.blocked:
-	case <-bound.C:
-		t.Fatal("the script call to hold back never came")
-	}
-}
-
 // TestReviewAdvanceFenceBeforeLocalStateExists: claim 2, one process.
 // AdvanceFence records the floor (raiseFenceFloor) before it writes the
 // counter in Redis, and only in a keyState that exists then. Here P has no
@@ -108,7 +57,7 @@ func TestReviewAdvanceFenceBeforeLocalStateExists(t *testing.T) {
 	key := uniqueKey(t)
 	plain := shared.Client(t)
 	hooked := shared.Client(t)
-	gate := newScriptGate(oneKeyScript("lock:"+key+":fence", 1)) // advanceFence
+	gate := redislock.NewScriptHold(oneKeyScript("lock:"+key+":fence", 1), false) // advanceFence
 	hooked.AddHook(gate)
 	p, other := newLocker(t, hooked), newLocker(t, plain)
 
@@ -119,10 +68,10 @@ func TestReviewAdvanceFenceBeforeLocalStateExists(t *testing.T) {
 	}
 	atLeast := (cur + 100) << 16 // far above anything the next chain starts with
 
-	gate.armed.Store(true)
+	gate.Arm()
 	advanced := make(chan error, 1)
 	go func() { advanced <- p.AdvanceFence(ctx, key, atLeast) }()
-	held(t, gate) // raiseFenceFloor has run (no keyState: nothing recorded); K:fence not raised yet
+	gate.Held(t) // raiseFenceFloor has run (no keyState: nothing recorded); K:fence not raised yet
 
 	blocked, hook := blockedSignal()
 	p.SetWaitHook(hook)
@@ -149,7 +98,7 @@ func TestReviewAdvanceFenceBeforeLocalStateExists(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := nextLease(t, leases)
-	close(gate.unblock)
+	gate.Let()
 	if err := <-advanced; err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +124,7 @@ func TestReviewAdvanceFenceDuringHandOverConfirmation(t *testing.T) {
 	key := uniqueKey(t)
 	plain := shared.Client(t)
 	hooked := shared.Client(t)
-	gate := newScriptGate(extendScript("lock:" + key))
+	gate := redislock.NewScriptHold(extendScript("lock:"+key), false)
 	hooked.AddHook(gate)
 	// A renewal interval of 1ns: every hand-over confirms the lock first.
 	// The watchdog itself is paused (renew hook), so only handOver extends.
@@ -190,14 +139,14 @@ func TestReviewAdvanceFenceDuringHandOverConfirmation(t *testing.T) {
 	first := nextLease(t, leases)
 	atLeast := first.Token() + 5
 
-	gate.armed.Store(true)
+	gate.Arm()
 	released := make(chan error, 1)
 	go func() { released <- first.Release(ctx) }()
-	held(t, gate) // handOver computed the token and is in its extend
+	gate.Held(t) // handOver computed the token and is in its extend
 	if err := p.AdvanceFence(ctx, key, atLeast); err != nil {
 		t.Fatal(err)
 	}
-	close(gate.unblock)
+	gate.Let()
 	if err := <-released; err != nil {
 		t.Fatal(err)
 	}
