@@ -583,12 +583,15 @@ func (l *Locker) awaitDeletion(wctx context.Context, n *node, pred string) (bool
 }
 
 // retryable decides about a failed call while waiting: a connection lost
-// within the session is waited out, anything else ends the wait.
+// within the session is waited out, and so is a request the client could
+// not send (ErrNoServer: a round of reconnection attempts failed; with one
+// server that happens right after a disconnection), anything else ends the
+// wait.
 func (l *Locker) retryable(wctx context.Context, err error) error {
 	if wctx.Err() != nil {
 		return wctx.Err()
 	}
-	if !errors.Is(err, zk.ErrConnectionClosed) {
+	if !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, zk.ErrNoServer) {
 		return l.nodeError(err)
 	}
 	l.mu.Lock()
