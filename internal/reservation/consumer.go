@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +50,15 @@ func (nopObserver) Failed(string)                   {}
 // pending; the others claim them once they have been idle for the claim
 // bound (XAUTOCLAIM), and writing them again writes nothing twice (the
 // order id is the primary key).
+//
+// A consumer reads only the streams that may hold entries: its working
+// set. A SKU joins it when this process logs an order of it (at once,
+// through Store.touch) or when the sweep finds entries in its stream, and
+// leaves it when its stream is empty. The sweep walks the catalog every
+// sweep period, a page at a time, for the streams no live instance is
+// reading: those of an instance that died before its consumer read them.
+// So an idle consumer sends nothing but the sweep, and its work per round
+// grows with the SKUs that have unwritten orders, not with the catalog.
 type Consumer struct {
 	store      *Store
 	sink       Sink
@@ -59,6 +67,7 @@ type Consumer struct {
 	poll       time.Duration
 	claimIdle  time.Duration
 	claimEvery time.Duration
+	sweepEvery time.Duration
 	writeLimit time.Duration
 	log        *slog.Logger
 	obs        Observer
@@ -76,8 +85,11 @@ func WithConsumerName(n string) ConsumerOption { return func(c *Consumer) { c.na
 // transaction. Default 512.
 func WithBatch(n int) ConsumerOption { return func(c *Consumer) { c.batch = int64(max(1, n)) } }
 
-// WithPoll sets how often an idle consumer looks for orders other instances
-// took (orders taken in its own process wake it at once). Default 10ms.
+// WithPoll sets how often a consumer whose working set is not empty reads
+// it again when a round wrote nothing (entries of another consumer, not
+// yet idle long enough to claim). Orders taken in its own process wake it
+// at once; with an empty working set it waits for them or the sweep.
+// Default 10ms.
 func WithPoll(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.poll = max(time.Millisecond, d) }
 }
@@ -88,6 +100,16 @@ func WithPoll(d time.Duration) ConsumerOption {
 // Default 5s.
 func WithClaimIdle(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.claimIdle = max(time.Millisecond, d) }
+}
+
+// WithSweep sets how often the consumer walks the whole catalog for
+// streams that hold entries nobody is reading (an instance died before its
+// consumer read them), and takes sales sold out and drained off it. It
+// bounds how late such orders are written, and its cost is the catalog's
+// size per period: with 10,000 SKUs and the default, two commands per SKU
+// every 10 s, pipelined by the thousand. Default 10s.
+func WithSweep(d time.Duration) ConsumerOption {
+	return func(c *Consumer) { c.sweepEvery = max(10*time.Millisecond, d) }
 }
 
 // WithConsumerLogger sets the logger. Default slog.Default().
@@ -103,8 +125,8 @@ func (s *Store) NewConsumer(sink Sink, opts ...ConsumerOption) *Consumer {
 	c := &Consumer{
 		store: s, sink: sink,
 		name:  fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
-		batch: 512, poll: 10 * time.Millisecond, claimIdle: 5 * time.Second, writeLimit: 10 * time.Second,
-		log: slog.Default(), obs: nopObserver{},
+		batch: 512, poll: 10 * time.Millisecond, claimIdle: 5 * time.Second, sweepEvery: 10 * time.Second,
+		writeLimit: 10 * time.Second, log: slog.Default(), obs: nopObserver{},
 	}
 	for _, o := range opts {
 		o(c)
@@ -116,45 +138,45 @@ func (s *Store) NewConsumer(sink Sink, opts ...ConsumerOption) *Consumer {
 // Name returns the consumer's name in the group.
 func (c *Consumer) Name() string { return c.name }
 
+// stream is a SKU of the working set.
+type stream struct {
+	// own: this consumer may hold pending entries of the stream (a batch
+	// it could not write, or entries it held before this process knew the
+	// SKU): the next read asks for those ("0") before new ones (">").
+	own bool
+}
+
 // Run writes orders until ctx ends, and returns nil then. A batch being
 // written when ctx ends is finished (bounded by its own deadline), so a
 // shutdown does not leave it to be claimed.
 func (c *Consumer) Run(ctx context.Context) error {
 	var (
-		skus      []string
-		own       = map[string]bool{} // SKUs whose pending entries of ours must be read again
-		nextList  time.Time
+		working   = map[string]*stream{}
+		nextSweep time.Time // now: the streams left by earlier instances
 		nextClaim = time.Now().Add(c.claimEvery)
 		backoff   time.Duration
 	)
 	for ctx.Err() == nil {
-		now := time.Now()
-		if now.After(nextList) {
-			listed, err := c.store.rdb.SMembers(ctx, c.store.skusKey()).Result()
-			if err == nil {
-				for _, sku := range listed {
-					if _, known := own[sku]; !known {
-						own[sku] = true // our entries from before, if any
-					}
-				}
-				skus = listed
+		for _, sku := range c.store.takeTouched() {
+			if working[sku] == nil {
+				working[sku] = &stream{}
 			}
-			nextList = now.Add(time.Second)
 		}
-		c.store.local.Range(func(k, _ any) bool {
-			if sku := k.(string); !slices.Contains(skus, sku) {
-				skus = append(skus, sku)
-				own[sku] = false // a new stream this process writes to
+		now := time.Now()
+		if !now.Before(nextSweep) {
+			for _, sku := range c.sweep(ctx) {
+				if working[sku] == nil {
+					working[sku] = &stream{own: true}
+				}
 			}
-			return true
-		})
+			nextSweep = time.Now().Add(c.sweepEvery)
+		}
 		progress, failed := false, false
-		if now.After(nextClaim) {
-			p, f := c.claim(ctx, skus)
-			progress, failed = progress || p, failed || f
+		if !now.Before(nextClaim) {
+			progress, failed = c.claim(ctx, working)
 			nextClaim = now.Add(c.claimEvery)
 		}
-		p, f := c.readAndWrite(ctx, skus, own)
+		p, f := c.readAndWrite(ctx, working)
 		progress, failed = progress || p, failed || f
 		switch {
 		case failed:
@@ -162,9 +184,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.wait(ctx, backoff)
 		case progress:
 			backoff = 0
-		default:
+		case len(working) > 0:
 			backoff = 0
-			c.wait(ctx, c.poll)
+			c.wait(ctx, min(c.poll, time.Until(nextClaim)))
+		default:
+			// Nothing to read: sleep until an order of this process or
+			// the next sweep.
+			backoff = 0
+			c.wait(ctx, time.Until(nextSweep))
 		}
 	}
 	return nil
@@ -204,6 +231,9 @@ func (c *Consumer) WriteOnce(ctx context.Context, sku string) (int, error) {
 
 // wait returns after d, when this process takes an order, or when ctx ends.
 func (c *Consumer) wait(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -213,22 +243,31 @@ func (c *Consumer) wait(ctx context.Context, d time.Duration) {
 	}
 }
 
-// readAndWrite reads every SKU's stream once (our pending entries where we
-// have some, new ones elsewhere) and writes what it read. It reports
-// whether it wrote anything and whether something failed.
-func (c *Consumer) readAndWrite(ctx context.Context, skus []string, own map[string]bool) (progress, failed bool) {
-	if len(skus) == 0 {
+// readAndWrite reads every stream of the working set once (our pending
+// entries where we may have some, new ones elsewhere) and writes what it
+// read; a stream found empty leaves the set. It reports whether it wrote
+// anything and whether something failed.
+func (c *Consumer) readAndWrite(ctx context.Context, working map[string]*stream) (progress, failed bool) {
+	if len(working) == 0 {
 		return false, false
 	}
-	cmds := make([]*redis.XStreamSliceCmd, len(skus))
+	type read struct {
+		sku     string
+		entries *redis.XStreamSliceCmd
+		length  *redis.IntCmd
+	}
+	reads := make([]read, 0, len(working))
 	_, err := c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, sku := range skus {
+		for sku, st := range working {
 			from := ">"
-			if own[sku] {
+			if st.own {
 				from = "0"
 			}
-			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{
-				Group: Group, Consumer: c.name, Streams: []string{c.store.keys(sku).orders, from}, Count: c.batch, Block: -1,
+			key := c.store.keys(sku).orders
+			reads = append(reads, read{sku: sku,
+				entries: p.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: c.name, Streams: []string{key, from}, Count: c.batch, Block: -1}),
+				// After the read: 0 means nothing was there to read.
+				length: p.XLen(ctx, key),
 			})
 		}
 		return nil
@@ -238,42 +277,59 @@ func (c *Consumer) readAndWrite(ctx context.Context, skus []string, own map[stri
 		// else is Redis out of reach.
 		c.log.Warn("reservation consumer: reading the streams failed", "consumer", c.name, "err", err)
 	}
-	for i, sku := range skus {
-		streams, err := cmds[i].Result()
-		if err != nil {
-			if !errors.Is(err, redis.Nil) && !isNoGroup(err) {
+	for _, r := range reads {
+		st := working[r.sku]
+		streams, err := r.entries.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			if !isNoGroup(err) {
 				failed = true
-			}
-			if own[sku] && errors.Is(err, redis.Nil) {
-				own[sku] = false
 			}
 			continue
 		}
 		var msgs []redis.XMessage
-		for _, st := range streams {
-			msgs = append(msgs, st.Messages...)
+		for _, s := range streams {
+			msgs = append(msgs, s.Messages...)
 		}
 		if len(msgs) == 0 {
-			own[sku] = false
+			switch n, lerr := r.length.Result(); {
+			case st.own:
+				st.own = false // none of ours: read new entries next
+			case lerr == nil && n == 0:
+				delete(working, r.sku)
+			}
 			continue
 		}
-		if c.write(ctx, sku, msgs) {
+		if c.write(ctx, r.sku, msgs) {
 			progress = true
 		} else {
-			own[sku], failed = true, true
+			st.own, failed = true, true
 		}
 	}
 	return progress, failed
 }
 
-// claim takes over the entries other consumers left idle for the claim
-// bound, and writes them.
-func (c *Consumer) claim(ctx context.Context, skus []string) (progress, failed bool) {
-	for _, sku := range skus {
-		msgs, _, err := c.store.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-			Stream: c.store.keys(sku).orders, Group: Group, Consumer: c.name,
-			MinIdle: c.claimIdle, Start: "0-0", Count: c.batch,
-		}).Result()
+// claim takes over the entries of the working set's streams that other
+// consumers left idle for the claim bound, and writes them.
+func (c *Consumer) claim(ctx context.Context, working map[string]*stream) (progress, failed bool) {
+	if len(working) == 0 {
+		return false, false
+	}
+	type claimed struct {
+		sku string
+		cmd *redis.XAutoClaimCmd
+	}
+	claims := make([]claimed, 0, len(working))
+	_, _ = c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for sku := range working {
+			claims = append(claims, claimed{sku, p.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+				Stream: c.store.keys(sku).orders, Group: Group, Consumer: c.name,
+				MinIdle: c.claimIdle, Start: "0-0", Count: c.batch,
+			})})
+		}
+		return nil
+	})
+	for _, cl := range claims {
+		msgs, _, err := cl.cmd.Result()
 		if err != nil {
 			if !errors.Is(err, redis.Nil) && !isNoGroup(err) && ctx.Err() == nil {
 				failed = true
@@ -283,14 +339,81 @@ func (c *Consumer) claim(ctx context.Context, skus []string) (progress, failed b
 		if len(msgs) == 0 {
 			continue
 		}
-		c.log.Info("reservation consumer: claimed orders another consumer left pending", "consumer", c.name, "sku", sku, "orders", len(msgs))
-		if c.write(ctx, sku, msgs) {
+		c.log.Info("reservation consumer: claimed orders another consumer left pending", "consumer", c.name, "sku", cl.sku, "orders", len(msgs))
+		if c.write(ctx, cl.sku, msgs) {
 			progress = true
 		} else {
-			failed = true
+			working[cl.sku].own, failed = true, true
 		}
 	}
 	return progress, failed
+}
+
+// sweepPage is how many SKUs of the catalog one sweep round trip covers.
+const sweepPage = 1000
+
+// sweep walks the catalog and returns the SKUs whose streams hold entries.
+// A SKU whose sale is sold out and whose stream is empty leaves the
+// catalog (retireScript: unless a StartSale has listed a newer sale
+// since). Errors end the walk early; the next sweep walks again.
+func (c *Consumer) sweep(ctx context.Context) []string {
+	var (
+		found  []string
+		retire []redis.Z
+	)
+	rdb := c.store.rdb
+	defer func() {
+		// After the walk: a member deleted during it would shift the
+		// pages after it down, and the walk would skip SKUs.
+		for _, z := range retire {
+			if err := retireScript.Run(ctx, rdb, []string{c.store.catalogKey()}, z.Member, int64(z.Score)).Err(); err != nil && ctx.Err() == nil {
+				c.log.Warn("reservation consumer: taking a finished sale off the catalog failed", "sku", z.Member, "err", err)
+			}
+		}
+	}()
+	for start := int64(0); ctx.Err() == nil; start += sweepPage {
+		page, err := rdb.ZRangeWithScores(ctx, c.store.catalogKey(), start, start+sweepPage-1).Result()
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("reservation consumer: reading the catalog failed", "consumer", c.name, "err", err)
+			}
+			return found
+		}
+		lengths := make([]*redis.IntCmd, len(page))
+		sales := make([]*redis.SliceCmd, len(page))
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, z := range page {
+				k := c.store.keys(z.Member.(string))
+				lengths[i] = p.XLen(ctx, k.orders)
+				sales[i] = p.HMGet(ctx, k.sale, "available", "base")
+			}
+			return nil
+		})
+		for i, z := range page {
+			sku := z.Member.(string)
+			n, err := lengths[i].Result()
+			if err != nil {
+				continue
+			}
+			if n > 0 {
+				found = append(found, sku)
+				continue
+			}
+			v, err := sales[i].Result()
+			if err != nil || len(v) != 2 {
+				continue
+			}
+			available, _ := v[0].(string)
+			base, _ := v[1].(string)
+			if available == "0" && base == strconv.FormatInt(int64(z.Score), 10) {
+				retire = append(retire, z)
+			}
+		}
+		if len(page) < sweepPage {
+			break
+		}
+	}
+	return found
 }
 
 // reserved is one stream entry, decoded.

@@ -13,21 +13,21 @@ import (
 	"github.com/flashsale/stock/internal/reservation"
 )
 
-// saddGate holds the first SADD sent through a client (the listing of the
-// SKU for the consumers and the restart check) until released.
-type saddGate struct {
+// zaddGate holds the first ZADD sent through a client (the listing of the
+// SKU in the catalog) until released.
+type zaddGate struct {
 	once    sync.Once
 	reached chan struct{}
 	release chan struct{}
 }
 
-func (g *saddGate) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (g *saddGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (g *zaddGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *zaddGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (g *saddGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (g *zaddGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "sadd" {
+		if cmd.Name() == "zadd" {
 			first := false
 			g.once.Do(func() { first = true })
 			if first {
@@ -48,7 +48,7 @@ func (g *saddGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestSaleIsListedBeforeItOpens(t *testing.T) {
 	s := newSale(t, "postgres")
 	const sku = "listed-first"
-	gate := &saddGate{reached: make(chan struct{}), release: make(chan struct{})}
+	gate := &zaddGate{reached: make(chan struct{}), release: make(chan struct{})}
 	adminRDB := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	adminRDB.AddHook(gate)
 	t.Cleanup(func() { _ = adminRDB.Close() })
@@ -63,34 +63,32 @@ func TestSaleIsListedBeforeItOpens(t *testing.T) {
 	if err := <-started; err != nil {
 		t.Fatalf("StartSale: %v", err)
 	}
-	listed, err := s.rdb.SIsMember(context.Background(), "stock:reserve:skus", sku).Result()
-	if err != nil || !listed {
-		t.Fatalf("after StartSale the SKU is listed: %v %v", listed, err)
+	if _, err := s.rdb.ZScore(context.Background(), "stock:reserve:catalog", sku).Result(); err != nil {
+		t.Fatalf("after StartSale the SKU is listed in the catalog: %v", err)
 	}
 	if _, err := s.order(sku, 1, "buyer", ""); err != nil {
 		t.Fatalf("order after StartSale: %v", err)
 	}
 }
 
-// failSAdd fails every SADD sent through a client, as a connection that
-// breaks right after Load's script answered does.
-type failSAdd struct{}
+// failZAdd fails every ZADD sent through a client (the listing in the
+// catalog), as a connection that breaks right then does.
+type failZAdd struct{}
 
-func (failSAdd) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (failSAdd) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (failZAdd) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (failZAdd) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (failSAdd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (failZAdd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "sadd" {
+		if cmd.Name() == "zadd" {
 			return errors.New("read tcp: connection reset by peer (test)")
 		}
 		return next(ctx, cmd)
 	}
 }
 
-// listings counts the SMEMBERS a consumer sends (its listing of the SKUs
-// on sale, once a second).
+// listings counts the catalog pages a consumer reads (its sweeps).
 type listings struct{ *counter }
 
 func (l listings) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -100,7 +98,7 @@ func (l listings) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func (l listings) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if cmd.Name() == "smembers" {
+		if cmd.Name() == "zrange" {
 			l.add(1)
 		}
 		return err
@@ -108,7 +106,7 @@ func (l listings) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // TestFailedListingLeavesTheSaleClosed: listing the SKU for the consumers
-// (reserve:skus) fails. The sale must not be open: were it, only a process
+// (reserve:catalog) fails. The sale must not be open: were it, only a process
 // that took an order of the SKU would read its stream, and an order
 // answered 201 by an instance that then died would never be written. (Found
 // by review, when the listing came after the load: StartSale failed, yet
@@ -119,7 +117,7 @@ func TestFailedListingLeavesTheSaleClosed(t *testing.T) {
 	ctx := context.Background()
 
 	adminRDB := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	adminRDB.AddHook(failSAdd{})
+	adminRDB.AddHook(failZAdd{})
 	t.Cleanup(func() { _ = adminRDB.Close() })
 	startErr := inventory.NewReserved(reservation.New(adminRDB, s.db), s.db).StartSale(ctx, sku, 5)
 	if startErr == nil {
@@ -140,12 +138,12 @@ func TestFailedListingLeavesTheSaleClosed(t *testing.T) {
 	crdb.AddHook(lst)
 	t.Cleanup(func() { _ = crdb.Close() })
 	seen := newWritten()
-	c := reservation.New(crdb, s.db).NewConsumer(s.db, reservation.WithConsumerObserver(seen), reservation.WithClaimIdle(time.Millisecond))
+	c := reservation.New(crdb, s.db).NewConsumer(s.db, reservation.WithConsumerObserver(seen), reservation.WithClaimIdle(time.Millisecond), reservation.WithSweep(20*time.Millisecond))
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(cctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	lst.waitFor(t, 3, "listings of the SKUs") // a second apart: the SKU is never among them
+	lst.waitFor(t, 3, "sweeps of the catalog") // the SKU is never among them
 
 	_, found, err := s.db.FindOrder(ctx, o.ID)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashsale/stock/internal/inventory"
 )
 
@@ -24,27 +26,52 @@ type ReconcileObserver interface {
 	Reconciled(audited, drifting int)
 }
 
-// Reconciler audits every SKU on sale and reports the SKUs whose Redis and
-// database disagree: a log line each and the observer's figures. It runs
-// as a job of the service's scheduler (internal/jobs), which runs it on one
-// instance a period under the job lock of the lock table.
+// Reconciler audits the SKUs on sale, a page of the catalog per run, and
+// reports the SKUs whose Redis and database disagree: a log line each and
+// the observer's figures. It runs as a job of the service's scheduler
+// (internal/jobs), which runs it on one instance a period under the job
+// lock of the lock table. Where the page ended is kept in Redis, so the
+// next run, on whichever instance, goes on from there: a run's cost is its
+// page, not the catalog, and every SKU is audited once every
+// catalog/page runs.
 type Reconciler struct {
 	store *Store
 	audit Auditor
 	log   *slog.Logger
 	obs   ReconcileObserver
+	page  int64
 }
+
+// ReconcilePage is how many SKUs one reconciliation audits: with 10,000
+// SKUs on sale and a run every 30 s, each is audited every 5 minutes.
+const ReconcilePage = 1000
 
 // NewReconciler returns a reconciler of s's SKUs through audit.
 func (s *Store) NewReconciler(audit Auditor, log *slog.Logger, obs ReconcileObserver) *Reconciler {
-	return &Reconciler{store: s, audit: audit, log: log, obs: obs}
+	return &Reconciler{store: s, audit: audit, log: log, obs: obs, page: ReconcilePage}
 }
+
+// reconcileNextKey holds the catalog index the next reconciliation starts
+// at.
+func (s *Store) reconcileNextKey() string { return s.prefix + "reserve:reconcile:next" }
 
 // Reconcile runs one reconciliation, within ctx (the job's "at most").
 func (r *Reconciler) Reconcile(ctx context.Context) error {
-	skus, err := r.store.rdb.SMembers(ctx, r.store.skusKey()).Result()
+	rdb := r.store.rdb
+	start, err := rdb.Get(ctx, r.store.reconcileNextKey()).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("reconciler: cannot read where the last run ended: %w", err)
+	}
+	skus, err := rdb.ZRange(ctx, r.store.catalogKey(), start, start+r.page-1).Result()
 	if err != nil {
 		return fmt.Errorf("reconciler: cannot list the SKUs on sale: %w", err)
+	}
+	next := start + int64(len(skus))
+	if int64(len(skus)) < r.page {
+		next = 0 // the end of the catalog: start over
+	}
+	if err := rdb.Set(ctx, r.store.reconcileNextKey(), next, 0).Err(); err != nil {
+		return fmt.Errorf("reconciler: cannot record where this run ends: %w", err)
 	}
 	audited, drifting := 0, 0
 	for _, sku := range skus {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -59,12 +60,19 @@ type Store struct {
 	pipelineCount int
 	// wake nudges this process's Consumer: an order was just logged.
 	wake chan struct{}
-	// local holds the SKUs this process has taken orders for, so its
-	// consumer reads a new sale's stream at once instead of at its next
-	// listing of the SKUs on sale.
-	local sync.Map
-	// checking serialises this process's checks of a restarted Redis.
-	checking sync.Mutex
+	// touched holds the SKUs this process logged orders of since its
+	// consumer last looked, so the consumer reads their streams at once.
+	// The consumer empties it; without one it stops growing at
+	// maxTouched (the consumer's sweep finds such streams anyway).
+	touchedMu sync.Mutex
+	touched   map[string]struct{}
+	// checks runs one check of a SKU's sale at a time in this process;
+	// orders of the SKU that arrive meanwhile wait for its result.
+	checks singleflight.Group
+	// checkLimit bounds one check, whatever the deadline of the order that
+	// began it, so that a check outliving its buyer still ends and the
+	// next buyer finds the sale open.
+	checkLimit time.Duration
 	// The optimistic variant (watch.go): attempts per order, and a gate
 	// per stripe of SKUs bounding the attempts in flight.
 	optimistic    bool
@@ -106,7 +114,8 @@ func WithPipelines(n int) Option { return func(s *Store) { s.pipelineCount = n }
 // retried Load would be refused or be a no-op.
 func New(rdb redis.UniversalClient, ledger Ledger, opts ...Option) *Store {
 	s := &Store{rdb: rdb, ledger: ledger, log: slog.Default(), prefix: "stock:", answerTTL: 5 * time.Minute,
-		retryWait: 20 * time.Millisecond, wake: make(chan struct{}, 1), pipelineCount: 4}
+		retryWait: 20 * time.Millisecond, wake: make(chan struct{}, 1), pipelineCount: 4,
+		touched: map[string]struct{}{}, checkLimit: checkTakeover}
 	for _, o := range opts {
 		o(s)
 	}
@@ -128,9 +137,11 @@ func (s *Store) placedKey(sku, orderID string) string {
 	return s.prefix + "{" + sku + "}:placed:" + orderID
 }
 
-// skusKey is the set of SKUs whose streams the consumers read. It is not
-// in any SKU's slot; only Close (a StartSale) writes it.
-func (s *Store) skusKey() string { return s.prefix + "reserve:skus" }
+// catalogKey is the sorted set of the SKUs on sale, each scored with the
+// number of its latest sale (Close writes it, ZADD GT). The consumers'
+// sweep and the reconciler walk it; a sale sold out and drained leaves it
+// (Consumer.sweep). It is not in any SKU's slot.
+func (s *Store) catalogKey() string { return s.prefix + "reserve:catalog" }
 
 // Reserve implements inventory.Reservations. A call whose answer is lost
 // (a broken connection, a timeout) is run again until the order's deadline:
@@ -197,23 +208,27 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 	}
 }
 
-// runReserve runs the reserve script by its hash only. Redis forgets its
-// scripts when it restarts, so NOSCRIPT means a server that has not been
-// checked since it started: every SKU on sale is checked before the script
-// is loaded again (checkRestarted). The script itself answers "unchecked"
-// when the server's replication id is not the one the sale was checked
-// under (a promotion, a resynchronisation): that SKU is checked, then the
-// order runs again. Until then no order is taken.
+// runReserve runs the reserve script by its hash only. The script answers
+// "unchecked" when the server's replication id is not the one the sale was
+// last checked under: Redis gives a master a new id whenever it starts (a
+// restart, with or without its AOF) and when it is promoted or
+// resynchronised, so its data may be another history than the one the
+// sale's orders were answered from. That SKU alone is checked against the
+// database (recheck), then the order runs again; until then no order of
+// it is taken. Redis also forgets its scripts when it restarts: NOSCRIPT
+// only loads the script again, and the script then finds the new id for
+// every sale on first use, one SKU at a time, so the cost of a restart is
+// paid by the SKUs being ordered, never by the whole catalog at once.
 func (s *Store) runReserve(ctx context.Context, sku string, keys []string, args []any) ([]string, error) {
-	checked := false
+	checked, loaded := false, false
 	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
 		reply, err := s.evalReserve(ctx, sku, keys, args)
 		switch {
-		case isNoScript(err) && !checked:
-			if err := s.checkRestarted(ctx); err != nil {
-				return nil, err
+		case isNoScript(err) && !loaded:
+			if err := reserveScript.Load(ctx, s.rdb).Err(); err != nil {
+				return nil, errUnchecked{fmt.Errorf("load the reserve script: %w", err)}
 			}
-			checked = true
+			loaded = true
 		case err == nil && len(reply) == 1 && reply[0] == "unchecked" && !checked:
 			if err := s.recheck(ctx, sku); err != nil {
 				return nil, err
@@ -225,8 +240,10 @@ func (s *Store) runReserve(ctx context.Context, sku string, keys []string, args 
 			if pause(ctx, wait) != nil {
 				return nil, errUnchecked{fmt.Errorf("sale %q still being checked at the order's deadline", sku)}
 			}
-		case err == nil && len(reply) == 1 && reply[0] == "unchecked", isNoScript(err):
+		case err == nil && len(reply) == 1 && reply[0] == "unchecked":
 			return nil, errUnchecked{fmt.Errorf("sale %q still unchecked after its check", sku)}
+		case isNoScript(err):
+			return nil, errUnchecked{fmt.Errorf("the reserve script is missing again after it was loaded: %w", err)}
 		default:
 			return reply, err
 		}
@@ -251,37 +268,32 @@ func (e errUnchecked) Error() string {
 }
 func (e errUnchecked) Unwrap() error { return e.error }
 
-// checkRestarted checks every SKU on sale in a Redis that restarted (see
-// recheck), then loads the reserve script.
-func (s *Store) checkRestarted(ctx context.Context) error {
-	s.checking.Lock()
-	defer s.checking.Unlock()
-	if loaded, err := s.rdb.ScriptExists(ctx, reserveScript.Hash()).Result(); err == nil && len(loaded) == 1 && loaded[0] {
-		return nil // checked meanwhile, by this process or another
-	}
-	skus, err := s.rdb.SMembers(ctx, s.skusKey()).Result()
-	if err != nil {
-		return errUnchecked{err}
-	}
-	for _, sku := range skus {
-		if err := s.recheckLocked(ctx, sku); err != nil {
-			return err
-		}
-	}
-	if err := reserveScript.Load(ctx, s.rdb).Err(); err != nil {
-		return errUnchecked{err}
-	}
-	return nil
-}
+// checkTakeover is how long a check may stop a sale before the reserve
+// script takes it for dead and lets another check begin (scripts.go), and
+// so how long one check may run here.
+const checkTakeover = 2 * time.Second
 
-// recheck checks one SKU's sale (see recheckLocked).
+// recheck checks one SKU's sale (see checkSale), once at a time per
+// SKU in this process: orders of the SKU that find it unchecked meanwhile
+// wait for that check instead of starting their own. The check runs under
+// its own bound (checkLimit), not the deadline of the order that began it:
+// a check that outlives its buyer still ends, and the buyers after it find
+// the sale open instead of starting over.
 func (s *Store) recheck(ctx context.Context, sku string) error {
-	s.checking.Lock()
-	defer s.checking.Unlock()
-	return s.recheckLocked(ctx, sku)
+	done := s.checks.DoChan(sku, func() (any, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.checkLimit)
+		defer cancel()
+		return nil, s.checkSale(cctx, sku)
+	})
+	select {
+	case r := <-done:
+		return r.Err
+	case <-ctx.Done():
+		return errUnchecked{fmt.Errorf("sale %q still being checked at the order's deadline: %w", sku, context.Cause(ctx))}
+	}
 }
 
-// recheckLocked checks the SKU's sale in a Redis whose data may be another
+// checkSale checks the SKU's sale in a Redis whose data may be another
 // history than the one its orders were answered from. It runs in one
 // database transaction that holds the SKU's row, so no batch commits and no
 // other instance checks meanwhile:
@@ -302,7 +314,7 @@ func (s *Store) recheck(ctx context.Context, sku string) error {
 //
 // After the commit, the sale sells again under the server's replication
 // id. A check that fails leaves it stopped: the next order checks again.
-func (s *Store) recheckLocked(ctx context.Context, sku string) error {
+func (s *Store) checkSale(ctx context.Context, sku string) error {
 	k := s.keys(sku)
 	token := uuid.NewString()
 	var to int64
@@ -428,9 +440,7 @@ func isNoScript(err error) bool {
 func (s *Store) answer(r inventory.Reservation, reply []string) (string, error) {
 	switch {
 	case len(reply) == 2 && reply[0] == "ok":
-		if _, known := s.local.Load(r.Order.SKU); !known {
-			s.local.Store(r.Order.SKU, true)
-		}
+		s.touch(r.Order.SKU)
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -468,14 +478,41 @@ func isRefused(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// Close implements inventory.Reservations. It lists the SKU for the
-// consumers and the restart check first: a sale must never be open in Redis
-// without being listed, or its orders would never be written (a failed
-// listing after the load left them unread) and a restarted Redis would not
-// be checked for it (found by review, with the listing after the load).
+// maxTouched bounds Store.touched when no consumer empties it.
+const maxTouched = 1 << 16
+
+// touch notes that this process logged an order of sku, for its consumer.
+func (s *Store) touch(sku string) {
+	s.touchedMu.Lock()
+	defer s.touchedMu.Unlock()
+	if len(s.touched) < maxTouched {
+		s.touched[sku] = struct{}{}
+	}
+}
+
+// takeTouched returns the SKUs touched since the last call, and forgets
+// them.
+func (s *Store) takeTouched() []string {
+	s.touchedMu.Lock()
+	defer s.touchedMu.Unlock()
+	if len(s.touched) == 0 {
+		return nil
+	}
+	skus := make([]string, 0, len(s.touched))
+	for sku := range s.touched {
+		skus = append(skus, sku)
+	}
+	clear(s.touched)
+	return skus
+}
+
+// Close implements inventory.Reservations. It lists the SKU in the catalog
+// first: a sale must never be open in Redis without being listed, or a
+// stream whose instance died before its consumer read it would be found
+// by no sweep (found by review, with the listing after the load).
 func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
-	if err := s.rdb.SAdd(ctx, s.skusKey(), sku).Err(); err != nil {
-		return fmt.Errorf("%w: list %q for the consumers: %w", inventory.ErrUnavailable, sku, err)
+	if err := s.rdb.ZAddArgs(ctx, s.catalogKey(), redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(epoch), Member: sku}}}).Err(); err != nil {
+		return fmt.Errorf("%w: list %q in the catalog: %w", inventory.ErrUnavailable, sku, err)
 	}
 	k := s.keys(sku)
 	seen, err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Int64()

@@ -20,10 +20,19 @@ import "github.com/redis/go-redis/v9"
 //	{S}:placed:ID the base of the sale in which order ID was taken, for a
 //	              few minutes: a retry of the same call after a lost answer
 //	              finds it instead of taking the stock twice.
+//
+// and one key outside every SKU's slot:
+//
+//	reserve:catalog sorted set: the SKUs on sale, scored with their latest
+//	              sale's number (Store.Close); the consumers' sweep and the
+//	              reconciler walk it, and a sale sold out and drained leaves
+//	              it.
 
 // luaReplID returns the server's replication id (INFO replication,
 // master_replid): it changes when the server is promoted, resynchronised
-// from another, or started anew. A sale remembers the id under which it
+// from another, or started anew (a master restarted from its AOF or RDB
+// takes a new one: TestRestartedRedisHasANewReplicationID pins that on the
+// Redis the tests run). A sale remembers the id under which it
 // was last checked against the database; under another id the server's
 // data may be another history (a replica that lagged, a restored copy), and
 // the reserve script answers "unchecked" until the sale is checked again
@@ -187,4 +196,15 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   end
 end
 return {tonumber(s[1]), tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5]), backlog, age}
+`)
+
+// retireScript takes a SKU off the catalog if its latest sale is still the
+// one the caller found sold out and drained: a StartSale since has raised
+// its score (Close, ZADD GT), and then the SKU stays.
+//
+// KEYS: catalog. ARGV: sku, the sale's number as the catalog scored it.
+var retireScript = redis.NewScript(`
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
 `)

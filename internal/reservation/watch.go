@@ -24,12 +24,9 @@ import (
 // decrement was checked against the stock it leaves. Without the WATCH, two
 // orders would both read the last unit and both decrement it.
 
-// errUnverified: the reserve script is missing, so Redis restarted and has
-// not been checked against the database yet (see checkRestarted).
-var errUnverified = errors.New("redis restarted: not checked against the database yet")
-
 // errRecheck: the server's replication id is not the one the sale was
-// checked under (see Store.recheck).
+// checked under: it restarted, or was promoted or resynchronised, since
+// (see Store.runReserve and Store.recheck).
 var errRecheck = errors.New("redis replication id changed: the sale is not checked yet")
 
 // errChecking: a check of the sale is under way (see Store.recheck).
@@ -80,19 +77,13 @@ func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([
 			}
 		}
 		switch {
-		case errors.Is(err, errUnverified) && !checked:
-			if err := s.checkRestarted(ctx); err != nil {
-				return nil, err
-			}
-			checked = true
-			continue
 		case errors.Is(err, errRecheck) && !checked:
 			if err := s.recheck(ctx, r.Order.SKU); err != nil {
 				return nil, err
 			}
 			checked = true
 			continue
-		case errors.Is(err, errUnverified), errors.Is(err, errRecheck):
+		case errors.Is(err, errRecheck):
 			return nil, errUnchecked{err}
 		case !errors.Is(err, redis.TxFailedErr):
 			return reply, err
@@ -120,11 +111,10 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 	var reply []string
 	err := s.rdb.Watch(ctx, func(tx *redis.Tx) error {
 		var (
-			sale   *redis.SliceCmd
-			prior  *redis.StringCmd
-			done   *redis.StringCmd
-			loaded *redis.BoolSliceCmd
-			info   *redis.StringCmd
+			sale  *redis.SliceCmd
+			prior *redis.StringCmd
+			done  *redis.StringCmd
+			info  *redis.StringCmd
 		)
 		_, _ = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			sale = p.HMGet(ctx, k.sale, "epoch", "available", "base", "replid")
@@ -132,11 +122,10 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 				prior = p.HGet(ctx, k.idem, r.Key)
 			}
 			done = p.Get(ctx, placed)
-			loaded = p.ScriptExists(ctx, reserveScript.Hash())
 			info = p.Info(ctx, "replication")
 			return nil
 		})
-		cmds := []redis.Cmder{sale, done, loaded, info}
+		cmds := []redis.Cmder{sale, done, info}
 		if prior != nil {
 			cmds = append(cmds, prior)
 		}
@@ -144,9 +133,6 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			if c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
 				return c.Err()
 			}
-		}
-		if ex := loaded.Val(); len(ex) != 1 || !ex[0] {
-			return errUnverified
 		}
 		vals := sale.Val()
 		epoch, _ := vals[0].(string)
