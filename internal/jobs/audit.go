@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
@@ -15,10 +16,17 @@ type Auditor interface {
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
 }
 
-// SKULister lists the SKUs on sale.
+// SKULister lists the SKUs on sale, in order, a page at a time: at most
+// limit of them that sort after after ("" for the first).
 type SKULister interface {
-	SKUs(ctx context.Context) ([]string, error)
+	SKUsAfter(ctx context.Context, after string, limit int) ([]string, error)
 }
+
+// AuditPage is how many SKUs one run of the audit job audits: a run costs
+// a page, not the catalog. With 10,000 SKUs on sale and a run every 30 s,
+// every SKU is audited every 5 minutes; a catalog of at most a page is
+// audited whole at every run.
+const AuditPage = 1000
 
 // AuditObserver hears each audit run's result, for metrics.
 type AuditObserver interface {
@@ -27,16 +35,34 @@ type AuditObserver interface {
 	Audited(audited, inconsistent int)
 }
 
-// AuditJob audits every SKU on sale every period and reports the
-// inconsistent ones: a log line each (error level) and the observer's
-// count (of a run cut short, what it found). A SKU whose audit fails (a backend down) is logged and counted as
-// not audited; the run then fails, so that the failure shows in the logs
-// and the run's metrics.
+// AuditJob audits a page of the SKUs on sale (AuditPage) every period,
+// going on after the last SKU the previous run of this process audited and
+// starting over at the end, and reports the inconsistent ones: a log line
+// each (error level) and the observer's count (of a run cut short, what it
+// found). A SKU whose audit fails (a backend down) is logged and counted
+// as not audited; the run then fails, so that the failure shows in the
+// logs and the run's metrics.
+//
+// Where the walk stands is kept in this process only: the job runs on one
+// instance a period (the scheduler's lock), so with several instances
+// each walks on from where it last was, and every SKU is still audited
+// within catalog/AuditPage runs of each instance.
 func AuditJob(every time.Duration, skus SKULister, audit Auditor, log *slog.Logger, obs AuditObserver) Job {
+	var (
+		mu    sync.Mutex // runs of one job do not overlap; this is for the race detector's sake
+		after string
+	)
 	return Job{Name: "audit", Every: every, Run: func(ctx context.Context) error {
-		list, err := skus.SKUs(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		list, err := skus.SKUsAfter(ctx, after, AuditPage)
 		if err != nil {
 			return fmt.Errorf("list the SKUs: %w", err)
+		}
+		if len(list) < AuditPage {
+			after = "" // the end: the next run starts over
+		} else {
+			after = list[len(list)-1]
 		}
 		audited, inconsistent, failed := 0, 0, 0
 		for _, sku := range list {

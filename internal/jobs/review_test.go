@@ -93,7 +93,15 @@ type fakeAudit struct {
 	cancel context.CancelFunc
 }
 
-func (f fakeAudit) SKUs(context.Context) ([]string, error) { return []string{"a", "b", "c"}, nil }
+func (f fakeAudit) SKUsAfter(_ context.Context, after string, limit int) ([]string, error) {
+	var page []string
+	for _, sku := range []string{"a", "b", "c"} {
+		if sku > after && len(page) < limit {
+			page = append(page, sku)
+		}
+	}
+	return page, nil
+}
 
 func (f fakeAudit) Audit(ctx context.Context, sku string) (inventory.Audit, error) {
 	if f.block[sku] {

@@ -232,10 +232,10 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 	return readLevel(ctx, s.db, sku, `SELECT available, version, fence FROM stock WHERE sku = ?`)
 }
 
-// SKUs lists every SKU that has a stock row (a sale was started), in
-// order.
-func (s *Store) SKUs(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT sku FROM stock ORDER BY sku`)
+// SKUsAfter lists, in order, at most limit SKUs that have a stock row (a
+// sale was started) and sort after after ("" for the first).
+func (s *Store) SKUsAfter(ctx context.Context, after string, limit int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT sku FROM stock WHERE sku > ? ORDER BY sku LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}

@@ -24,9 +24,9 @@ type Store interface {
 	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error)
 	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
 	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r inventory.SaleRecheck) error) error
-	// SKUs lists the SKUs on sale (every one with a stock row), for the
-	// audit job.
-	SKUs(ctx context.Context) ([]string, error)
+	// SKUsAfter lists the SKUs on sale (every one with a stock row) a
+	// page at a time, in order, for the audit job.
+	SKUsAfter(ctx context.Context, after string, limit int) ([]string, error)
 	Migrate(ctx context.Context) error
 	Close()
 }
