@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -32,6 +33,11 @@ type config struct {
 	ShutdownTimeout time.Duration
 	ReadTimeout     time.Duration
 	LogLevel        slog.Level
+	// HTTPMaxConns caps the HTTP connections held at once, below the
+	// descriptor limit (see conns.go); HTTPIdleTimeout closes a keep-alive
+	// connection idle that long.
+	HTTPMaxConns    int
+	HTTPIdleTimeout time.Duration
 
 	// Lock strategies (redis-lock, redlock, etcd-lock, zk-lock, db-lock).
 	RedisAddrs     []string
@@ -124,6 +130,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Migrate:         boolean("MIGRATE", true),
 		ShutdownTimeout: duration("SHUTDOWN_TIMEOUT", 10*time.Second, false),
 		ReadTimeout:     duration("HTTP_READ_TIMEOUT", 10*time.Second, false),
+		// Seconds, not a minute: a buyer reuses a connection within a
+		// checkout; past that an idle connection is a descriptor and a
+		// goroutine held for a client that may not come back, and it
+		// costs the client one reconnect.
+		HTTPIdleTimeout: duration("HTTP_IDLE_TIMEOUT", 5*time.Second, false),
 		LockTTL:         duration("LOCK_TTL", 5*time.Second, false),
 		LockWait:        duration("LOCK_WAIT", 3*time.Second, false),
 		LockRenewEvery:  duration("LOCK_RENEW_EVERY", 0, true),
@@ -223,6 +234,22 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.NaiveRaceWindow > 0 && c.Strategy != inventory.NameNaive {
 		bad("NAIVE_RACE_WINDOW only applies to STRATEGY=naive")
 	}
+	// A cap the descriptor limit cannot hold is refused: the process would
+	// meet EMFILE before the cap, the failure the cap is there to prevent.
+	nofile := openFileLimit()
+	reserve := descriptorReserve(nofile, c.DBMaxConns)
+	c.HTTPMaxConns = defaultHTTPMaxConns(nofile, c.DBMaxConns)
+	if v := str("HTTP_MAX_CONNS", ""); v != "" {
+		switch n, err := strconv.Atoi(v); {
+		case err != nil || n < 1:
+			bad("HTTP_MAX_CONNS=%q is not a positive integer", v)
+		case n > nofile-reserve:
+			bad("HTTP_MAX_CONNS=%d is more than the process's %d file descriptors (RLIMIT_NOFILE) hold beside the %d kept for the database pool, the operator headroom and other files: at most %d",
+				n, nofile, reserve, nofile-reserve)
+		default:
+			c.HTTPMaxConns = n
+		}
+	}
 	return c, env.Err()
 }
 
@@ -240,6 +267,8 @@ func (c config) logAttrs() []any {
 		"db_max_conns", c.DBMaxConns,
 		"order_timeout", c.OrderTimeout.String(),
 		"http_read_timeout", c.ReadTimeout.String(),
+		"http_max_conns", c.HTTPMaxConns,
+		"http_idle_timeout", c.HTTPIdleTimeout.String(),
 		"cas_max_attempts", c.CASMaxAttempts,
 		"cas_max_in_flight", c.CASMaxInFlight,
 		"row_max_in_flight", c.RowMaxInFlight,

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,12 +42,12 @@ func TestConfigMasksToken(t *testing.T) {
 func TestConfigErrorsListEveryProblem(t *testing.T) {
 	_, err := loadConfig(env(map[string]string{
 		"STRATEGY": "optimistic", "DATABASE_URL": "redis://x", "DB_MAX_CONNS": "0",
-		"ORDER_TIMEOUT": "-1s", "MIGRATE": "maybe", "LOG_LEVEL": "loud",
+		"ORDER_TIMEOUT": "-1s", "MIGRATE": "maybe", "LOG_LEVEL": "loud", "HTTP_MAX_CONNS": "none", "HTTP_IDLE_TIMEOUT": "0",
 	}))
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
-	for _, want := range []string{"valid: naive, for-update, version-cas, conditional", "redis", "DB_MAX_CONNS", "ORDER_TIMEOUT", "MIGRATE", "LOG_LEVEL"} {
+	for _, want := range []string{"valid: naive, for-update, version-cas, conditional", "redis", "DB_MAX_CONNS", "ORDER_TIMEOUT", "MIGRATE", "LOG_LEVEL", "HTTP_MAX_CONNS", "HTTP_IDLE_TIMEOUT"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -217,6 +219,73 @@ func TestJobsAndAdmissionConfig(t *testing.T) {
 		bad["DATABASE_URL"] = "postgres://u@h/db"
 		if _, err := loadConfig(env(bad)); err == nil {
 			t.Errorf("%v was accepted", bad)
+		}
+	}
+}
+
+// TestHTTPConnectionsConfig: HTTP_MAX_CONNS defaults to what the process's
+// descriptor limit leaves (at most 10,000) and HTTP_IDLE_TIMEOUT to 5s, not
+// the minute that let one client's idle connections pile up; bad values,
+// and a cap the descriptor limit cannot hold, are refused naming the
+// variable.
+func TestHTTPConnectionsConfig(t *testing.T) {
+	base := map[string]string{"DATABASE_URL": "postgres://u@h/db"}
+	with := func(kv ...string) map[string]string {
+		m := maps.Clone(base)
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	c, err := loadConfig(env(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nofile := openFileLimit()
+	if want := defaultHTTPMaxConns(nofile, 16); c.HTTPMaxConns != want || c.HTTPIdleTimeout != 5*time.Second {
+		t.Errorf("defaults with %d descriptors: HTTP_MAX_CONNS %d (want %d), HTTP_IDLE_TIMEOUT %v (want 5s)", nofile, c.HTTPMaxConns, want, c.HTTPIdleTimeout)
+	}
+	if !strings.Contains(fmtAttrs(c.logAttrs()), "http_max_conns") {
+		t.Error("the logged configuration lacks http_max_conns")
+	}
+	c, err = loadConfig(env(with("HTTP_MAX_CONNS", "100", "HTTP_IDLE_TIMEOUT", "2s")))
+	if err != nil || c.HTTPMaxConns != 100 || c.HTTPIdleTimeout != 2*time.Second {
+		t.Errorf("HTTP_MAX_CONNS=100 HTTP_IDLE_TIMEOUT=2s: %d %v %v", c.HTTPMaxConns, c.HTTPIdleTimeout, err)
+	}
+	for _, bad := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{with("HTTP_MAX_CONNS", "0"), `HTTP_MAX_CONNS="0" is not a positive integer`},
+		{with("HTTP_MAX_CONNS", "-5"), `HTTP_MAX_CONNS="-5" is not a positive integer`},
+		{with("HTTP_MAX_CONNS", "lots"), `HTTP_MAX_CONNS="lots" is not a positive integer`},
+		{with("HTTP_MAX_CONNS", strconv.Itoa(nofile)), fmt.Sprintf("HTTP_MAX_CONNS=%d is more than the process's %d file descriptors (RLIMIT_NOFILE)", nofile, nofile)},
+		{with("HTTP_IDLE_TIMEOUT", "0"), `HTTP_IDLE_TIMEOUT="0" is not a positive duration`},
+		{with("HTTP_IDLE_TIMEOUT", "-1s"), `HTTP_IDLE_TIMEOUT="-1s" is not a positive duration`},
+		{with("HTTP_IDLE_TIMEOUT", "60"), `HTTP_IDLE_TIMEOUT="60" is not a positive duration`},
+	} {
+		if _, err := loadConfig(env(bad.env)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want %q", bad.env, err, bad.want)
+		}
+	}
+}
+
+// TestDefaultHTTPMaxConns: the default cap leaves the database pool, the
+// operator headroom and other files their descriptors, keeps half of a
+// small limit for them, and never passes 10,000.
+func TestDefaultHTTPMaxConns(t *testing.T) {
+	for _, c := range []struct{ nofile, dbMaxConns, want int }{
+		{1 << 30, 16, 10000}, // RLIM_INFINITY, clamped
+		{1 << 20, 16, 10000}, // a container's usual limit
+		{20000, 16, 10000},
+		{4096, 16, 3536},   // 4096 - (16 + 32 + 512)
+		{4096, 1000, 2552}, // 4096 - (1000 + 32 + 512)
+		{1024, 16, 512},    // half of a small limit
+		{64, 16, 32},
+		{1, 16, 1},
+	} {
+		if got := defaultHTTPMaxConns(c.nofile, c.dbMaxConns); got != c.want {
+			t.Errorf("%d descriptors, DB_MAX_CONNS=%d: HTTP_MAX_CONNS %d, want %d", c.nofile, c.dbMaxConns, got, c.want)
 		}
 	}
 }

@@ -75,8 +75,14 @@ type process struct {
 // 200; the process is stopped (by its own PID) when the test ends.
 func startInstance(t *testing.T, env ...string) *process {
 	t.Helper()
+	return startCommand(t, exec.Command(buildBinary(t)), env...)
+}
+
+// startCommand is startInstance for a command that runs the binary in its
+// own process (a shell that sets a limit, then execs it).
+func startCommand(t *testing.T, cmd *exec.Cmd, env ...string) *process {
+	t.Helper()
 	addr := freeAddr(t)
-	cmd := exec.Command(buildBinary(t))
 	cmd.Env = append(os.Environ(), append([]string{"HTTP_ADDR=" + addr, "ADMIN_TOKEN=" + e2eAdminToken, "LOG_LEVEL=warn"}, env...)...)
 	p := &process{url: "http://" + addr, cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = &lockedWriter{w: p.stderr}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -18,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashsale/stock/internal/connlimit"
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/jobs"
@@ -174,21 +176,35 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		stopJobs()
 		<-jobsDone
 	}()
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP_ADDR=%s: %w", cfg.HTTPAddr, err)
+	}
+	// Connections are capped below the descriptor limit: one client's
+	// thousands of idle keep-alive connections once left an instance
+	// failing accept4 with EMFILE while buyers waited. At the cap the
+	// longest-idle connection makes room; with none idle, only the
+	// probes and /metrics are served, in a small headroom.
+	conns := connlimit.New(ln, cfg.HTTPMaxConns, connlimit.WithLogger(log), connlimit.WithObserver(m))
 	srv := &http.Server{
-		Addr:    cfg.HTTPAddr,
-		Handler: httpapi.New(svc, httpapi.WithAdminToken(cfg.AdminToken), httpapi.WithLogger(log), httpapi.WithMetrics(m.Handler())),
+		Handler: httpapi.New(svc, httpapi.WithAdminToken(cfg.AdminToken), httpapi.WithLogger(log), httpapi.WithMetrics(m.Handler()),
+			httpapi.WithOverCap(connlimit.OverCap)),
 		// A client that trickles its headers or body is cut off: slow
 		// requests must not pin connections and goroutines.
 		ReadHeaderTimeout: min(5*time.Second, cfg.ReadTimeout),
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.OrderTimeout + 10*time.Second,
-		IdleTimeout:       60 * time.Second,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
 		MaxHeaderBytes:    32 << 10,
+		// The cap's bookkeeping: which connections are idle, and which
+		// were accepted over the cap.
+		ConnState:   conns.ConnState,
+		ConnContext: conns.ConnContext,
 	}
 
 	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe() }()
-	log.Info("listening", "addr", cfg.HTTPAddr)
+	go func() { served <- srv.Serve(conns) }()
+	log.Info("listening", "addr", ln.Addr().String(), "max_conns", cfg.HTTPMaxConns)
 
 	select {
 	case err := <-served:

@@ -68,8 +68,20 @@ func WithMetrics(h http.Handler) Option {
 	return func(s *server) { s.metrics = h }
 }
 
+// WithOverCap sets how a request tells that its connection was accepted
+// over the instance's connection cap (connlimit.OverCap). Such a request is
+// served only on the operator routes, /healthz, /readyz and /metrics: the
+// operator must still see the instance when a flood of connections holds
+// it. Every other route answers 503 too_many_connections. Either way the
+// answer closes the connection, to free its place in the headroom. Default:
+// no request is over the cap.
+func WithOverCap(overCap func(context.Context) bool) Option {
+	return func(s *server) { s.overCap = overCap }
+}
+
 type server struct {
 	metrics      http.Handler
+	overCap      func(context.Context) bool
 	inv          Inventory
 	adminToken   string
 	log          *slog.Logger
@@ -100,6 +112,11 @@ func New(inv Inventory, opts ...Option) http.Handler {
 	r.NoMethod(func(c *gin.Context) {
 		writeError(c, http.StatusMethodNotAllowed, "method_not_allowed", c.Request.Method+" is not allowed on "+c.Request.URL.Path)
 	})
+	if s.overCap != nil {
+		// Before the routes: gin runs the middleware in use when a route
+		// is added.
+		r.Use(s.operatorOnlyOverCap)
+	}
 
 	r.POST("/orders", s.placeOrder)
 	r.GET("/stock/:sku", s.getStock)
@@ -124,6 +141,7 @@ var errorStatus = []struct {
 	message string // when set, replaces the error text, which may hold backend details
 }{
 	{errUnsupportedMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type", ""},
+	{errTooManyConnections, http.StatusServiceUnavailable, "too_many_connections", "the instance holds as many connections as it may; nothing was done, retry later"},
 	{inventory.ErrInvalid, http.StatusBadRequest, "invalid_request", ""},
 	{inventory.ErrUnknownSKU, http.StatusNotFound, "unknown_sku", ""},
 	{inventory.ErrSoldOut, http.StatusConflict, "sold_out", ""},
@@ -171,8 +189,30 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{inventory.ErrInvalid}, args...)...)
 }
 
-// errUnsupportedMediaType is the HTTP adapter's own: the domain never sees it.
-var errUnsupportedMediaType = errors.New("body must be application/json")
+// errUnsupportedMediaType and errTooManyConnections are the HTTP adapter's
+// own: the domain never sees them.
+var (
+	errUnsupportedMediaType = errors.New("body must be application/json")
+	errTooManyConnections   = errors.New("too many connections")
+)
+
+// operatorRoutes are served on a connection over the cap (WithOverCap).
+var operatorRoutes = []string{"/healthz", "/readyz", "/metrics"}
+
+// operatorOnlyOverCap lets a request over the connection cap through to
+// the operator routes only.
+func (s *server) operatorOnlyOverCap(c *gin.Context) {
+	if !s.overCap(c.Request.Context()) {
+		return
+	}
+	c.Header("Connection", "close")
+	// FullPath is the matched route: "" for no route, so a path that
+	// merely looks like a probe's is refused too.
+	if slices.Contains(operatorRoutes, c.FullPath()) {
+		return
+	}
+	s.fail(c, errTooManyConnections)
+}
 
 // readJSON reads a JSON object body of at most MaxBodyBytes into v (a
 // pointer to a struct), refusing unknown fields, field names that match only

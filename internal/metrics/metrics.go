@@ -1,7 +1,8 @@
 // Package metrics exposes what the service does in Prometheus format, from a
 // registry of its own (no global state): orders by strategy and outcome,
-// deduction latency, retries, lock waits and holds, fenced-off writes and
-// backend errors. It implements inventory.Observer.
+// deduction latency, retries, lock waits and holds, fenced-off writes,
+// backend errors and the HTTP connections held against the cap. It
+// implements inventory.Observer and connlimit.Observer.
 package metrics
 
 import (
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/stock/internal/connlimit"
 	"github.com/flashsale/stock/internal/inventory"
 )
 
@@ -37,11 +39,16 @@ type Metrics struct {
 	jobRuns, jobFailures        *prometheus.CounterVec
 	jobLastRun, jobLastDuration *prometheus.GaugeVec
 	inconsistentSKUs            prometheus.Gauge
+
+	connsOpen    prometheus.Gauge
+	connsEvicted prometheus.Counter
+	connsRefused *prometheus.CounterVec
 }
 
 var (
 	_ inventory.Observer      = (*Metrics)(nil)
 	_ inventory.BatchObserver = (*Metrics)(nil)
+	_ connlimit.Observer      = (*Metrics)(nil)
 )
 
 // Latency buckets from 0.5 ms to 10 s: a hot row answers in milliseconds,
@@ -139,13 +146,30 @@ func New() *Metrics {
 			Name: "stock_audit_inconsistent_skus",
 			Help: "SKUs found inconsistent by the last audit run on this instance (AUDIT_EVERY): initial != available + ordered, available < 0, or drift.",
 		}),
+		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stock_http_connections_open",
+			Help: "HTTP connections this instance holds, counted against HTTP_MAX_CONNS and the operator headroom above it.",
+		}),
+		connsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stock_http_connections_evicted_total",
+			Help: "Idle keep-alive HTTP connections closed at HTTP_MAX_CONNS to make room for a new connection.",
+		}),
+		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_http_connections_refused_total",
+			Help: "HTTP connections that arrived at HTTP_MAX_CONNS with none idle, by how they were refused (operator_only: served /healthz, /readyz and /metrics only, 503 for the rest; closed: beyond the headroom, closed at once).",
+		}, []string{"how"}),
 	}
+	// Both series exist, at 0, from the start: an alert on their rate
+	// needs no data to appear first.
+	m.connsRefused.WithLabelValues(connlimit.RefusedOperatorOnly)
+	m.connsRefused.WithLabelValues(connlimit.RefusedClosed)
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.orders, m.deduction, m.retries, m.lockWait, m.lockHold, m.locksLost, m.fencedOff, m.renewals, m.backendErrors,
 		m.batchSize, m.batchTx, m.reserveLag, m.reserveWrites, m.driftSKUs, m.reconciles,
 		m.jobRuns, m.jobFailures, m.jobLastRun, m.jobLastDuration, m.inconsistentSKUs,
+		m.connsOpen, m.connsEvicted, m.connsRefused,
 	)
 	return m
 }
@@ -243,3 +267,15 @@ func (m *Metrics) Reconciled(_, drifting int) {
 	m.reconciles.Inc()
 	m.driftSKUs.Set(float64(drifting))
 }
+
+// ConnOpened implements connlimit.Observer.
+func (m *Metrics) ConnOpened() { m.connsOpen.Inc() }
+
+// ConnClosed implements connlimit.Observer.
+func (m *Metrics) ConnClosed() { m.connsOpen.Dec() }
+
+// ConnEvicted implements connlimit.Observer.
+func (m *Metrics) ConnEvicted() { m.connsEvicted.Inc() }
+
+// ConnRefused implements connlimit.Observer.
+func (m *Metrics) ConnRefused(how string) { m.connsRefused.WithLabelValues(how).Inc() }

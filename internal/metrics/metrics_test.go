@@ -21,6 +21,11 @@ func TestExposition(t *testing.T) {
 	m.FencedOff("redis-lock")
 	m.Renewed(false)
 	m.BatchDone(3, 2*time.Millisecond, "created")
+	m.ConnOpened()
+	m.ConnOpened()
+	m.ConnClosed()
+	m.ConnEvicted()
+	m.ConnRefused("closed")
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -38,6 +43,10 @@ func TestExposition(t *testing.T) {
 		`stock_lock_renewals_total{result="failed"} 1`,
 		`stock_batch_size_sum{outcome="created"} 3`,
 		`stock_batch_tx_seconds_count{outcome="created"} 1`,
+		`stock_http_connections_open 1`,
+		`stock_http_connections_evicted_total 1`,
+		`stock_http_connections_refused_total{how="closed"} 1`,
+		`stock_http_connections_refused_total{how="operator_only"} 0`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(text, want) {
