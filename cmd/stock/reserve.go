@@ -50,6 +50,10 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Sc
 		_ = rdb.Close()
 		return nil, nil, fmt.Errorf("reservation redis %s: %w", where, err)
 	}
+	if err := reservation.CheckMaster(ctx, rdb); err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("reservation redis: %w", err)
+	}
 	if err := reservation.CheckNoEviction(ctx, rdb); err != nil {
 		_ = rdb.Close()
 		return nil, nil, fmt.Errorf("%w (start it with --maxmemory-policy noeviction)", err)

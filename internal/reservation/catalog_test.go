@@ -113,8 +113,9 @@ func TestRestartedRedisHasANewReplicationID(t *testing.T) {
 }
 
 // TestRestartChecksOnlyTheSKUsOrdered: with a catalog on sale, the first
-// order after a Redis restart is answered within a second, and the restart
-// costs one check of the SKU being ordered, not one of every SKU on sale.
+// order after a Redis restart is answered (within its deadline; the time is
+// logged: tens of milliseconds on a quiet machine), and the restart costs
+// one check of the SKU being ordered, not one of every SKU on sale.
 // (Before, the first order after a restart checked every SKU ever listed
 // within its own deadline; from about 2,000 SKUs no pass finished and the
 // shop answered 503 until it was restarted.)
@@ -136,7 +137,7 @@ func TestRestartChecksOnlyTheSKUsOrdered(t *testing.T) {
 		s.redis.Restart(t)
 
 		begun := time.Now()
-		if _, err := s.orderWithin(time.Second, hot, "after-hot"); err != nil {
+		if _, err := s.orderWithin(3*time.Second, hot, "after-hot"); err != nil {
 			t.Fatalf("first order after the restart, %d SKUs on sale: %v", len(skus), err)
 		}
 		t.Logf("first order after the restart answered in %v, %d SKUs on sale", time.Since(begun), len(skus))
@@ -144,7 +145,7 @@ func TestRestartChecksOnlyTheSKUsOrdered(t *testing.T) {
 			t.Fatalf("the restart cost %d checks for one SKU ordered, want 1", n)
 		}
 		for i, sku := range []string{hot, warm, skus[399]} {
-			if _, err := s.orderWithin(time.Second, sku, fmt.Sprintf("later-%d", i)); err != nil {
+			if _, err := s.orderWithin(3*time.Second, sku, fmt.Sprintf("later-%d", i)); err != nil {
 				t.Fatalf("order of %s after the restart: %v", sku, err)
 			}
 		}

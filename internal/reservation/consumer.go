@@ -157,11 +157,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		backoff   time.Duration
 	)
 	for ctx.Err() == nil {
+		var joined []string
 		for _, sku := range c.store.takeTouched() {
 			if working[sku] == nil {
 				working[sku] = &stream{}
+				joined = append(joined, sku)
 			}
 		}
+		c.relist(ctx, joined)
 		now := time.Now()
 		if !now.Before(nextSweep) {
 			for _, sku := range c.sweep(ctx) {
@@ -280,12 +283,13 @@ func (c *Consumer) readAndWrite(ctx context.Context, working map[string]*stream)
 	for _, r := range reads {
 		st := working[r.sku]
 		streams, err := r.entries.Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			if !isNoGroup(err) {
-				failed = true
-			}
+		if err != nil && !errors.Is(err, redis.Nil) && !isNoGroup(err) {
+			failed = true
 			continue
 		}
+		// NOGROUP: no stream, or one being loaded; read like an empty one
+		// (found by review: a wiped SKU stayed in the working set and was
+		// read every poll).
 		var msgs []redis.XMessage
 		for _, s := range streams {
 			msgs = append(msgs, s.Messages...)
@@ -349,12 +353,31 @@ func (c *Consumer) claim(ctx context.Context, working map[string]*stream) (progr
 	return progress, failed
 }
 
+// relist lists in the catalog, if they are not there, SKUs this process
+// just sold: a Redis that came back from an older copy of the catalog's
+// master (on a cluster, another master than the SKU's, whose id did not
+// change) may have lost their listings, and without one the orders of an
+// instance that dies before its consumer reads them would be found by no
+// sweep (found by review). Score 0: any sale started since outranks it.
+func (c *Consumer) relist(ctx context.Context, skus []string) {
+	if len(skus) == 0 {
+		return
+	}
+	members := make([]redis.Z, len(skus))
+	for i, sku := range skus {
+		members[i] = redis.Z{Score: 0, Member: sku}
+	}
+	if err := c.store.rdb.ZAddNX(ctx, c.store.catalogKey(), members...).Err(); err != nil && ctx.Err() == nil {
+		c.log.Warn("reservation consumer: listing sold SKUs in the catalog failed", "consumer", c.name, "skus", len(skus), "err", err)
+	}
+}
+
 // sweepPage is how many SKUs of the catalog one sweep round trip covers.
 const sweepPage = 1000
 
 // sweep walks the catalog and returns the SKUs whose streams hold entries.
 // A SKU whose sale is sold out and whose stream is empty leaves the
-// catalog (retireScript: unless a StartSale has listed a newer sale
+// catalog (retireScript: unless a StartSale has announced a newer sale
 // since). Errors end the walk early; the next sweep walks again.
 func (c *Consumer) sweep(ctx context.Context) []string {
 	var (
@@ -404,9 +427,9 @@ func (c *Consumer) sweep(ctx context.Context) []string {
 				continue
 			}
 			available, _ := v[0].(string)
-			base, _ := v[1].(string)
-			if available == "0" && base == strconv.FormatInt(int64(z.Score), 10) {
-				retire = append(retire, z)
+			base, err := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+			if available == "0" && err == nil && z.Score <= float64(base) {
+				retire = append(retire, redis.Z{Member: sku, Score: float64(base)})
 			}
 		}
 		if len(page) < sweepPage {

@@ -68,3 +68,21 @@ func checkAOF(ctx context.Context, c redis.Cmdable) error {
 	}
 	return nil
 }
+
+// CheckMaster checks that every server that holds reservations is a
+// master. A replica carries its master's replication id while its data
+// lags behind it, so the scripts refuse to sell on one (a writable replica
+// would otherwise sell units its master sold): a service pointed at a
+// replica would answer 503 to every order. This says so at start instead.
+func CheckMaster(ctx context.Context, rdb redis.UniversalClient) error {
+	return forEachServer(ctx, rdb, func(ctx context.Context, c redis.Cmdable) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return fmt.Errorf("%s: cannot read its role (INFO replication): %w", addrOf(c), err)
+		}
+		if role := infoField(info, "role"); role != "master" {
+			return fmt.Errorf("%s is a %s, not a master: point REDIS_ADDRS at the master", addrOf(c), role)
+		}
+		return nil
+	})
+}

@@ -88,6 +88,16 @@ func (r *Reconciler) Reconcile(ctx context.Context) error {
 			drifting++
 			r.log.Error("reconciler: Redis and the database disagree", "sku", sku, "drift", a.Drift,
 				"initial", a.Initial, "available", a.Available, "ordered", a.Ordered, "orders", a.Orders, "pending", a.Pending)
+			if w := a.Written; w != nil && (w.Orders > a.Orders || w.Ordered > a.Ordered) {
+				// The database holds orders Redis does not: Redis lost
+				// accepted orders without a restart or a promotion (a
+				// copy put back into the running server keeps its
+				// replication id), and may sell their units again. The
+				// check closes the sale (found by review).
+				if err := r.store.recheckAs(ctx, sku, "force"); err != nil {
+					r.log.Error("reconciler: checking the sale against the database failed", "sku", sku, "err", err)
+				}
+			}
 		}
 	}
 	r.obs.Reconciled(audited, drifting)

@@ -280,10 +280,18 @@ const checkTakeover = 2 * time.Second
 // a check that outlives its buyer still ends, and the buyers after it find
 // the sale open instead of starting over.
 func (s *Store) recheck(ctx context.Context, sku string) error {
-	done := s.checks.DoChan(sku, func() (any, error) {
+	return s.recheckAs(ctx, sku, "")
+}
+
+// recheckAs is recheck; force "force" checks a sale even if it was checked
+// under the server's current replication id already (the reconciler found
+// the database ahead of Redis: data put back into a running server keeps
+// its id).
+func (s *Store) recheckAs(ctx context.Context, sku, force string) error {
+	done := s.checks.DoChan(sku+"\x00"+force, func() (any, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.checkLimit)
 		defer cancel()
-		return nil, s.checkSale(cctx, sku)
+		return nil, s.checkSale(cctx, sku, force)
 	})
 	select {
 	case r := <-done:
@@ -314,7 +322,7 @@ func (s *Store) recheck(ctx context.Context, sku string) error {
 //
 // After the commit, the sale sells again under the server's replication
 // id. A check that fails leaves it stopped: the next order checks again.
-func (s *Store) checkSale(ctx context.Context, sku string) error {
+func (s *Store) checkSale(ctx context.Context, sku, force string) error {
 	k := s.keys(sku)
 	token := uuid.NewString()
 	var to int64
@@ -323,9 +331,11 @@ func (s *Store) checkSale(ctx context.Context, sku string) error {
 		// cluster a restart of one master makes every SKU be checked,
 		// and the other masters' SKUs would otherwise keep selling under
 		// the number about to be fenced off.
-		open, err := blockScript.Run(ctx, s.rdb, []string{k.sale}, token).Int()
-		if err != nil || open == 0 {
-			return err // no sale: it fails closed already
+		blocked, err := blockScript.Run(ctx, s.rdb, []string{k.sale}, token, force).Int()
+		if err != nil || blocked != 1 {
+			// No sale (it fails closed already), or checked under this
+			// server's id by another instance since the order asked.
+			return err
 		}
 		t, err := s.Tally(ctx, sku)
 		if err != nil {
@@ -367,7 +377,11 @@ func (s *Store) checkSale(ctx context.Context, sku string) error {
 	}
 	if err != nil {
 		// Redis stays stopped ("checking", or renumbered and still
-		// stopped): the next order checks again.
+		// stopped): the next order checks again, at once rather than
+		// after the 2 s in which a check is presumed alive.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = abandonScript.Run(actx, s.rdb, []string{k.sale}, token).Err()
 		return errUnchecked{err}
 	}
 	if to > 0 {
@@ -511,8 +525,8 @@ func (s *Store) takeTouched() []string {
 // stream whose instance died before its consumer read it would be found
 // by no sweep (found by review, with the listing after the load).
 func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
-	if err := s.rdb.ZAddArgs(ctx, s.catalogKey(), redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(epoch), Member: sku}}}).Err(); err != nil {
-		return fmt.Errorf("%w: list %q in the catalog: %w", inventory.ErrUnavailable, sku, err)
+	if err := s.list(ctx, sku, epoch); err != nil {
+		return err
 	}
 	k := s.keys(sku)
 	seen, err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Int64()
@@ -525,8 +539,22 @@ func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
 	return nil
 }
 
-// Load implements inventory.Reservations.
+// list lists sku in the catalog with the number of its latest sale.
+func (s *Store) list(ctx context.Context, sku string, epoch int64) error {
+	if err := s.rdb.ZAddArgs(ctx, s.catalogKey(), redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(epoch), Member: sku}}}).Err(); err != nil {
+		return fmt.Errorf("%w: list %q in the catalog: %w", inventory.ErrUnavailable, sku, err)
+	}
+	return nil
+}
+
+// Load implements inventory.Reservations. It lists the SKU in the catalog
+// again first (Close did, but a Redis that came back from an older copy
+// since may have lost the listing; found by review): a sale is never open
+// unlisted.
 func (s *Store) Load(ctx context.Context, sku string, n, epoch int64) error {
+	if err := s.list(ctx, sku, epoch); err != nil {
+		return err
+	}
 	k := s.keys(sku)
 	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders}, epoch, n, Group).Err(); err != nil {
 		if strings.HasPrefix(err.Error(), "STALE") {

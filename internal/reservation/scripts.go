@@ -29,17 +29,23 @@ import "github.com/redis/go-redis/v9"
 //	              it.
 
 // luaReplID returns the server's replication id (INFO replication,
-// master_replid): it changes when the server is promoted, resynchronised
-// from another, or started anew (a master restarted from its AOF or RDB
-// takes a new one: TestRestartedRedisHasANewReplicationID pins that on the
-// Redis the tests run). A sale remembers the id under which it
-// was last checked against the database; under another id the server's
-// data may be another history (a replica that lagged, a restored copy), and
-// the reserve script answers "unchecked" until the sale is checked again
-// (Store.recheck).
+// master_replid), or false when the server is not a master. The id changes
+// when the server is promoted, resynchronised from another, or started
+// anew (a master restarted from its AOF or RDB takes a new one:
+// TestRestartedRedisHasANewReplicationID pins that on the Redis the tests
+// run). A sale remembers the id under which it was last checked against
+// the database; under another id the server's data may be another history
+// (a replica that lagged, a restored copy), and the reserve script answers
+// "unchecked" until the sale is checked again (Store.recheck). A replica
+// carries its master's id while its data lags behind, so a server that is
+// not a master has no id here: a writable replica never sells, and a check
+// on it never reopens a sale (found by review: a writable replica that
+// lagged sold units its master had sold).
 const luaReplID = `
 local function replid()
-  return string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+  local info = redis.call('INFO', 'replication')
+  if not string.find(info, 'role:master', 1, true) then return false end
+  return string.match(info, 'master_replid:(%w+)')
 end
 `
 
@@ -63,7 +69,8 @@ if string.sub(sale[4] or '', 1, 9) == 'checking:' then
   if now - tonumber(sale[5] or '0') < 2000 then return {'checking'} end
   return {'unchecked'}
 end
-if sale[4] ~= replid() then return {'unchecked'} end
+local id = replid()
+if not id or sale[4] ~= id then return {'unchecked'} end
 if redis.call('GET', KEYS[4]) == sale[3] then return {'ok', ARGV[1]} end
 local key, fp = ARGV[4], ARGV[5]
 if key ~= '' then
@@ -112,6 +119,8 @@ return seen
 //
 // KEYS: sale, epoch, keys, orders. ARGV: epoch, units, consumer group.
 var loadScript = redis.NewScript(luaReplID + `
+local id = replid()
+if not id then return redis.error_reply('READONLY this server is not a master') end
 local e = tonumber(ARGV[1])
 local loaded = tonumber(redis.call('GET', KEYS[2]) or '0')
 if e < loaded then
@@ -126,7 +135,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
 end
 redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[3], '$', 'MKSTREAM')
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', ARGV[2], 'ordered', 0, 'orders', 0,
-  'base', ARGV[1], 'replid', replid())
+  'base', ARGV[1], 'replid', id)
 return 'OK'
 `)
 
@@ -134,11 +143,17 @@ return 'OK'
 // names: the reserve script answers "checking" until that check's
 // unblockScript (or a new load) writes a replication id again, or
 // "unchecked" once the check has lasted 2 s (its checker died), so that
-// another check takes over. Orders taken before it are in the stream.
+// another check takes over. Orders taken before it are in the stream. It
+// answers 0 when no sale is open, 2 when the sale was checked under the
+// server's current id meanwhile (another instance's check: nothing to do)
+// unless the check is forced, 1 when it stopped the sale.
 //
-// KEYS: sale. ARGV: the check's token.
-var blockScript = redis.NewScript(`
-if not redis.call('HGET', KEYS[1], 'epoch') then return 0 end
+// KEYS: sale. ARGV: the check's token, "force" or "".
+var blockScript = redis.NewScript(luaReplID + `
+local sale = redis.call('HMGET', KEYS[1], 'epoch', 'replid')
+if not sale[1] then return 0 end
+local id = replid()
+if id and sale[2] == id and ARGV[2] ~= 'force' then return 2 end
 local t = redis.call('TIME')
 redis.call('HSET', KEYS[1], 'replid', 'checking:' .. ARGV[1], 'since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 return 1
@@ -173,7 +188,9 @@ return 'OK'
 var unblockScript = redis.NewScript(luaReplID + `
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'replid') ~= 'checking:' .. ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'replid', replid())
+local id = replid()
+if not id then return 0 end
+redis.call('HSET', KEYS[1], 'replid', id)
 return 1
 `)
 
@@ -198,13 +215,27 @@ end
 return {tonumber(s[1]), tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5]), backlog, age}
 `)
 
-// retireScript takes a SKU off the catalog if its latest sale is still the
-// one the caller found sold out and drained: a StartSale since has raised
-// its score (Close, ZADD GT), and then the SKU stays.
+// retireScript takes a SKU off the catalog if no sale newer than the one
+// the caller found sold out and drained was announced since: a StartSale
+// raises the score above it (Close, ZADD GT), and then the SKU stays. A
+// score of 0 is a listing by a consumer (Consumer.relist).
 //
-// KEYS: catalog. ARGV: sku, the sale's number as the catalog scored it.
+// KEYS: catalog. ARGV: sku, the number (base) of the sale found finished.
 var retireScript = redis.NewScript(`
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if score and tonumber(score) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+if score and tonumber(score) <= tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
 return 0
+`)
+
+// abandonScript marks a failed check's stop as dead at once: the reserve
+// script then answers "unchecked" instead of "checking", and the next order
+// checks the sale again without waiting out the 2 s in which a check is
+// presumed alive. The sale stays stopped; only the check's own stop is
+// touched.
+//
+// KEYS: sale. ARGV: the check's token.
+var abandonScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'replid') ~= 'checking:' .. ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'since', 0)
+return 1
 `)

@@ -155,7 +155,13 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		// WATCH, REPLICAOF another master, full sync, REPLICAOF NO ONE,
 		// then EXEC on the first connection answers nil. A restart ends
 		// the connection, and the WATCH with it.
-		if checkedUnder != replID(info.Val()) {
+		// A replica carries its master's id while its data lags: only
+		// a master's id counts (see luaReplID). A master at this read
+		// can change its id before EXEC only by a restart, which ends
+		// the WATCH, or a resynchronisation, which touches the watched
+		// keys (found by review: a replica promoted between the read
+		// and EXEC sold from its lagging copy).
+		if !isMaster(info.Val()) || checkedUnder != replID(info.Val()) {
 			return errRecheck
 		}
 		if done.Val() == base {
@@ -203,17 +209,19 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 }
 
 // replID reads master_replid from the text of INFO replication.
-func replID(info string) string {
-	const field = "master_replid:"
-	i := strings.Index(info, field)
-	if i < 0 {
-		return ""
+func replID(info string) string { return infoField(info, "master_replid") }
+
+// isMaster reads role:master from the text of INFO replication.
+func isMaster(info string) bool { return infoField(info, "role") == "master" }
+
+// infoField reads one field of an INFO reply ("name:value" lines).
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimRight(v, "\r\n")
+		}
 	}
-	rest := info[i+len(field):]
-	if j := strings.IndexAny(rest, "\r\n"); j >= 0 {
-		rest = rest[:j]
-	}
-	return rest
+	return ""
 }
 
 // cut splits "fingerprint orderID".
