@@ -3,8 +3,10 @@
 # anti-oversell strategies (cmd/demo), which writes reports/<timestamp>/ and
 # points reports/latest at it.
 #
-#   make demo                 # about 16 minutes on 2 cores (first k6 build: +4)
-#   DEMO_QUICK=1 make demo    # under 3 minutes
+#   make demo                 # about 16 minutes on 2 cores (first k6 build: +4),
+#                             # and about 20 more for the catalog of 10,000 SKUs
+#   DEMO_QUICK=1 make demo    # under 3 minutes, and about 2 more for its catalog
+#                             # (CATALOG_SKUS=0 leaves the catalog out)
 #
 # Servers: PostgreSQL and MariaDB/MySQL that already answer on 127.0.0.1 are
 # used as they are. Otherwise, where a Docker engine answers, the missing

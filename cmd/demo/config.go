@@ -80,6 +80,25 @@ type plan struct {
 	LockTTL string
 	// KeepData leaves the sales' orders in the databases afterwards.
 	KeepData bool
+
+	// The catalog scenario (catalog.go), in round 1 of every strategy:
+	// CatalogSKUs SKUs of CatalogStock units each (0 SKUs: no catalog),
+	// put on sale CatalogAdminWorkers at a time; then CatalogWorkers
+	// workers of the Go client order for CatalogDuration, each order's SKU
+	// drawn from Zipf(CatalogZipfS, CatalogZipfV) over the SKUs' ranks;
+	// then every SKU is audited, CatalogAdminWorkers at a time.
+	CatalogSKUs         int
+	CatalogStock        int
+	CatalogWorkers      int
+	CatalogDuration     time.Duration
+	CatalogZipfS        float64
+	CatalogZipfV        float64
+	CatalogAdminWorkers int
+	// CatalogCluster runs the catalog of redis-reserve and redis-watch a
+	// second time on a Redis Cluster of CatalogClusterMasters masters
+	// that the demo starts, beside the one durable Redis.
+	CatalogCluster        bool
+	CatalogClusterMasters int
 }
 
 // loadPlan reads the plan through getenv and reports every bad value at once.
@@ -97,10 +116,19 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	defStock, defBuyers, defVUs, defMax := 1000, 4000, 200, 60*time.Second
 	defSteady, defSteadyVUs, defCeiling, defLoadGen := 8*time.Second, 200, 3*time.Second, 5*time.Second
 	defRounds := 3
+	// The catalog: 10,000 SKUs for 5 s, measured (2026-11-28, a busy
+	// machine) at about 25 s a run for a database strategy (10.7 s set-up,
+	// 8.3 s audit), 50 s for redis-reserve and 77 s on the cluster: about
+	// 20 minutes more for the default demo's thirty catalog runs (13
+	// strategies and the cluster's 2, on 2 backends). 500 SKUs for 1.5 s
+	// in the quick demo, 2.5-10 s a run: about 2 minutes more; with 1,000
+	// SKUs for 2 s they had taken 277 s. CATALOG_SKUS=0 leaves it out.
+	defCatalogSKUs, defCatalogDuration := 10_000, 5*time.Second
 	if p.Quick {
 		defRounds = 1
 		defStock, defBuyers, defVUs, defMax = 300, 1200, 100, 20*time.Second
 		defSteady, defSteadyVUs, defCeiling, defLoadGen = 4*time.Second, 100, 2*time.Second, 2*time.Second
+		defCatalogSKUs, defCatalogDuration = 500, 1500*time.Millisecond
 	}
 	p.Root = str("DEMO_ROOT", ".")
 	p.StockBin = str("STOCK_BIN", "bin/stock")
@@ -125,6 +153,25 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	p.LoadGenVUs = integer("LOADGEN_VUS", 64, 1, 2000)
 	p.LoadGenDuration = duration("LOADGEN_DURATION", defLoadGen)
 	p.KeepData = boolean("DEMO_KEEP_DATA")
+	p.CatalogSKUs = integer("CATALOG_SKUS", defCatalogSKUs, 0, 100_000)
+	// Small enough that the hottest SKUs sell out within the run, so that
+	// the end of the stock is tested on them while the rest sell a few.
+	p.CatalogStock = integer("CATALOG_STOCK", 20, 1, 1_000_000)
+	// As many workers as the burst has VUs: the same concurrency, spread
+	// over many SKUs instead of one.
+	p.CatalogWorkers = integer("CATALOG_WORKERS", p.BurstVUs, 1, 2000)
+	p.CatalogDuration = duration("CATALOG_DURATION", defCatalogDuration)
+	// s=1.3, v=1: rank k has weight (1+k)^-1.3, so the hottest SKU takes
+	// about 27% of the orders, the five hottest 52%, the ten hottest
+	// 61-65% and the hundred hottest 83-88% (10,000 or 1,000 SKUs).
+	p.CatalogZipfS = float(env, "CATALOG_ZIPF_S", 1.3, 1, false)
+	p.CatalogZipfV = float(env, "CATALOG_ZIPF_V", 1, 1, true)
+	// Set-up and audit: a PUT is a transaction (and for redis-reserve a
+	// Redis write too), each committed to disk, so more at a time share
+	// the commits; 32 spread over three instances stay within their pools.
+	p.CatalogAdminWorkers = integer("CATALOG_ADMIN_WORKERS", 32, 1, 256)
+	p.CatalogCluster = env.Bool("CATALOG_CLUSTER", true)
+	p.CatalogClusterMasters = integer("CATALOG_CLUSTER_MASTERS", 3, 3, 9)
 	if v := str("REDIS_ADDRS", ""); v != "" {
 		p.RedisAddrs = splitList(v)
 	}
@@ -172,6 +219,25 @@ func loadPlan(getenv func(string) string) (plan, error) {
 		bad("BURST_BUYERS=%d is fewer than BURST_STOCK=%d: the sale would not sell out", p.BurstBuyers, p.BurstStock)
 	}
 	return p, env.Err()
+}
+
+// float reads a number above lo (at least lo when orEqual), as
+// math/rand/v2's Zipf requires of its s (> 1) and v (>= 1).
+func float(env *envconf.Reader, name string, def, lo float64, orEqual bool) float64 {
+	v := env.String(name, "")
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < lo || (f == lo && !orEqual) || f > 100 {
+		op := ">"
+		if orEqual {
+			op = ">="
+		}
+		env.Bad("%s=%q is not a number %s %s (and at most 100)", name, v, op, strconv.FormatFloat(lo, 'f', -1, 64))
+		return def
+	}
+	return f
 }
 
 func splitList(s string) []string {
@@ -245,6 +311,14 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 		{Name: "GO_BURST_STRATEGIES", Value: strings.Join(p.GoBurstStrategies, ","), Note: "get the same burst from the Go client (cmd/demo, HTTP/1.1 keep-alive, as many workers as k6's VUs), on a SKU of their own"},
 		{Name: "steady", Value: fmt.Sprintf("DURATION=%s MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs), Note: "constant-arrival-rate, all VUs pre-allocated"},
 	}
+	if p.CatalogSKUs > 0 {
+		s = append(s, report.Setting{Name: "catalog", Value: p.catalogVars(),
+			Note: "round 1 of every strategy, on the same instances after its other scenarios: the SKUs put on sale, then the Go client (HTTP/1.1 keep-alive, closed loop) orders one unit at a time, each order's SKU drawn from Zipf(s, v) over the SKUs' ranks (P(k) ∝ (v+k)^-s), then every SKU audited"})
+		if p.CatalogCluster {
+			s = append(s, report.Setting{Name: "CATALOG_CLUSTER", Value: fmt.Sprintf("%d masters", p.CatalogClusterMasters),
+				Note: "redis-reserve and redis-watch run the catalog a second time on a Redis Cluster the demo starts (masters without replicas, appendfsync always), REDIS_MODE=cluster; CATALOG_CLUSTER=0 leaves it out"})
+		}
+	}
 	for _, b := range p.Backends {
 		if r, ok := steadyRates[b.Name]; ok {
 			note := "the backend's reference hot-row ceiling in round 1, capped at half the load generator's ceiling"
@@ -262,6 +336,20 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 		s = append(s, report.Setting{Name: "DATABASE_URL (" + b.Name + ")", Value: b.URL})
 	}
 	return s
+}
+
+// catalogVars are the catalog's settings as the environment sets them.
+func (p plan) catalogVars() string {
+	if p.CatalogSKUs == 0 {
+		return "CATALOG_SKUS=0"
+	}
+	cluster := "0"
+	if p.CatalogCluster {
+		cluster = "1"
+	}
+	return fmt.Sprintf("CATALOG_SKUS=%d CATALOG_STOCK=%d CATALOG_WORKERS=%d CATALOG_DURATION=%s CATALOG_ZIPF_S=%s CATALOG_ZIPF_V=%s CATALOG_ADMIN_WORKERS=%d CATALOG_CLUSTER=%s",
+		p.CatalogSKUs, p.CatalogStock, p.CatalogWorkers, p.CatalogDuration,
+		strconv.FormatFloat(p.CatalogZipfS, 'f', -1, 64), strconv.FormatFloat(p.CatalogZipfV, 'f', -1, 64), p.CatalogAdminWorkers, cluster)
 }
 
 func orDefault(v, def string) string {

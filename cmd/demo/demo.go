@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flashsale/stock/internal/hotrow"
@@ -32,8 +33,11 @@ type demo struct {
 	runID string
 	rep   *report.Report
 	redis []string
-	// reserveRedis is redis-reserve's and redis-watch's durable Redis.
+	// reserveRedis is redis-reserve's and redis-watch's durable Redis;
+	// cluster the Redis Cluster of their second catalog run, nil when
+	// there is none.
 	reserveRedis []string
+	cluster      *redisNodes
 	// etcd and zk are ETCD_ENDPOINTS and ZK_SERVERS for etcd-lock and
 	// zk-lock: the environment's, or the servers the demo started.
 	etcd []string
@@ -61,7 +65,22 @@ func strategiesOf(ctx context.Context, bin string) ([]string, error) {
 
 // totalSteps counts the progress steps of a plan.
 func totalSteps(p plan) int {
-	return 1 + len(p.Backends)*max(1, p.Rounds)*(1+len(p.Strategies))
+	return 1 + len(p.Backends)*max(1, p.Rounds)*(1+len(p.Strategies)) + len(p.Backends)*len(clusterCatalogs(p))
+}
+
+// clusterCatalogs are the strategies whose catalog runs a second time, on
+// the Redis Cluster.
+func clusterCatalogs(p plan) []string {
+	if p.CatalogSKUs == 0 || !p.CatalogCluster {
+		return nil
+	}
+	var out []string
+	for _, s := range p.Strategies {
+		if isReserved(s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // measureLoadGen measures the load generator's ceiling: k6 against /healthz
@@ -268,7 +287,12 @@ func (d *demo) runStrategy(ctx context.Context, b backend, strategy string, roun
 	if d.p.Rounds > 1 {
 		label += fmt.Sprintf(" · round %d of %d", round, d.p.Rounds)
 	}
-	d.progress.begin("%s: %d instances, %s", label, d.p.Instances, strings.Join(scenarios, " and "))
+	catalog := round == 1 && d.p.CatalogSKUs > 0
+	steps := strings.Join(scenarios, " and ")
+	if catalog {
+		steps = strings.Join(scenarios, ", ") + " and catalog"
+	}
+	d.progress.begin("%s: %d instances, %s", label, d.p.Instances, steps)
 	name := b.Name + "-" + strategy
 	logDir := filepath.Join(d.dir, "runs", name, fmt.Sprintf("round-%d", round))
 	runs := make([]*report.Run, len(scenarios))
@@ -313,6 +337,13 @@ func (d *demo) runStrategy(ctx context.Context, b backend, strategy string, roun
 	}
 	if slices.Contains(d.p.GoBurstStrategies, strategy) && ctx.Err() == nil {
 		d.runGoBurst(ctx, f, runs[0])
+	}
+	if catalog && ctx.Err() == nil {
+		redisMasters := 0
+		if isReserved(strategy) {
+			redisMasters = 1
+		}
+		d.runCatalog(ctx, f, b, strategy, redisMasters, round)
 	}
 }
 
@@ -562,16 +593,23 @@ func (d *demo) cleanUp(ctx context.Context) {
 		if len(d.skus[b.Name]) == 0 {
 			continue
 		}
-		db, err := store.Open(ctx, b.URL, 2)
+		// Four at a time: the catalogs add a SKU for every SKU ordered.
+		const workers = 4
+		db, err := store.Open(ctx, b.URL, workers)
 		if err != nil {
 			d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("clean-up on %s: %v", b.Name, err))
 			continue
 		}
-		for _, sku := range d.skus[b.Name] {
-			if err := db.StartSale(ctx, sku, 0); err != nil {
-				d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("clean-up of %s on %s: %v", sku, b.Name, err))
+		skus := d.skus[b.Name]
+		var mu sync.Mutex
+		_ = forEach(ctx, len(skus), workers, func(i int) error {
+			if err := db.StartSale(ctx, skus[i], 0); err != nil {
+				mu.Lock()
+				d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("clean-up of %s on %s: %v", skus[i], b.Name, err))
+				mu.Unlock()
 			}
-		}
+			return nil
+		})
 		db.Close()
 	}
 }

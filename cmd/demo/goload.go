@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -186,8 +188,100 @@ func startSale(ctx context.Context, client *http.Client, url, token, sku string,
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("starting the sale: %s %s", resp.Status, body)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusServiceUnavailable:
+		return fmt.Errorf("starting the sale: %w %s", errUnavailable, body)
 	}
-	return nil
+	return fmt.Errorf("starting the sale: %s %s", resp.Status, body)
+}
+
+// errUnavailable is a 503 answer: the service did nothing (a backend did
+// not answer, or was out of connections), and an idempotent request may be
+// sent again.
+var errUnavailable = errors.New("503 Service Unavailable")
+
+// catalogLoad is the catalog's orders: workers keep-alive workers, each
+// ordering one unit at a time until duration has passed (an order in
+// flight then still gets its answer, so that every 201 is counted), each
+// order's SKU drawn from a Zipf distribution over the SKUs' ranks: rank k
+// with probability ∝ (v+k)^−s. Each worker draws from its own generator,
+// seeded with seed and its number, so a run's sequence of SKUs per worker
+// is the same every time.
+type catalogLoad struct {
+	urls     []string
+	skus     []string // by rank, the hottest first
+	workers  int
+	duration time.Duration
+	s, v     float64
+	seed     uint64
+}
+
+// catalogTally is what the Go client saw: per rank, the orders sent and
+// the 201s; over all, the answers by status and the latencies.
+type catalogTally struct {
+	requests, created                     []atomic.Int64
+	orders, soldOut, busy, other, answers atomic.Int64
+	elapsed                               time.Duration
+	lat                                   latencies
+}
+
+// goCatalog runs the catalog's load and returns its tally.
+func goCatalog(ctx context.Context, l catalogLoad) *catalogTally {
+	t := &catalogTally{requests: make([]atomic.Int64, len(l.skus)), created: make([]atomic.Int64, len(l.skus))}
+	client := goClient(l.workers, len(l.urls))
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	began := time.Now()
+	deadline := began.Add(l.duration)
+	for w := range l.workers {
+		wg.Go(func() {
+			zipf := rand.NewZipf(rand.New(rand.NewPCG(l.seed, uint64(w))), l.s, l.v, uint64(len(l.skus)-1))
+			var mine []time.Duration
+			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+				rank := zipf.Uint64()
+				body := fmt.Sprintf(`{"sku":%q,"quantity":1,"user_id":"cat-%d-%d"}`, l.skus[rank], w, i)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.urls[(w+i)%len(l.urls)]+"/orders", bytes.NewBufferString(body))
+				req.Header.Set("Content-Type", "application/json")
+				t.requests[rank].Add(1)
+				began := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					t.other.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mine = append(mine, time.Since(began))
+				switch resp.StatusCode {
+				case http.StatusCreated:
+					t.orders.Add(1)
+					t.created[rank].Add(1)
+				case http.StatusConflict:
+					t.soldOut.Add(1)
+				case http.StatusServiceUnavailable:
+					t.busy.Add(1)
+				default:
+					t.other.Add(1)
+				}
+			}
+			t.lat.add(mine)
+		})
+	}
+	wg.Wait()
+	t.elapsed = time.Since(began)
+	t.answers.Store(t.orders.Load() + t.soldOut.Load() + t.busy.Load() + t.other.Load())
+	return t
+}
+
+// quantile returns the latency at q (0.5, 0.99).
+func (l *latencies) quantile(q float64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0
+	}
+	slices.Sort(l.d)
+	return l.d[min(len(l.d)-1, int(float64(len(l.d))*q))]
 }

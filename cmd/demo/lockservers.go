@@ -60,6 +60,21 @@ func (d *demo) startLockServices(ctx context.Context, out io.Writer) (stop func(
 			fmt.Fprintf(out, "started a durable redis-server for %s: %s\n", strings.Join(u, ", "), node.addrs[0])
 		}
 	}
+	// The Redis Cluster of the reserved strategies' second catalog run,
+	// unless their durable Redis could not start.
+	if u := slices.DeleteFunc(clusterCatalogs(d.p), func(s string) bool { return slices.Contains(skip, s) }); len(u) > 0 {
+		cluster, err := startRedisCluster(ctx, d.dir, d.p.CatalogClusterMasters)
+		if err != nil {
+			d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("the catalog of %s on a Redis Cluster was left out: the demo's cluster could not start: %v", strings.Join(u, ", "), err))
+			fmt.Fprintf(out, "the Redis Cluster could not start, leaving out the catalog of %s on it: %v\n", strings.Join(u, ", "), err)
+		} else {
+			stops = append(stops, cluster.stop)
+			d.cluster = cluster
+			d.lockServices = append(d.lockServices, lockService{Var: "REDIS_ADDRS (REDIS_MODE=cluster)", Users: u, Addrs: cluster.addrs,
+				Started: fmt.Sprintf("a Redis Cluster of %d masters without replicas (redis-cli --cluster create), appendonly yes, appendfsync always, noeviction, for the catalog only; its logs in redis-cluster/", len(cluster.addrs))})
+			fmt.Fprintf(out, "started a Redis Cluster of %d masters for the catalog of %s: %s\n", len(cluster.addrs), strings.Join(u, ", "), strings.Join(cluster.addrs, ","))
+		}
+	}
 	if u := users(func(s string) bool { return needsRedis(s) && !isReserved(s) }); len(u) > 0 {
 		if len(d.p.RedisAddrs) > 0 {
 			d.redis = d.p.RedisAddrs

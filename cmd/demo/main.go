@@ -160,6 +160,10 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 		d.p.Strategies, d.rep.Strategies = kept, kept
 		prog.setSteps(totalSteps(p))
 	}
+	if d.cluster == nil && p.CatalogCluster {
+		p.CatalogCluster, d.p.CatalogCluster = false, false
+		prog.setSteps(totalSteps(p))
+	}
 	d.rep.Env = environment(ctx, p, k6Bin)
 	d.rep.Env.Etcd = etcdVersion(ctx, d.etcd)
 	d.rep.Env.ZooKeeper = zkVersion(d.zk)
@@ -188,6 +192,16 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 				}
 				d.runStrategy(ctx, b, s, round)
 			}
+			// The reserved strategies' catalog once more, spread over
+			// the Redis Cluster's masters, beside its run on one Redis.
+			if round == 1 {
+				for _, s := range clusterCatalogs(p) {
+					if ctx.Err() != nil {
+						break
+					}
+					d.runClusterCatalog(ctx, b, s, round)
+				}
+			}
 		}
 	}
 	d.cleanUp(ctx)
@@ -198,6 +212,9 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 	d.rep.Commands = rerunCommands(p, d.rep.Env.GitCommit)
 	if !p.KeepData {
 		d.rep.Notes = append(d.rep.Notes, "The sales' orders were deleted from the databases after the run (their audits are above); DEMO_KEEP_DATA=1 keeps them.")
+		if n := catalogSKUsLeft(d.rep.CatalogRuns); n > 0 {
+			d.rep.Notes = append(d.rep.Notes, fmt.Sprintf("The catalogs' SKUs that were ordered were cleaned up like the other sales (orders deleted, stock 0); the %s never ordered keep their stock rows, with their units and no order.", plural(n, "SKU", "SKUs")))
+		}
 	}
 	if ctx.Err() != nil {
 		d.rep.Notes = append(d.rep.Notes, "The run was interrupted: the report shows what was measured until then.")
@@ -259,6 +276,7 @@ func rerunCommands(p plan, commit string) []string {
 		fmt.Sprintf("STEADY_DURATION=%s STEADY_MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs),
 		fmt.Sprintf("CEILING_DURATION=%s LOADGEN_VUS=%d LOADGEN_DURATION=%s", p.CeilingDuration, p.LoadGenVUs, p.LoadGenDuration),
 	}
+	full = append(full, p.catalogVars())
 	if p.SteadyRate > 0 {
 		full = append(full, fmt.Sprintf("STEADY_RATE=%d", p.SteadyRate))
 	}
@@ -331,6 +349,21 @@ func printSummary(out io.Writer, rep *report.Report, dir, latest string) {
 		}
 	}
 	tw.Flush()
+	if cats := rep.Catalogs(); len(cats) > 0 {
+		fmt.Fprintln(out)
+		tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "backend\tcatalog\tSKUs\tset-up\torders/s\tp99\tSKUs exact\tworst SKU\tverdict")
+		for _, c := range cats {
+			worst := "none"
+			if c.Worst != nil {
+				worst = fmt.Sprintf("%s (rank %d): %d oversold, initial %d, available %d, ordered %d",
+					c.Worst.SKU, c.Worst.Rank+1, c.Worst.Oversold(), c.Worst.Audit.Initial, c.Worst.Audit.Available, c.Worst.Audit.Ordered)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1fs\t%.0f\t%s\t%d/%d\t%s\t%s\n", c.Backend, c.Label(), c.SKUs, c.Setup.Seconds(),
+				c.OrdersPerSec, c.P99.Round(time.Millisecond), c.Exact, c.Audited, worst, report.StatusText(c.Judge()))
+		}
+		tw.Flush()
+	}
 	for _, f := range rep.Failures() {
 		fmt.Fprintf(out, "FAILURE: %s\n", f)
 	}

@@ -13,9 +13,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // process is one child the demo started. Its Wait runs in a goroutine owned
@@ -136,7 +139,7 @@ type fleet struct {
 // demo's own environment has for them is overridden or removed, so that
 // e.g. NAIVE_RACE_WINDOW never reaches a strategy that refuses it.
 var serviceEnv = []string{"STRATEGY", "DATABASE_URL", "HTTP_ADDR", "ADMIN_TOKEN", "DB_MAX_CONNS",
-	"NAIVE_RACE_WINDOW", "REDIS_ADDRS", "ETCD_ENDPOINTS", "ZK_SERVERS", "LOCK_TTL", "ORDER_TIMEOUT", "LOG_LEVEL", "MIGRATE"}
+	"NAIVE_RACE_WINDOW", "REDIS_ADDRS", "REDIS_MODE", "ETCD_ENDPOINTS", "ZK_SERVERS", "LOCK_TTL", "ORDER_TIMEOUT", "LOG_LEVEL", "MIGRATE"}
 
 // childEnv is the demo's environment without the variables in drop, plus
 // add.
@@ -252,6 +255,9 @@ func (f *fleet) stop() error {
 type redisNodes struct {
 	procs []*process
 	addrs []string
+	// data are folders removed once the servers have stopped (the
+	// cluster's append-only files; the report keeps their logs).
+	data []string
 }
 
 // startRedis starts n redis-servers on free ports, without persistence.
@@ -347,6 +353,9 @@ func (r *redisNodes) stop() {
 	}
 	for _, p := range r.procs {
 		_ = p.stop(5 * time.Second)
+	}
+	for _, d := range r.data {
+		_ = os.RemoveAll(d)
 	}
 }
 
@@ -579,4 +588,112 @@ func waitUntil(ctx context.Context, p *process, timeout time.Duration, check fun
 		case <-tick.C:
 		}
 	}
+}
+
+// redisCLI is where Debian's redis-tools package puts redis-cli, which
+// creates a cluster.
+const redisCLI = "/usr/bin/redis-cli"
+
+// startRedisCluster starts a Redis Cluster of n masters without replicas,
+// each as durable as redis-reserve's one Redis (an append-only file fsynced
+// before every answer, noeviction), on free loopback ports whose cluster
+// bus ports (port + 10000) are free too, each in a folder of its own under
+// dir/redis-cluster; it waits until every master serves every slot.
+func startRedisCluster(ctx context.Context, dir string, n int) (*redisNodes, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server is not installed (make services installs it): %w", err)
+	}
+	if _, err := os.Stat(redisCLI); err != nil {
+		return nil, fmt.Errorf("redis-cli is not installed (Debian's redis-tools): %w", err)
+	}
+	dir = filepath.Join(dir, "redis-cluster")
+	r := &redisNodes{}
+	for i := range n {
+		port, err := clusterPort()
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
+		node := filepath.Join(dir, fmt.Sprintf("node-%d", i+1))
+		if err := os.MkdirAll(node, 0o755); err != nil {
+			r.stop()
+			return nil, err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		p, err := startProcess("redis cluster node "+addr, bin, []string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--daemonize", "no", "--dir", node,
+			"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+			"--cluster-require-full-coverage", "no",
+		}, os.Environ(), filepath.Join(dir, fmt.Sprintf("node-%d.log", i+1)))
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
+		r.procs = append(r.procs, p)
+		r.addrs = append(r.addrs, addr)
+		r.data = append(r.data, node)
+	}
+	for i, addr := range r.addrs {
+		if err := waitRedis(ctx, addr, r.procs[i], 10*time.Second); err != nil {
+			r.stop()
+			return nil, err
+		}
+	}
+	createCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, r.addrs...)
+	out, err := exec.CommandContext(createCtx, redisCLI, append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		r.stop()
+		return nil, fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
+	}
+	// The masters learn of each other by gossip: poll each until it
+	// knows all of them and every slot is served.
+	for i, addr := range r.addrs {
+		if err := waitUntil(ctx, r.procs[i], 30*time.Second, func() error { return clusterOK(ctx, addr, n) }); err != nil {
+			r.stop()
+			return nil, fmt.Errorf("redis cluster node %s: %w", addr, err)
+		}
+	}
+	return r, nil
+}
+
+// clusterOK asks a cluster node for CLUSTER INFO and expects the cluster
+// to be ok, with every master known and every slot served.
+func clusterOK(ctx context.Context, addr string, masters int) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	for _, want := range []string{"cluster_state:ok", "cluster_known_nodes:" + strconv.Itoa(masters), "cluster_slots_ok:16384"} {
+		if !strings.Contains(info, want) {
+			return fmt.Errorf("CLUSTER INFO lacks %s", want)
+		}
+	}
+	return nil
+}
+
+// clusterPort returns a free port whose cluster bus port (port + 10000) is
+// free too.
+func clusterPort() (int, error) {
+	for range 50 {
+		port, err := freePort()
+		if err != nil {
+			return 0, err
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
+			l.Close()
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port with a free cluster bus port (+10000) in 50 tries")
 }

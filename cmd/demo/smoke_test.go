@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,9 +68,11 @@ func (s *syncBuffer) String() string {
 }
 
 // TestSmokeRun is the demo in miniature, for real: three instances of the
-// service on a fresh PostgreSQL database, the k6 burst and a two-second
-// steady run, for conditional and for naive with its race window. The
-// runner's verdicts must clear conditional and catch naive's oversell.
+// service on a fresh PostgreSQL database, the k6 burst, a two-second
+// steady run and a catalog of 200 SKUs, for conditional and for naive with
+// its race window. The runner's verdicts must clear conditional and catch
+// naive's oversell; conditional's catalog must be exact on every SKU, with
+// its hottest SKU sold out.
 func TestSmokeRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the service and k6")
@@ -97,6 +101,8 @@ func TestSmokeRun(t *testing.T) {
 		Instances: 3, DBMaxConns: 8, NaiveRaceWindow: "5ms", AdminToken: "smoke-admin-token",
 		BurstStock: 100, BurstBuyers: 400, BurstVUs: 100, BurstMaxDuration: 20 * time.Second, Rounds: 1,
 		SteadyDuration: 2 * time.Second, SteadyMaxVUs: 20,
+		CatalogSKUs: 200, CatalogStock: 5, CatalogWorkers: 20, CatalogDuration: time.Second,
+		CatalogZipfS: 1.3, CatalogZipfV: 1, CatalogAdminWorkers: 8,
 		Backends:   []backend{{Name: "postgres", URL: url}},
 		Strategies: []string{"conditional", "naive"},
 		StockBin:   stockBin,
@@ -147,6 +153,28 @@ func TestSmokeRun(t *testing.T) {
 	if f := d.rep.Failures(); len(f) != 0 {
 		t.Errorf("failures: %q", f)
 	}
+	if len(d.rep.CatalogRuns) != 2 {
+		t.Fatalf("%d catalog runs, want one per strategy", len(d.rep.CatalogRuns))
+	}
+	for _, c := range d.rep.CatalogRuns {
+		v := c.Judge()
+		switch c.Strategy {
+		case "conditional":
+			// Zipf(1.3, 1): the hottest SKU gets about a quarter of the
+			// orders, far more than its 5 units.
+			if v.Status != report.StatusOK || c.Audited != 200 || c.Exact != 200 || c.Orders == 0 ||
+				c.Hottest == nil || c.Hottest.Audit.Available != 0 || c.Top10Share < 0.4 || c.Setup <= 0 {
+				t.Errorf("conditional's catalog: %s; %+v", report.StatusText(v), c)
+			}
+		case "naive":
+			if v.Status != report.StatusControlOversold && v.Status != report.StatusControlHeld {
+				t.Errorf("naive's catalog: %+v", v)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(c.File))); err != nil {
+			t.Errorf("%s's catalog file: %v", c.Strategy, err)
+		}
+	}
 
 	if err := report.WriteFiles(dir, d.rep); err != nil {
 		t.Fatal(err)
@@ -157,6 +185,9 @@ func TestSmokeRun(t *testing.T) {
 	}
 	if !strings.Contains(string(page), "oversold (control)") {
 		t.Error("the page does not show naive's oversell")
+	}
+	if !strings.Contains(string(page), "The catalog: many SKUs on sale") {
+		t.Error("the page has no catalog")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "runs", "postgres-conditional", "round-1", "steady", "dashboard.html")); err != nil {
 		t.Errorf("no k6 dashboard export: %v", err)
@@ -173,18 +204,23 @@ func TestLoadPlan(t *testing.T) {
 		p.SteadyDuration != 8*time.Second || p.Rounds != 3 || p.NaiveRaceWindow != "5ms" || len(p.Backends) != 2 || p.SteadyRate != 0 {
 		t.Errorf("defaults: %+v", p)
 	}
+	if p.CatalogSKUs != 10_000 || p.CatalogStock != 20 || p.CatalogWorkers != p.BurstVUs || p.CatalogZipfS != 1.3 || p.CatalogZipfV != 1 || !p.CatalogCluster {
+		t.Errorf("catalog defaults: %+v", p)
+	}
 	q, err := loadPlan(env(map[string]string{"DEMO_QUICK": "1", "DEMO_BACKENDS": "mysql", "STEADY_RATE": "250"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !q.Quick || q.BurstStock >= p.BurstStock || q.SteadyDuration >= p.SteadyDuration || len(q.Backends) != 1 || q.Backends[0].Name != "mysql" || q.SteadyRate != 250 {
+	if !q.Quick || q.BurstStock >= p.BurstStock || q.SteadyDuration >= p.SteadyDuration || len(q.Backends) != 1 || q.Backends[0].Name != "mysql" || q.SteadyRate != 250 ||
+		q.CatalogSKUs != 500 || q.CatalogDuration >= p.CatalogDuration {
 		t.Errorf("quick: %+v", q)
 	}
-	_, err = loadPlan(env(map[string]string{"DEMO_BACKENDS": "oracle", "DB_MAX_CONNS": "31", "BURST_STOCK": "10", "BURST_BUYERS": "5", "STEADY_DURATION": "soon"}))
+	_, err = loadPlan(env(map[string]string{"DEMO_BACKENDS": "oracle", "DB_MAX_CONNS": "31", "BURST_STOCK": "10", "BURST_BUYERS": "5", "STEADY_DURATION": "soon",
+		"CATALOG_ZIPF_S": "1", "CATALOG_ZIPF_V": "0.5"}))
 	if err == nil {
 		t.Fatal("bad plan accepted")
 	}
-	for _, want := range []string{"oracle", "DB_MAX_CONNS", "BURST_BUYERS=5", "STEADY_DURATION"} {
+	for _, want := range []string{"oracle", "DB_MAX_CONNS", "BURST_BUYERS=5", "STEADY_DURATION", `CATALOG_ZIPF_S="1" is not a number > 1`, `CATALOG_ZIPF_V="0.5" is not a number >= 1`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not mention %s", err, want)
 		}
@@ -443,5 +479,63 @@ func TestEveryStrategyIsDescribed(t *testing.T) {
 		if s := report.DescribeStrategy(name); s.Unknown {
 			t.Errorf("the report has no description of %s", name)
 		}
+	}
+}
+
+func TestCatalogSKUs(t *testing.T) {
+	skus := catalogSKUs("cat-x-", 1000)
+	if len(skus) != 1000 || skus[0] != "cat-x-000" || skus[999] != "cat-x-999" {
+		t.Errorf("SKUs: %q … %q", skus[0], skus[len(skus)-1])
+	}
+	// The longest prefix the demo writes, with 10,000 SKUs, fits the
+	// service's 64 characters.
+	if s := catalogSKUs("cat-20261127233000-my-legacy-getset-rc-", 10_000)[9999]; len(s) > 64 {
+		t.Errorf("%s is %d characters", s, len(s))
+	}
+}
+
+func TestForEachStopsAtTheFirstError(t *testing.T) {
+	var calls atomic.Int64
+	err := forEach(t.Context(), 1000, 4, func(i int) error {
+		calls.Add(1)
+		if i == 10 {
+			return fmt.Errorf("SKU %d refused", i)
+		}
+		return nil
+	})
+	if err == nil || err.Error() != "SKU 10 refused" {
+		t.Errorf("err = %v", err)
+	}
+	if n := calls.Load(); n >= 1000 {
+		t.Errorf("%d calls: the work went on after the error", n)
+	}
+	calls.Store(0)
+	if err := forEach(t.Context(), 1000, 4, func(int) error { calls.Add(1); return nil }); err != nil || calls.Load() != 1000 {
+		t.Errorf("%d calls, %v", calls.Load(), err)
+	}
+}
+
+// TestRetryUnavailable: a 503 (nothing done) is sent again, at most
+// adminAttempts times in all; any other answer is final.
+func TestRetryUnavailable(t *testing.T) {
+	calls := 0
+	retries, err := retryUnavailable(t.Context(), func() error {
+		calls++
+		if calls < 3 {
+			return fmt.Errorf("starting the sale: %w {}", errUnavailable)
+		}
+		return nil
+	})
+	if err != nil || retries != 2 || calls != 3 {
+		t.Errorf("%d retries, %d calls, %v", retries, calls, err)
+	}
+	calls = 0
+	retries, err = retryUnavailable(t.Context(), func() error { calls++; return fmt.Errorf("wrapped: %w", errUnavailable) })
+	if !errors.Is(err, errUnavailable) || calls != adminAttempts || retries != adminAttempts-1 {
+		t.Errorf("always 503: %d calls, %d retries, %v", calls, retries, err)
+	}
+	calls = 0
+	if _, err = retryUnavailable(t.Context(), func() error { calls++; return errors.New("400 Bad Request") }); err == nil || calls != 1 {
+		t.Errorf("a final answer was sent again: %d calls, %v", calls, err)
 	}
 }

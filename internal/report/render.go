@@ -90,6 +90,10 @@ type page struct {
 	// ReserveRows: the bursts of the strategies that answer before the
 	// database has the order (redis-reserve, redis-watch).
 	ReserveRows []reserveRow
+	// CatalogRows are the catalog runs beside the bursts; CatalogLoad
+	// says what the catalog scenario did.
+	CatalogRows []catalogRow
+	CatalogLoad string
 	Backends    []backendView
 	Burst       []tableRow
 	Steady      []tableRow
@@ -121,6 +125,7 @@ type ceilingRow struct {
 type backendView struct {
 	Name, Label                  string
 	Orders, Latency, Oversell    template.HTML
+	Catalog                      template.HTML
 	BurstLatency, SteadyLatency  template.HTML
 	HasCeiling                   bool
 	CeilingText, ForUpdateText   string
@@ -198,6 +203,8 @@ func buildPage(r *Report) page {
 	}
 	p.BatchRows = batchRows(r, burst)
 	p.ReserveRows = reserveRows(r, burst)
+	p.CatalogRows = catalogRows(r, burst)
+	p.CatalogLoad = catalogLoad(r)
 	if len(steady) > 0 {
 		run := steady[0].Run
 		rates := map[string]int{}
@@ -216,7 +223,9 @@ func buildPage(r *Report) page {
 
 	p.Headline = headline(r, burst, steady)
 	for _, b := range r.Backends {
-		p.Backends = append(p.Backends, backendViewOf(r, b, burst, steady))
+		v := backendViewOf(r, b, burst, steady)
+		v.Catalog = catalogChart(r, b, burst)
+		p.Backends = append(p.Backends, v)
 	}
 	for _, b := range r.Backends {
 		ref, hasRef := r.ReferenceCeiling(b)
@@ -284,14 +293,33 @@ func headline(r *Report, rows ...[]Row) string {
 			}
 		}
 	}
+	// A catalog run is one run: it passes when every SKU is exact.
+	for _, c := range r.Catalogs() {
+		v := c.Judge()
+		if v.Status == StatusControlOversold {
+			controlOversold = append(controlOversold, fmt.Sprintf("up to %s of one SKU on %s (catalog)",
+				plural(v.Oversold, "unit", "units"), r.BackendLabel(c.Backend)))
+		}
+		if IsControl(c.Strategy) {
+			continue
+		}
+		safe++
+		if v.Status == StatusOK {
+			held++
+		}
+	}
 	var b strings.Builder
 	if safe > 0 && held == safe {
-		fmt.Fprintf(&b, "Every safe strategy passed the audit in all %d of its runs: no unit oversold, every unit sold is an order, every 201 has its order row.", safe)
+		fmt.Fprintf(&b, "Every safe strategy passed the audit in all %d of its runs: no unit oversold, every unit sold is an order, every 201 has its order row", safe)
+		if len(r.CatalogRuns) > 0 {
+			b.WriteString(", on every SKU of the catalogs")
+		}
+		b.WriteString(".")
 	} else if safe > 0 {
 		fmt.Fprintf(&b, "%d of %d runs of safe strategies passed the audit; see the failures below.", held, safe)
 	}
 	if len(controlOversold) > 0 {
-		fmt.Fprintf(&b, " The naive control oversold %s, which is what the demonstration needs to show.", strings.Join(controlOversold, ", "))
+		fmt.Fprintf(&b, " The unsafe controls oversold %s, which is what the demonstration needs to show.", strings.Join(controlOversold, ", "))
 	}
 	return strings.TrimSpace(b.String())
 }
@@ -304,6 +332,8 @@ func findingOf(r *Report, backend string, burst []Row) finding {
 			f.Lines = append(f.Lines, bestSentence(b, ref, hasRef))
 		}
 	}
+	lines, control := catalogFinding(r, backend, burst)
+	f.Lines, f.Control = append(f.Lines, lines...), append(f.Control, control...)
 	for _, row := range burst {
 		if row.Run.Backend != backend || !row.Control || row.Audit == nil {
 			continue
@@ -483,13 +513,17 @@ func backendViewOf(r *Report, backend string, burst, steady []Row) backendView {
 	}
 	steadyLatency := latency
 	steadyLatency.Title = fmt.Sprintf("%s: latency of POST /orders (steady)", v.Label)
+	// Each strategy's units sold as a share of its own stock: the bursts
+	// sized up to last BURST_MIN_SECONDS sell tens of thousands of units,
+	// beside which a 300-unit bar would not show.
 	oversell := chart{
-		Title:   fmt.Sprintf("%s: units sold in the burst, against the stock", v.Label),
-		Unit:    "units",
+		Title:   fmt.Sprintf("%s: units sold in the burst, as a share of each strategy's own stock", v.Label),
+		Unit:    "% of the strategy's stock",
 		Stacked: true,
 		Legend:  []legendItem{{"sold within the stock", "b-sold"}, {"oversold", "b-control"}},
+		Format:  func(v float64) string { return fmtTick(v) + "%" },
+		Refs:    []refLine{{Label: "the stock: 100%", Value: 100, Class: "ref-stock"}},
 	}
-	var stock int64
 	for _, name := range r.Strategies {
 		br, hasB := b[name]
 		sr, hasS := s[name]
@@ -535,27 +569,37 @@ func backendViewOf(r *Report, backend string, burst, steady []Row) backendView {
 		if hasS && sr.Stats.HasLatency {
 			steadyLatency.Rows = append(steadyLatency.Rows, latRow(sr))
 		}
-		if hasB && br.Audit != nil {
-			a := br.Audit
-			stock = max(stock, a.Initial)
-			within := min(a.Ordered, a.Initial)
-			over := br.Verdict.Oversold
-			text := fmtInt(a.Ordered) + " sold"
-			if over > 0 {
-				text += ": " + fmtInt(over) + " oversold"
-			}
-			bars := []bar{{Value: float64(within), Text: text, Title: fmtInt(within) + " sold within the stock", Class: "b-sold"}}
-			if over > 0 {
-				bars = append(bars, bar{Value: float64(over), Title: fmtInt(over) + " units oversold", Class: "b-control"})
-			}
-			oversell.Rows = append(oversell.Rows, barRow{Label: name, Class: class, Bars: bars})
+		if hasB && br.Audit != nil && br.Audit.Initial > 0 {
+			oversell.Rows = append(oversell.Rows, soldShareRow(name, class, br.Audit, br.Verdict.Oversold))
 		}
-	}
-	if stock > 0 {
-		oversell.Refs = []refLine{{Label: fmt.Sprintf("stock: %s units", fmtInt(stock)), Value: float64(stock), Class: "ref-stock"}}
 	}
 	v.Orders, v.BurstLatency, v.SteadyLatency, v.Oversell = orders.render(), latency.render(), steadyLatency.render(), oversell.render()
 	return v
+}
+
+// soldShareRow is one strategy's bar of the proof chart: the units it sold
+// within its stock and beyond it, as percentages of that stock, with the
+// units themselves in the text.
+func soldShareRow(name, class string, a *Audit, over int64) barRow {
+	share := func(n int64) float64 { return 100 * float64(n) / float64(a.Initial) }
+	within := min(a.Ordered, a.Initial)
+	text := fmt.Sprintf("%s: %s of %s units", fmtShare(share(a.Ordered)), fmtInt(a.Ordered), fmtInt(a.Initial))
+	if over > 0 {
+		text += ", " + fmtInt(over) + " oversold"
+	}
+	bars := []bar{{Value: share(within), Text: text, Title: fmtInt(within) + " sold within the stock of " + fmtInt(a.Initial), Class: "b-sold"}}
+	if over > 0 {
+		bars = append(bars, bar{Value: share(over), Title: fmtInt(over) + " units oversold", Class: "b-control"})
+	}
+	return barRow{Label: name, Sub: fmtInt(a.Initial) + " units", Class: class, Bars: bars}
+}
+
+// fmtShare writes a percentage: 100%, 115%, 99.7%.
+func fmtShare(p float64) string {
+	if p == float64(int64(p)) || p >= 1000 {
+		return fmtInt(int64(p)) + "%"
+	}
+	return strconv.FormatFloat(p, 'f', 1, 64) + "%"
 }
 
 func ceilingLabel(c Ceiling) string {

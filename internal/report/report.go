@@ -49,6 +49,9 @@ type Report struct {
 	BuyersPerUnit float64   `json:"buyers_per_unit,omitempty"`
 	Ceilings      []Ceiling `json:"ceilings"`
 	Runs          []*Run    `json:"runs"`
+	// CatalogRuns are the catalog scenario's runs (many SKUs, a few of
+	// them hot), Catalogs in table order.
+	CatalogRuns []*Catalog `json:"catalogs,omitempty"`
 	// Notes are the runner's warnings, shown as they are.
 	Notes []string `json:"notes,omitempty"`
 	// Rounds is how often the burst ran per strategy and backend.
@@ -228,6 +231,9 @@ type Audit struct {
 	// Pending counts accepted orders not yet in the database
 	// (redis-reserve, redis-watch).
 	Pending int64 `json:"pending,omitempty"`
+	// Drift says how the database disagrees with where the stock is
+	// counted (redis-reserve, redis-watch), "" when it does not.
+	Drift string `json:"drift,omitempty"`
 }
 
 // IsControl reports whether a strategy is the unsafe control, whose
@@ -680,6 +686,13 @@ func (r *Report) Failures() []string {
 	for _, g := range r.GoBursts {
 		for _, p := range g.Problems() {
 			out = append(out, fmt.Sprintf("%s/%s burst from the Go client round %d: %s", g.Backend, g.Strategy, g.Round, p))
+		}
+	}
+	for _, c := range r.Catalogs() {
+		if v := c.Judge(); v.Status == StatusFail || v.Status == StatusError {
+			for _, p := range v.Problems {
+				out = append(out, fmt.Sprintf("%s/%s catalog: %s", c.Backend, c.Label(), p))
+			}
 		}
 	}
 	return out

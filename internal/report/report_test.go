@@ -17,6 +17,10 @@ import (
 //	steady-conditional.json  800/s offered: 1,973 × 201, 1,221 dropped
 //	steady-version-cas.json  MariaDB: 237 × 201, 76 × 503, 9,166 dropped
 //	healthz.json             the load generator's ceiling run
+//	catalogs.json            catalog runs of a quick demo (1,000 SKUs of 20 units, 2 s): naive
+//	                         oversold 10 SKUs, the worst by 11 units; conditional exact; db-lock's
+//	                         set-up refused (503, PostgreSQL out of connections); redis-reserve on
+//	                         MariaDB with one Redis and with a Redis Cluster of three masters
 
 func summary(t *testing.T, name string) *Summary {
 	t.Helper()
@@ -376,7 +380,7 @@ func TestRender(t *testing.T) {
 	page := html.String()
 	for _, want := range []string{
 		"<svg", "The demonstration failed", "oversold (control)", `class="badge ok"`,
-		"runs/postgres-conditional/burst/dashboard.html", "MariaDB", "345 sold: 45 oversold",
+		"runs/postgres-conditional/burst/dashboard.html", "MariaDB", "115%: 345 of 300 units, 45 oversold",
 		"hot row, conditional, 1 connection: 2,473/s", "Load average (1, 5, 15 min) before the run", "machine was busy",
 	} {
 		if !strings.Contains(page, want) {

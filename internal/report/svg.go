@@ -142,14 +142,21 @@ func (c chart) render() template.HTML {
 		if c.Stacked {
 			n = 1
 		}
-		h := float64(n*barHeight + (n-1)*barGap)
+		bars := float64(n*barHeight + (n-1)*barGap)
+		// A row with a second line under its label is at least as tall
+		// as the two lines, its bars centred on them.
+		h := bars
+		if r.Sub != "" {
+			h = math.Max(h, 26)
+		}
 		fmt.Fprintf(&body, `<text class="row-label %s" x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`,
 			r.Class, labelWidth, y+h/2-(map[bool]float64{true: 6, false: 0}[r.Sub != ""]), esc(r.Label))
 		if r.Sub != "" {
 			fmt.Fprintf(&body, `<text class="row-sub" x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`,
 				labelWidth, y+h/2+7, esc(r.Sub))
 		}
-		by, bx := y, plotX0
+		barsTop := y + (h-bars)/2
+		by, bx := barsTop, plotX0
 		var stackText []string
 		for _, bb := range r.Bars {
 			if c.Stacked {
@@ -176,7 +183,7 @@ func (c chart) render() template.HTML {
 		}
 		if c.Stacked && len(stackText) > 0 {
 			fmt.Fprintf(&body, `<text class="value" x="%.1f" y="%.1f" dominant-baseline="middle">%s</text>`,
-				bx+4, y+barHeight/2+0.5, esc(strings.Join(stackText, " + ")))
+				bx+4, barsTop+barHeight/2+0.5, esc(strings.Join(stackText, " + ")))
 		}
 		y += h + rowGap
 	}
@@ -221,8 +228,10 @@ func (c chart) render() template.HTML {
 	return template.HTML(b.String())
 }
 
-// fmtTick writes an axis value: 0, 0.1, 50, 1,000.
+// fmtTick writes an axis value: 0, 0.1, 50, 1,000. A tick is a sum of
+// steps, so 0.6 can arrive as 0.6000000000000001: nine decimals at most.
 func fmtTick(v float64) string {
+	v = math.Round(v*1e9) / 1e9
 	if v == math.Trunc(v) {
 		return fmtInt(int64(v))
 	}
