@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,8 +28,8 @@ type Sink interface {
 	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
 }
 
-// Observer hears what a Consumer does, for metrics. It is called on the
-// consumer's goroutine.
+// Observer hears what a Consumer does, for metrics. It is called from the
+// consumer's writers, several at once.
 type Observer interface {
 	// Written reports a batch committed to the database: for each order
 	// written, the time from its acceptance to the commit.
@@ -140,46 +141,96 @@ func (c *Consumer) Name() string { return c.name }
 
 // stream is a SKU of the working set.
 type stream struct {
+	sku string
 	// own: this consumer may hold pending entries of the stream (a batch
 	// it could not write, or entries it held before this process knew the
 	// SKU): the next read asks for those ("0") before new ones (">").
 	own bool
+	// claimed is when the entries other consumers left idle were last
+	// claimed from the stream.
+	claimed time.Time
 }
+
+// workingSet is the SKUs whose streams may hold entries, taken a round at
+// a time in turn: a round's cost is bounded by roundSKUs, however many
+// SKUs have unwritten orders.
+type workingSet struct {
+	byKey map[string]*stream
+	// turn holds every stream of byKey once, in the order of their next
+	// round, and streams that left byKey since (skipped when their turn
+	// comes).
+	turn []*stream
+}
+
+func (w *workingSet) add(sku string, own bool) (added bool) {
+	if w.byKey[sku] != nil {
+		return false
+	}
+	st := &stream{sku: sku, own: own, claimed: time.Now()}
+	w.byKey[sku] = st
+	w.turn = append(w.turn, st)
+	return true
+}
+
+func (w *workingSet) remove(st *stream) {
+	if w.byKey[st.sku] == st {
+		delete(w.byKey, st.sku)
+	}
+}
+
+// next returns up to n streams whose turn it is, and puts them at the end
+// of the line.
+func (w *workingSet) next(n int) []*stream {
+	var round []*stream
+	for scanned, total := 0, len(w.turn); scanned < total && len(round) < n; scanned++ {
+		st := w.turn[0]
+		w.turn = w.turn[1:]
+		if w.byKey[st.sku] != st {
+			continue // it left the set
+		}
+		round = append(round, st)
+		w.turn = append(w.turn, st)
+	}
+	if cap(w.turn) > 4*len(w.turn)+64 {
+		w.turn = append([]*stream(nil), w.turn...) // let the old array go
+	}
+	return round
+}
+
+// roundSKUs bounds the streams one round reads: with a catalog of
+// unwritten orders, rounds take them in turn.
+const roundSKUs = 256
+
+// writers is how many SKUs' batches of a round are written at once, each
+// in its own transaction on the database pool.
+const writers = 8
 
 // Run writes orders until ctx ends, and returns nil then. A batch being
 // written when ctx ends is finished (bounded by its own deadline), so a
 // shutdown does not leave it to be claimed.
 func (c *Consumer) Run(ctx context.Context) error {
 	var (
-		working   = map[string]*stream{}
+		working   = &workingSet{byKey: map[string]*stream{}}
 		nextSweep time.Time // now: the streams left by earlier instances
-		nextClaim = time.Now().Add(c.claimEvery)
 		backoff   time.Duration
 	)
 	for ctx.Err() == nil {
 		var joined []string
 		for _, sku := range c.store.takeTouched() {
-			if working[sku] == nil {
-				working[sku] = &stream{}
+			if working.add(sku, false) {
 				joined = append(joined, sku)
 			}
 		}
 		c.relist(ctx, joined)
-		now := time.Now()
-		if !now.Before(nextSweep) {
+		if !time.Now().Before(nextSweep) {
 			for _, sku := range c.sweep(ctx) {
-				if working[sku] == nil {
-					working[sku] = &stream{own: true}
-				}
+				working.add(sku, true)
 			}
 			nextSweep = time.Now().Add(c.sweepEvery)
 		}
-		progress, failed := false, false
-		if !now.Before(nextClaim) {
-			progress, failed = c.claim(ctx, working)
-			nextClaim = now.Add(c.claimEvery)
-		}
-		p, f := c.readAndWrite(ctx, working)
+		round := working.next(roundSKUs)
+		progress, failed := c.claim(ctx, round)
+		p, f := c.readAndWrite(ctx, working, round)
 		progress, failed = progress || p, failed || f
 		switch {
 		case failed:
@@ -187,9 +238,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.wait(ctx, backoff)
 		case progress:
 			backoff = 0
-		case len(working) > 0:
+		case len(working.byKey) > 0:
 			backoff = 0
-			c.wait(ctx, min(c.poll, time.Until(nextClaim)))
+			c.wait(ctx, c.poll)
 		default:
 			// Nothing to read: sleep until an order of this process or
 			// the next sweep.
@@ -246,28 +297,28 @@ func (c *Consumer) wait(ctx context.Context, d time.Duration) {
 	}
 }
 
-// readAndWrite reads every stream of the working set once (our pending
-// entries where we may have some, new ones elsewhere) and writes what it
-// read; a stream found empty leaves the set. It reports whether it wrote
-// anything and whether something failed.
-func (c *Consumer) readAndWrite(ctx context.Context, working map[string]*stream) (progress, failed bool) {
-	if len(working) == 0 {
+// readAndWrite reads the round's streams once (our pending entries where
+// we may have some, new ones elsewhere) and writes what it read, several
+// SKUs at once; a stream found empty leaves the working set. It reports
+// whether it wrote anything and whether something failed.
+func (c *Consumer) readAndWrite(ctx context.Context, working *workingSet, round []*stream) (progress, failed bool) {
+	if len(round) == 0 {
 		return false, false
 	}
 	type read struct {
-		sku     string
+		st      *stream
 		entries *redis.XStreamSliceCmd
 		length  *redis.IntCmd
 	}
-	reads := make([]read, 0, len(working))
+	reads := make([]read, 0, len(round))
 	_, err := c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for sku, st := range working {
+		for _, st := range round {
 			from := ">"
 			if st.own {
 				from = "0"
 			}
-			key := c.store.keys(sku).orders
-			reads = append(reads, read{sku: sku,
+			key := c.store.keys(st.sku).orders
+			reads = append(reads, read{st: st,
 				entries: p.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: c.name, Streams: []string{key, from}, Count: c.batch, Block: -1}),
 				// After the read: 0 means nothing was there to read.
 				length: p.XLen(ctx, key),
@@ -280,8 +331,9 @@ func (c *Consumer) readAndWrite(ctx context.Context, working map[string]*stream)
 		// else is Redis out of reach.
 		c.log.Warn("reservation consumer: reading the streams failed", "consumer", c.name, "err", err)
 	}
+	var batches []batch
 	for _, r := range reads {
-		st := working[r.sku]
+		st := r.st
 		streams, err := r.entries.Result()
 		if err != nil && !errors.Is(err, redis.Nil) && !isNoGroup(err) {
 			failed = true
@@ -299,39 +351,71 @@ func (c *Consumer) readAndWrite(ctx context.Context, working map[string]*stream)
 			case st.own:
 				st.own = false // none of ours: read new entries next
 			case lerr == nil && n == 0:
-				delete(working, r.sku)
+				working.remove(st)
 			}
 			continue
 		}
-		if c.write(ctx, r.sku, msgs) {
+		batches = append(batches, batch{st, msgs})
+	}
+	p, f := c.writeAll(ctx, batches)
+	return p, failed || f
+}
+
+// batch is entries read from one SKU's stream.
+type batch struct {
+	st   *stream
+	msgs []redis.XMessage
+}
+
+// writeAll writes batches of different SKUs, up to writers at once: a
+// catalog's orders are one transaction per SKU, and one at a time they
+// would queue behind each other's commits.
+func (c *Consumer) writeAll(ctx context.Context, batches []batch) (progress, failed bool) {
+	ok := make([]bool, len(batches))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, writers)
+	for i, b := range batches {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			ok[i] = c.write(ctx, b.st.sku, b.msgs)
+		})
+	}
+	wg.Wait()
+	for i, b := range batches {
+		if ok[i] {
 			progress = true
 		} else {
-			st.own, failed = true, true
+			b.st.own, failed = true, true
 		}
 	}
 	return progress, failed
 }
 
-// claim takes over the entries of the working set's streams that other
-// consumers left idle for the claim bound, and writes them.
-func (c *Consumer) claim(ctx context.Context, working map[string]*stream) (progress, failed bool) {
-	if len(working) == 0 {
-		return false, false
-	}
+// claim takes over the entries of the round's streams that other consumers
+// left idle for the claim bound, and writes them; a stream is asked at
+// most once per claim period.
+func (c *Consumer) claim(ctx context.Context, round []*stream) (progress, failed bool) {
 	type claimed struct {
-		sku string
+		st  *stream
 		cmd *redis.XAutoClaimCmd
 	}
-	claims := make([]claimed, 0, len(working))
+	now := time.Now()
+	var claims []claimed
 	_, _ = c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for sku := range working {
-			claims = append(claims, claimed{sku, p.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-				Stream: c.store.keys(sku).orders, Group: Group, Consumer: c.name,
+		for _, st := range round {
+			if now.Sub(st.claimed) < c.claimEvery {
+				continue
+			}
+			st.claimed = now
+			claims = append(claims, claimed{st, p.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+				Stream: c.store.keys(st.sku).orders, Group: Group, Consumer: c.name,
 				MinIdle: c.claimIdle, Start: "0-0", Count: c.batch,
 			})})
 		}
 		return nil
 	})
+	var batches []batch
 	for _, cl := range claims {
 		msgs, _, err := cl.cmd.Result()
 		if err != nil {
@@ -343,14 +427,11 @@ func (c *Consumer) claim(ctx context.Context, working map[string]*stream) (progr
 		if len(msgs) == 0 {
 			continue
 		}
-		c.log.Info("reservation consumer: claimed orders another consumer left pending", "consumer", c.name, "sku", cl.sku, "orders", len(msgs))
-		if c.write(ctx, cl.sku, msgs) {
-			progress = true
-		} else {
-			working[cl.sku].own, failed = true, true
-		}
+		c.log.Info("reservation consumer: claimed orders another consumer left pending", "consumer", c.name, "sku", cl.st.sku, "orders", len(msgs))
+		batches = append(batches, batch{cl.st, msgs})
 	}
-	return progress, failed
+	p, f := c.writeAll(ctx, batches)
+	return p, failed || f
 }
 
 // relist lists in the catalog, if they are not there, SKUs this process
