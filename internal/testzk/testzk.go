@@ -55,6 +55,7 @@ type Server struct {
 	dir      string // holds zoo.cfg, log4j.properties and data/
 	main     string // the Java main class
 	config   string // zoo.cfg
+	heap     string // the JVM's -Xmx; "" is 64m
 	external bool   // from ZK_SERVERS: not ours to stop or restart
 
 	mu     sync.Mutex
@@ -99,6 +100,14 @@ func skipOrFail(tb testing.TB, err error) {
 // Spawn starts a standalone ZooKeeper outside any test (for TestMain); port
 // 0 picks a free one, dir "" a new temporary folder. Stop it with Stop.
 func Spawn(dir string, port int) (*Server, error) {
+	return SpawnSized(dir, port, "")
+}
+
+// SpawnSized is Spawn with a JVM heap of maxHeap at most (as java's -Xmx
+// takes it, e.g. "1g"; "" is the default 64m, enough for tests but not for
+// a catalog: zk-lock leaves a folder and a fence node per SKU, and 100,000
+// SKUs outgrow 64 MB).
+func SpawnSized(dir string, port int, maxHeap string) (*Server, error) {
 	if err := installed(); err != nil {
 		return nil, err
 	}
@@ -106,7 +115,7 @@ func Spawn(dir string, port int) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, port: port, main: "org.apache.zookeeper.server.ZooKeeperServerMain"}
+	s := &Server{dir: dir, port: port, heap: maxHeap, main: "org.apache.zookeeper.server.ZooKeeperServerMain"}
 	// A free port can be taken between our probe and the server's bind:
 	// try again with another.
 	for range 5 {
@@ -188,7 +197,11 @@ func (s *Server) start() error {
 		return err
 	}
 	// Without the heap flags the JVM grows to some 600 MB.
-	cmd := exec.Command(Java, "-Xms16m", "-Xmx64m", "-XX:+UseSerialGC",
+	heap := s.heap
+	if heap == "" {
+		heap = "64m"
+	}
+	cmd := exec.Command(Java, "-Xms16m", "-Xmx"+heap, "-XX:+UseSerialGC",
 		"-Dzookeeper.jmx.log4j.disable=true",
 		"-cp", s.dir+":"+classPath, s.main, cfg)
 	out := &tail{}

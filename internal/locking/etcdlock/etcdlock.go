@@ -120,7 +120,21 @@ type Locker struct {
 
 	parked func(predecessor string) // tests: a waiter's watch is in place and its predecessor key still there
 
-	floors map[string]int64 // per name, AdvanceFence's highest atLeast; guarded by mu
+	names map[string]*nameState // the names in use in this process; guarded by mu
+}
+
+// nameState is what this process keeps for a name while the name is in
+// use, and only then: a process that locks every SKU of a catalog keeps
+// nothing for the idle ones.
+type nameState struct {
+	// users counts the Acquires of the name in progress, the holders that
+	// have not released it, and the AdvanceFences running: a hold of this
+	// process can be handed on only while one of them lasts.
+	users int
+	// floor is AdvanceFence's highest atLeast: places handed on must be
+	// above it. A name without users has no batch left to hand places of,
+	// and every later batch begins above the fence AdvanceFence raised.
+	floor int64
 }
 
 // A token is base + R<<batchBits + i: the fence base, the revision R that
@@ -140,7 +154,7 @@ func New(client *clientv3.Client, opts ...Option) *Locker {
 	}
 	closeCtx, closeAll := context.WithCancel(context.Background())
 	return &Locker{client: client, cfg: cfg, queue: handoff.New[*hold](), grant: make(chan struct{}, 1),
-		closeCtx: closeCtx, closeAll: closeAll, floors: make(map[string]int64)}
+		closeCtx: closeCtx, closeAll: closeAll, names: make(map[string]*nameState)}
 }
 
 func (l *Locker) queueDir(name string) string { return l.cfg.prefix + "q/" + name + "/" }
@@ -422,6 +436,52 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 			return le, nil
 		}
 	}
+	// The name's state lives until the lease is released (Release ends
+	// this use), or until the acquisition fails.
+	l.use(name)
+	le, err := l.acquire(ctx, name)
+	if err != nil {
+		l.done(name)
+	}
+	return le, err
+}
+
+// use counts one more user of name's state, creating it if need be. Every
+// use ends with done.
+func (l *Locker) use(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ns := l.names[name]
+	if ns == nil {
+		ns = &nameState{}
+		l.names[name] = ns
+	}
+	ns.users++
+}
+
+// done ends a use of name; the last one drops the name's state.
+func (l *Locker) done(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ns := l.names[name]; ns != nil {
+		if ns.users--; ns.users <= 0 {
+			delete(l.names, name)
+		}
+	}
+}
+
+// floor is name's fence floor (nameState.floor); 0 when it has no state.
+func (l *Locker) floor(name string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ns := l.names[name]; ns != nil {
+		return ns.floor
+	}
+	return 0
+}
+
+// acquire is Acquire's wait and hold, within a use of name.
+func (l *Locker) acquire(ctx context.Context, name string) (*Lease, error) {
 	wctx, cancel := l.waitContext(ctx)
 	defer cancel()
 	turn, err := l.queue.Wait(wctx, name, func(t handoff.Turn[*hold]) { l.endTurn(t.Hold, name) })
@@ -712,10 +772,7 @@ func (l *Locker) takeOver(ctx context.Context, h *hold) error {
 	if err := h.keyCtx.Err(); err != nil {
 		return context.Cause(h.keyCtx)
 	}
-	l.mu.Lock()
-	floor := l.floors[h.name]
-	l.mu.Unlock()
-	if next := h.token + 1; next <= h.topToken && next > floor && time.Since(h.confirmed) < l.cfg.ttl/3 {
+	if next := h.token + 1; next <= h.topToken && next > l.floor(h.name) && time.Since(h.confirmed) < l.cfg.ttl/3 {
 		// The next place of the batch: no write (package documentation).
 		h.token = next
 		h.budget--
@@ -787,6 +844,7 @@ func (le *Lease) Release(ctx context.Context) error {
 		}
 		return nil
 	}
+	defer l.done(h.name) // Acquire's use
 	if !lost && h.budget > 0 && l.queue.Pass(h.name, h.handOn()) {
 		return nil
 	}
@@ -910,8 +968,11 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 		return fmt.Errorf("etcdlock: fence %d too high: no token is above it", atLeast)
 	}
 	// This process hands on no place of an earlier batch at or below it.
+	l.use(name)
+	defer l.done(name)
 	l.mu.Lock()
-	l.floors[name] = max(l.floors[name], atLeast)
+	ns := l.names[name]
+	ns.floor = max(ns.floor, atLeast)
 	l.mu.Unlock()
 	key := l.fenceKey(name)
 	for {

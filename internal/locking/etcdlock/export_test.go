@@ -16,3 +16,10 @@ func (l *Locker) QueueDir(name string) string { return l.queueDir(name) }
 // only the key's deletion, seen through the watch, moves the waiter. Set it
 // before the first Acquire.
 func (l *Locker) OnParked(f func(predecessor string)) { l.parked = f }
+
+// NamesKept counts the lock names the Locker keeps state for.
+func (l *Locker) NamesKept() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.names)
+}

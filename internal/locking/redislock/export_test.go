@@ -112,3 +112,15 @@ func TokenCounter(token int64) int64 { return counterOf(token) }
 
 // ChainStart is the token of the holder that took counter from Redis.
 func ChainStart(counter int64) int64 { return chainStart(counter) }
+
+// KeysKept counts the keys the Locker keeps state for (keyState).
+func (l *Locker) KeysKept() int { return l.c.keysKept() }
+
+// KeysKept: see Locker.KeysKept.
+func (r *Redlock) KeysKept() int { return r.c.keysKept() }
+
+func (c *core) keysKept() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.keys)
+}

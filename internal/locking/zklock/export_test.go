@@ -25,3 +25,11 @@ func (l *Locker) LocalWaiters(name string) int { return l.queue.Waiting(name) }
 
 // Node is the lock node the lease's hold stands on.
 func (le *Lease) Node() string { return le.h.n.path }
+
+// NamesKept counts the lock names the Locker keeps state for, in use or
+// idle.
+func (l *Locker) NamesKept() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.names)
+}

@@ -15,6 +15,7 @@ type config struct {
 	prefix         string
 	logger         zk.Logger
 	dialer         zk.Dialer
+	idleNames      int
 }
 
 func defaultConfig() config {
@@ -22,7 +23,18 @@ func defaultConfig() config {
 		sessionTimeout: 5 * time.Second,
 		prefix:         "/stock/locks",
 		logger:         zk.DefaultLogger,
+		idleNames:      4096,
 	}
+}
+
+// WithIdleNames bounds the lock names nobody uses now whose state (the
+// folder exists, the fence base, the token node: a few hundred bytes) the
+// Locker keeps, so that a name taken again soon costs no more round trips
+// than one in use; past the bound every idle name is forgotten. The
+// default is 4096: a catalog's worth of SKUs bought now and then, in well
+// under a megabyte. 0 forgets a name as soon as its last user leaves.
+func WithIdleNames(n int) Option {
+	return func(c *config) { c.idleNames = max(0, n) }
 }
 
 // WithSessionTimeout sets the ZooKeeper session timeout the Locker asks

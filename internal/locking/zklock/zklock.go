@@ -151,8 +151,10 @@ var errNodeGone = errors.New("zklock: lock node gone")
 
 // Locker hands out the locks of one ZooKeeper session. It is safe for
 // concurrent use; use one Locker per process. It remembers a few words per
-// lock name it has used (the folder exists, the fence base, its token
-// node), for as long as it lives.
+// lock name (the folder exists, the fence base, its token node) while the
+// name is in use, and for the last idle names it used, at most
+// WithIdleNames of them: a process that locks every SKU of a catalog once
+// keeps no state for each.
 type Locker struct {
 	cfg      config
 	conn     *zk.Conn
@@ -177,10 +179,17 @@ type Locker struct {
 	changed    chan struct{} // closed and replaced at every change of the session's state
 	holds      map[*hold]struct{}
 	names      map[string]*nameState
+	idleNames  int // entries of names with no users
 }
 
-// nameState is what this process remembers of one lock, guarded by mu.
+// nameState is what this process remembers of one lock, guarded by mu. It
+// lives while the name has users (see use), and a while after as an idle
+// name.
 type nameState struct {
+	// users counts the Acquires of the name in progress, the holders that
+	// have not released it, and the Resets and AdvanceFences running: a
+	// node of this process can be handed on only while one of them lasts.
+	users      int
 	ready      bool   // the folder and its fence node exist
 	base       int64  // the fence node's data, as last read
 	version    int32  // the fence node's version, as last read
@@ -317,6 +326,18 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 	if l.isClosed() {
 		return nil, errors.Join(locking.ErrNotObtained, locking.ErrClosed)
 	}
+	// The name's state lives until the lease is released (Release ends
+	// this use), or until the acquisition fails.
+	l.use(name)
+	le, err := l.acquire(ctx, name)
+	if err != nil {
+		l.done(name)
+	}
+	return le, err
+}
+
+// acquire is Acquire's wait and hold, within a use of name.
+func (l *Locker) acquire(ctx context.Context, name string) (*Lease, error) {
 	wctx, cancel := l.waitContext(ctx)
 	defer cancel()
 
@@ -731,7 +752,9 @@ func (l *Locker) writeToken(wctx context.Context, n *node) (base, zxid int64, er
 }
 
 // tokenNode returns this process's token node for name, an ephemeral node
-// that only its token writes touch, creating it once per session.
+// that only its token writes touch, creating it once per session while the
+// process remembers the name (it stays in ZooKeeper until the session ends:
+// one per name the session took, a cost on the server, not here).
 func (l *Locker) tokenNode(wctx context.Context, name string) (string, error) {
 	l.mu.Lock()
 	ns := l.nameLocked(name)
@@ -827,13 +850,59 @@ func (l *Locker) unready(name string) {
 	ns.ready, ns.known, ns.token = false, false, ""
 }
 
+// nameLocked returns name's state; l.mu is held. Every caller runs within
+// a use of name (use, done), so the state is there; outside one, a
+// detached state keeps nothing.
 func (l *Locker) nameLocked(name string) *nameState {
-	ns := l.names[name]
-	if ns == nil {
-		ns = &nameState{}
-		l.names[name] = ns
+	if ns := l.names[name]; ns != nil {
+		return ns
 	}
-	return ns
+	return &nameState{}
+}
+
+// use counts one more user of name's state (nameState.users), creating it
+// if need be. Every use ends with done.
+func (l *Locker) use(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch ns := l.names[name]; {
+	case ns == nil:
+		l.names[name] = &nameState{users: 1}
+	case ns.users == 0:
+		l.idleNames--
+		ns.users = 1
+	default:
+		ns.users++
+	}
+}
+
+// done ends a use of name. A state left without users stays as an idle
+// name (its folder, fence base and token node stay known: a SKU bought
+// again soon costs no more round trips than a busy one); once there are
+// more than WithIdleNames idle names, they are all forgotten at once, so
+// that each sweep is paid for by as many uses as it looks at names.
+// Forgetting is safe: a name without users has no node of this process
+// that could be handed on, so its Reset generation and fence floor no
+// longer matter, and what it caches is read again.
+func (l *Locker) done(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ns := l.names[name]
+	if ns == nil || ns.users == 0 {
+		return
+	}
+	if ns.users--; ns.users > 0 {
+		return
+	}
+	if l.idleNames++; l.idleNames <= l.cfg.idleNames {
+		return
+	}
+	for n, s := range l.names {
+		if s.users == 0 {
+			delete(l.names, n)
+		}
+	}
+	l.idleNames = 0
 }
 
 func (l *Locker) nameGeneration(name string) int {
@@ -843,7 +912,8 @@ func (l *Locker) nameGeneration(name string) int {
 }
 
 // ensure creates name's folder (and the prefix's) and its fence node, once
-// per process.
+// per process while the process remembers the name (an existing one is
+// left as it is).
 func (l *Locker) ensure(wctx context.Context, name string) error {
 	l.mu.Lock()
 	ready := l.nameLocked(name).ready
@@ -1100,6 +1170,8 @@ func (l *Locker) Reset(ctx context.Context, name string) error {
 	if err := validName(name); err != nil {
 		return err
 	}
+	l.use(name)
+	defer l.done(name)
 	l.mu.Lock()
 	l.nameLocked(name).generation++
 	l.mu.Unlock()
@@ -1123,6 +1195,8 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 	if atLeast > math.MaxInt64-2*maxBatch {
 		return fmt.Errorf("zklock: fence %d too high: no token is above it", atLeast)
 	}
+	l.use(name)
+	defer l.done(name)
 	// Places this process's batches have not handed on yet are not
 	// handed on if they are not above atLeast: the next holder here
 	// begins a new batch.
@@ -1290,6 +1364,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	}
 	h.cancel(context.Canceled)
 	err := l.passOn(ctx, h.n, lost != nil)
+	l.done(h.n.name) // Acquire's use
 	if lost != nil {
 		return lost
 	}
