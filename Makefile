@@ -55,7 +55,7 @@ demo:
 
 .PHONY: demo-quick k6
 
-# The same in under three minutes.
+# The same, smaller: a few minutes (the catalog scenario takes 500 SKUs).
 demo-quick:
 	@DEMO_QUICK=1 bash scripts/demo.sh
 
@@ -70,10 +70,16 @@ clean:
 # The fault scenarios (internal/faults, cmd/faults): kill -9, paused lock
 # holders, lost Redis servers, a crashed database, retried idempotent orders,
 # killed etcd/ZooKeeper leaders, the Redis reservation's Redis restarted and
-# its database crashed, each against three instances under load; about 11
-# minutes. Writes reports/faults/<timestamp>/faults.{md,json} and
+# its database crashed, each against three instances under load (about 11
+# minutes); then the Redis restart and wipe, the database crash and an
+# instance kill with 10,000 SKUs on sale, a few of them hot (scenario 9),
+# and the restart table, first 201 after a Redis restart with 200, 2,000
+# and 10,000 SKUs (scenario 10): about 14 minutes more here
+# (`go run ./cmd/faults -bin bin/stock -scenarios 9,10` runs those alone).
+# Writes reports/faults/<timestamp>/faults.{md,json} and
 # reports/faults/latest, and fails when a safe configuration oversold or
-# lost data. `make test` runs short forms (TestShortFaults).
+# lost data. `make test` runs short forms (TestShortFaults,
+# TestShortCatalogFaults).
 # The schedule explorer (internal/explore) with a budget 20 times that of
 # make test: about 5 minutes here, exhaustive for 3 buyers of every strategy
 # but version-cas and the lock strategies. EXPLORE_SEED=<n> replays a sample;

@@ -2,8 +2,13 @@
 // service binary: three instances under load, one fault each (kill -9, a
 // paused lock holder, Redis servers lost, the database crashed, clients
 // retrying with their Idempotency-Key, the leader of etcd-lock's or
-// zk-lock's cluster killed), then the audit, the order rows and a
-// linearizability check of every SKU's history.
+// zk-lock's cluster killed, the Redis reservation's Redis restarted, wiped
+// and its database crashed), then the audit, the order rows and a
+// linearizability check of every SKU's history. Scenario 9 runs the Redis
+// restart and wipe, a database crash and an instance kill with a catalog
+// of 10,000 SKUs on sale (-catalog-skus changes it), a few of them hot;
+// scenario 10 is the restart table: the time to the first 201 after a
+// Redis restart with 200, 2,000 and 10,000 SKUs on sale.
 //
 // It starts everything it uses — the service instances, Redis servers, etcd
 // and ZooKeeper, and a private PostgreSQL and MariaDB in temporary folders —
@@ -14,7 +19,7 @@
 // points reports/faults/latest at it, and exits 1 when a safe configuration
 // oversold, lost or invented an order, or a run could not be carried out.
 //
-// Usage: faults [-bin bin/stock] [-out reports/faults] [-scenarios 1,2,...] [-short]
+// Usage: faults [-bin bin/stock] [-out reports/faults] [-scenarios 1,2,...] [-short] [-catalog-skus n]
 package main
 
 import (
@@ -46,8 +51,9 @@ func main() {
 func run() (int, error) {
 	bin := flag.String("bin", "bin/stock", "the service binary (built without -race)")
 	out := flag.String("out", "reports/faults", "where the report folders go")
-	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all eight)")
+	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all ten)")
 	short := flag.Bool("short", false, "run the short forms (a few seconds of load each)")
+	catalogSKUs := flag.Int("catalog-skus", 0, "SKUs on sale in scenario 9's catalog runs (default 10,000; -short 1,000)")
 	flag.Parse()
 
 	want, err := scenarioFilter(*only)
@@ -72,7 +78,7 @@ func run() (int, error) {
 	logf := func(format string, args ...any) {
 		fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
-	env := &faults.Env{Binary: binary, Dir: dir, Short: *short, Logf: logf}
+	env := &faults.Env{Binary: binary, Dir: dir, Short: *short, CatalogSKUs: *catalogSKUs, Logf: logf}
 
 	// One private server per engine for every run; each run gets a fresh
 	// database on it, and scenario 5 crashes and restarts it.
@@ -132,8 +138,8 @@ func scenarioFilter(list string) (func(int) bool, error) {
 	var want []int
 	for _, s := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 8 {
-			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 8", s)
+		if err != nil || n < 1 || n > 10 {
+			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 10", s)
 		}
 		want = append(want, n)
 	}

@@ -2,9 +2,11 @@ package faults_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,16 +90,42 @@ func TestShortFaults(t *testing.T) {
 	}
 }
 
+// service is cmd/stock built once for the package's tests (a build takes
+// a minute on a busy 2-core machine); TestMain deletes it.
+var service struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if service.dir != "" {
+		_ = os.RemoveAll(service.dir)
+	}
+	os.Exit(code)
+}
+
 // buildService builds cmd/stock without the race detector, so that the
-// load measures the service and not the detector.
+// load measures the service and not the detector, once for every test of
+// the package.
 func buildService(t *testing.T) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "stock")
-	out, err := exec.Command("go", "build", "-o", path, "github.com/flashsale/stock/cmd/stock").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	service.once.Do(func() {
+		if service.dir, service.err = os.MkdirTemp("", "faults-service-"); service.err != nil {
+			return
+		}
+		service.path = filepath.Join(service.dir, "stock")
+		out, err := exec.Command("go", "build", "-o", service.path, "github.com/flashsale/stock/cmd/stock").CombinedOutput()
+		if err != nil {
+			service.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if service.err != nil {
+		t.Fatal(service.err)
 	}
-	return path
+	return service.path
 }
 
 // unavailable skips the test, or fails it under CI=true: CI must never pass

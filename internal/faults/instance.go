@@ -40,7 +40,10 @@ type Cluster struct {
 // is ready. Their logs go
 // to dir/instance-N.log.
 func startCluster(ctx context.Context, binary, dir string, n int, extra map[int][]string, env ...string) (*Cluster, error) {
-	c := &Cluster{token: randomHex(8), admin: &http.Client{Timeout: 10 * time.Second}}
+	// Catalog runs make thousands of admin calls from a few dozen
+	// goroutines: keep their connections (the default keeps two per host).
+	c := &Cluster{token: randomHex(8), admin: &http.Client{Timeout: 10 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: adminWorkers, IdleConnTimeout: 30 * time.Second}}}
 	for i := range n {
 		addr, err := freeAddr()
 		if err != nil {
@@ -78,6 +81,7 @@ func (c *Cluster) Close() {
 	for _, in := range c.Instances {
 		in.p.terminate(5 * time.Second)
 	}
+	c.admin.CloseIdleConnections()
 }
 
 // Kill sends SIGKILL to the instance and waits until it is gone.
@@ -171,9 +175,30 @@ func (c *Cluster) Audit(ctx context.Context, sku string) (Audit, error) {
 	return a, err
 }
 
+// StartSaleVia starts a sale as StartSale does, through instance first
+// if it answers (callers spread a catalog's set-up over the instances).
+func (c *Cluster) StartSaleVia(ctx context.Context, first int, sku string, n int64) error {
+	return c.adminCallFrom(ctx, first, http.MethodPut, "/admin/stock/"+sku, fmt.Sprintf(`{"available":%d}`, n), nil)
+}
+
+// AuditVia reads the audit of sku as Audit does, through instance first if
+// it answers.
+func (c *Cluster) AuditVia(ctx context.Context, first int, sku string) (Audit, error) {
+	var a Audit
+	err := c.adminCallFrom(ctx, first, http.MethodGet, "/admin/audit/"+sku, "", &a)
+	return a, err
+}
+
 func (c *Cluster) adminCall(ctx context.Context, method, path, body string, into any) error {
+	return c.adminCallFrom(ctx, 0, method, path, body, into)
+}
+
+// adminCallFrom makes an admin call through the running instances in turn,
+// from instance first on, until one answers.
+func (c *Cluster) adminCallFrom(ctx context.Context, first int, method, path, body string, into any) error {
 	var errs []error
-	for _, in := range c.Instances {
+	for k := range c.Instances {
+		in := c.Instances[(first+k)%len(c.Instances)]
 		if in.p.pid() == 0 || in.p.stopped() {
 			continue
 		}

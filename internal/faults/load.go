@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,6 +111,42 @@ type loadSpec struct {
 	// burstsOnly: no open-model load at all; the scenario places its
 	// orders with burst.
 	burstsOnly bool
+	// skew, when above 0, draws each order's SKU from a Zipf-like
+	// distribution over the SKUs in their order: the k-th (from 0) with a
+	// weight of 1/(k+1)^skew (zipfWeights), so the first few take most of
+	// the orders, as a catalog's hot items do. 0: every SKU alike.
+	skew float64
+}
+
+// skuSet is the SKUs a load orders, with the cumulative weights of a
+// skewed load (nil: uniform).
+type skuSet struct {
+	names []string
+	cdf   []float64
+}
+
+// pick draws one SKU.
+func (s *skuSet) pick() string {
+	if s.cdf == nil {
+		return s.names[rand.IntN(len(s.names))]
+	}
+	i, _ := slices.BinarySearch(s.cdf, rand.Float64())
+	return s.names[min(i, len(s.names)-1)]
+}
+
+// zipfWeights returns n weights, the k-th proportional to 1/(k+1)^s,
+// adding up to 1.
+func zipfWeights(n int, s float64) []float64 {
+	w := make([]float64, n)
+	var sum float64
+	for k := range w {
+		w[k] = math.Pow(float64(k+1), -s)
+		sum += w[k]
+	}
+	for k := range w {
+		w[k] /= sum
+	}
+	return w
 }
 
 // load is a running load generator. It records every order for the
@@ -121,7 +159,7 @@ type load struct {
 	rec     *history.Recorder
 	start   time.Time
 
-	skus    atomic.Pointer[[]string]
+	skus    atomic.Pointer[skuSet]
 	rr      atomic.Uint64
 	seq     atomic.Int64
 	dropped atomic.Int64
@@ -240,8 +278,21 @@ func (l *load) burst(ctx context.Context, buyers, workers int) (from, to time.Du
 	return from, l.now()
 }
 
-// SetSKUs changes the SKUs new orders are for.
-func (l *load) SetSKUs(skus []string) { l.skus.Store(&skus) }
+// SetSKUs changes the SKUs new orders are for (with the spec's skew, the
+// first ones the most).
+func (l *load) SetSKUs(skus []string) {
+	set := &skuSet{names: skus}
+	if l.spec.skew > 0 && len(skus) > 1 {
+		w := zipfWeights(len(skus), l.spec.skew)
+		set.cdf = make([]float64, len(w))
+		var sum float64
+		for i, x := range w {
+			sum += x
+			set.cdf[i] = sum
+		}
+	}
+	l.skus.Store(set)
+}
 
 // wait blocks until every worker has finished its last order.
 func (l *load) wait() { <-l.done }
@@ -257,10 +308,9 @@ func (l *load) soldUnits(sku string) int64 {
 }
 
 func (l *load) place(ctx context.Context, worker int, n int64) {
-	skus := *l.skus.Load()
 	o := &order{
 		worker:   worker,
-		sku:      skus[rand.IntN(len(skus))],
+		sku:      l.skus.Load().pick(),
 		quantity: 1 + rand.Int64N(3),
 		userID:   fmt.Sprintf("%s-%d", l.spec.userPrefix, n),
 	}

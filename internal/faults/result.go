@@ -46,7 +46,7 @@ type Report struct {
 
 // Result is one run of one scenario in one configuration.
 type Result struct {
-	// Scenario is the number of the issue's scenario (1..7); Name is a
+	// Scenario is the number of the scenario (1..10); Name is a
 	// stable identifier of the run, e.g. "2-paused-holder/redlock/fencing-off".
 	Scenario int     `json:"scenario"`
 	Name     string  `json:"name"`
@@ -72,10 +72,17 @@ type Result struct {
 	// after it (Buyers is then the requests of the window).
 	Rates []RateCase `json:"rates,omitempty"`
 	// Batches are the batches of a batched run (checkBatches).
-	Batches  *BatchFigures `json:"batches,omitempty"`
-	Failures []string      `json:"failures,omitempty"`
-	Warnings []string      `json:"warnings,omitempty"`
-	Notes    []string      `json:"notes,omitempty"`
+	Batches *BatchFigures `json:"batches,omitempty"`
+	// Catalog sums a catalog run (scenarios 9 and 10): its set-up, the
+	// load after the fault, and the audit of every SKU, with the worst.
+	// Audits then holds only the SKUs worth reading: every one that is not
+	// exact (up to 50) and the 10 hottest.
+	Catalog *CatalogFigures `json:"catalog,omitempty"`
+	// Restart is a row of the restart table (scenario 10).
+	Restart  *RestartRow `json:"restart,omitempty"`
+	Failures []string    `json:"failures,omitempty"`
+	Warnings []string    `json:"warnings,omitempty"`
+	Notes    []string    `json:"notes,omitempty"`
 	// Error says why the run could not be carried out (error, skipped).
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`
@@ -247,4 +254,140 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// CatalogFigures sums a catalog run: many SKUs on sale, a load skewed
+// towards a few hot ones, every SKU audited.
+type CatalogFigures struct {
+	SKUs int `json:"skus"`
+	// Skew is the exponent of the load's Zipf-like distribution over the
+	// SKUs; Hot10Share the share of the orders the 10 hottest took.
+	Skew       float64 `json:"zipf_skew"`
+	Hot10Share float64 `json:"hot10_share"`
+	// SetupSeconds is how long putting the catalog on sale took
+	// (PUT /admin/stock for each SKU, SetupWorkers at a time).
+	SetupSeconds   float64 `json:"setup_seconds"`
+	SetupWorkers   int     `json:"setup_workers"`
+	SetupPerSecond float64 `json:"setup_sales_per_second"`
+	// SetupRetries: sales started again after a failed PUT.
+	SetupRetries int `json:"setup_retries,omitempty"`
+	// MinStock and MaxStock: each SKU's stock is sized by its share of
+	// the load, from the coldest's to the hottest's.
+	MinStock int64 `json:"min_stock"`
+	MaxStock int64 `json:"max_stock"`
+	// SKUsOrdered: SKUs with at least one order in the run; SKUsSold with
+	// at least one 201.
+	SKUsOrdered int `json:"skus_ordered"`
+	SKUsSold    int `json:"skus_sold"`
+	// Audited is the sales audited (a SKU whose sale was started again
+	// counts twice); Exact those whose every check held (SKUFigures).
+	Audited int `json:"audited"`
+	Exact   int `json:"exact"`
+	// Worst is the sale furthest from exact (when every one is exact, the
+	// most sold of them); Hottest the most ordered SKU's.
+	Worst   *SKUFigures `json:"worst"`
+	Hottest *SKUFigures `json:"hottest,omitempty"`
+	// AfterFault is the load after the fault.
+	AfterFault *AfterFault `json:"after_fault,omitempty"`
+	// SalesChecked: after a Redis restart (redis-reserve, redis-watch),
+	// the sales checked against the database, each as it was first
+	// ordered; SalesCheckedAgain those checked more than once, MostChecks
+	// the most checks of one sale (each stops the sale's orders while it
+	// runs). Read from the stock rows' sale numbers, which each check
+	// raises by one above the sale's start (a multiple of 2^20).
+	SalesChecked      int `json:"sales_checked,omitempty"`
+	SalesCheckedAgain int `json:"sales_checked_again,omitempty"`
+	MostChecks        int `json:"most_checks,omitempty"`
+	// Restarted: the SKUs whose sales were started again after Redis lost
+	// its data, and how long that took.
+	Restarted        int     `json:"restarted,omitempty"`
+	RestartedSeconds float64 `json:"restarted_seconds,omitempty"`
+}
+
+// SKUFigures is one sale's audit beside its order rows and the answers its
+// clients got.
+type SKUFigures struct {
+	SKU       string `json:"sku"`
+	Initial   int64  `json:"initial"`
+	Available int64  `json:"available"`
+	// Ordered is what the audit says was ordered; RowUnits and Rows what
+	// its order rows hold.
+	Ordered  int64 `json:"ordered"`
+	RowUnits int64 `json:"row_units"`
+	Rows     int   `json:"rows"`
+	// Created is the 201s its clients saw.
+	Created  int   `json:"created"`
+	Oversold int64 `json:"oversold"`
+	// Lost: 201s without their row; LostWithRedis those of them answered
+	// before the reservation Redis lost its data (allowed, counted).
+	Lost          int `json:"lost"`
+	LostWithRedis int `json:"lost_with_redis,omitempty"`
+	// Phantom: rows of requests told nothing was ordered; Duplicate: extra
+	// rows of one order.
+	Phantom   int `json:"phantom"`
+	Duplicate int `json:"duplicate"`
+	// Consistent: the audit adds up (initial = available + ordered, and
+	// the service's own consistency check).
+	Consistent bool `json:"consistent"`
+	// Exact: every check held.
+	Exact bool `json:"exact"`
+}
+
+// AfterFault is the load from the end of a fault to the end of the run.
+type AfterFault struct {
+	// What the fault's end is, at FromS seconds of the load.
+	What  string  `json:"what"`
+	FromS float64 `json:"from_s"`
+	// FirstCreatedS is from then to the end of the first 201 (null: none).
+	FirstCreatedS *float64 `json:"first_created_s"`
+	Requests      int      `json:"requests"`
+	Created       int      `json:"created"`
+	SoldOut       int      `json:"sold_out"`
+	Responses503  int      `json:"responses_503"`
+	// CreatedPerSecond is the 201s per second from then on;
+	// CreatedPerSecondBefore those before the fault (the hot SKUs sell
+	// out as the run goes on, so the two differ even without a fault).
+	CreatedPerSecond       float64 `json:"created_per_second"`
+	CreatedPerSecondBefore float64 `json:"created_per_second_before"`
+	// SKUsOrdered: SKUs ordered from then on. Of each, the first order
+	// then: answered 201 or 409 (the slowest and median times of those
+	// answers), or not (SKUsFirstRefused, e.g. RefusedSKU answered
+	// RefusedAnswer).
+	SKUsOrdered         int     `json:"skus_ordered"`
+	SlowestSKU          string  `json:"slowest_sku,omitempty"`
+	SlowestFirstAnswerS float64 `json:"slowest_first_answer_s"`
+	MedianFirstAnswerS  float64 `json:"median_first_answer_s"`
+	// SKUsOverASecond: SKUs whose first order then took over a second to
+	// be answered 201 or 409.
+	SKUsOverASecond  int    `json:"skus_over_a_second"`
+	SKUsFirstRefused int    `json:"skus_first_refused"`
+	RefusedSKU       string `json:"refused_sku,omitempty"`
+	RefusedAnswer    string `json:"refused_answer,omitempty"`
+}
+
+// RestartRow is one row of the restart table: a catalog of SKUs on sale on
+// one instance, its durable Redis killed and started again from its
+// append-only file, then one order every 0.3 s.
+type RestartRow struct {
+	Strategy string `json:"strategy"`
+	SKUs     int    `json:"skus"`
+	// SetupSeconds: putting the catalog on sale.
+	SetupSeconds float64 `json:"setup_seconds"`
+	// AOFBytes is the size of Redis's append-only files at the kill;
+	// ReadyS how long the restarted Redis took to answer (it loads them).
+	AOFBytes int64   `json:"aof_bytes"`
+	ReadyS   float64 `json:"redis_ready_s"`
+	// FirstCreatedS is from the restart to the end of the first 201 (null:
+	// none within the bound), FirstCreatedAfterReadyS from the restarted
+	// Redis answering; Refused503 the 503s before it.
+	FirstCreatedS           *float64 `json:"first_created_s"`
+	FirstCreatedAfterReadyS *float64 `json:"first_created_after_ready_s"`
+	Refused503              int      `json:"refused_503"`
+	// Then orders of other SKUs, each drawn from the whole catalog: how
+	// many, how many were answered 201 or 409 at their first order, and
+	// the slowest of those answers.
+	OtherSKUs       int     `json:"other_skus"`
+	OtherAnswered   int     `json:"other_answered"`
+	OtherSlowestS   float64 `json:"other_slowest_s"`
+	OtherSlowestSKU string  `json:"other_slowest_sku,omitempty"`
 }

@@ -39,8 +39,9 @@ func readRows(ctx context.Context, databaseURL string) ([]orderRow, []keyRow, er
 	return readRowsMySQL(ctx, databaseURL)
 }
 
-// stockRow is one row of the stock table.
-type stockRow struct{ initial, available, orders int64 }
+// stockRow is one row of the stock table: the sale, its number
+// (sale_epoch) and the count of its order rows.
+type stockRow struct{ initial, available, saleEpoch, orders int64 }
 
 // readStock reads the stock rows of the run's PostgreSQL database, each
 // with the number of its order rows.
@@ -50,14 +51,14 @@ func readStock(ctx context.Context, databaseURL string) (map[string]stockRow, er
 		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, `SELECT s.sku, s.initial, s.available, (SELECT count(*) FROM orders o WHERE o.sku = s.sku) FROM stock s`)
+	rows, err := conn.Query(ctx, `SELECT s.sku, s.initial, s.available, s.sale_epoch, (SELECT count(*) FROM orders o WHERE o.sku = s.sku) FROM stock s`)
 	if err != nil {
 		return nil, err
 	}
 	stock := map[string]stockRow{}
 	var sku string
 	var row stockRow
-	_, err = pgx.ForEachRow(rows, []any{&sku, &row.initial, &row.available, &row.orders}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&sku, &row.initial, &row.available, &row.saleEpoch, &row.orders}, func() error {
 		stock[sku] = row
 		return nil
 	})

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -30,6 +30,9 @@ type Env struct {
 	Postgres, MariaDB *DBServer
 	// Short selects the short forms (a few seconds of load each).
 	Short bool
+	// CatalogSKUs is the SKUs on sale in the catalog runs (scenario 9).
+	// Default 10,000; short form 1,000.
+	CatalogSKUs int
 	// CheckTimeout bounds porcupine's search per SKU. Default 20s.
 	CheckTimeout time.Duration
 	// Logf reports progress. Default: nothing.
@@ -70,7 +73,25 @@ type run struct {
 	// its own; and a 201 answered to a call made before it may have no row
 	// (its order was still in the stream), which is counted, not failed.
 	redisLostAt *time.Duration
-	cleanups    []func()
+	// restarted, after redisLostAt, holds the SKUs whose sale the run
+	// started again, with their new stock; before, what the database held
+	// just before (the first sale's rows and stock rows, which the new
+	// sale deletes). The orders of such a SKU called from the loss on
+	// belong to its second sale (secondSale), audited in Redis and
+	// checked apart from the first.
+	restarted map[string]int64
+	before    *dbSnapshot
+	// cat is the catalog of a catalog run; perSKU its sales' figures.
+	cat      *catalog
+	perSKU   map[string]*SKUFigures
+	cleanups []func()
+}
+
+// dbSnapshot is what the run's database held at a moment.
+type dbSnapshot struct {
+	rows  []orderRow
+	keys  []keyRow
+	stock map[string]stockRow
 }
 
 func (e *Env) newRun(scenario int, name, title string, cfg Config) *run {
@@ -280,42 +301,34 @@ func (r *run) check(ctx context.Context, marks []phaseMark) error {
 		r.afterLoad(orders)
 	}
 
-	// The audit of every SKU.
-	skus := make([]string, 0, len(r.initial))
-	for sku := range r.initial {
-		skus = append(skus, sku)
-	}
-	sort.Strings(skus)
-	if isReserved(r.res.Config.Strategy) && r.redisLostAt == nil {
-		if err := r.waitDrained(ctx, skus); err != nil {
+	// The audit of every SKU (of each sale of a SKU whose sale was
+	// started again).
+	initial := maps.Clone(r.initial)
+	skus := slices.Sorted(maps.Keys(r.initial))
+	auditOrdered := map[string]int64{}
+	if r.redisLostAt == nil {
+		audits, err := r.auditAll(ctx, skus, isReserved(r.res.Config.Strategy))
+		if err != nil {
 			return err
 		}
-	}
-	auditOrdered := map[string]int64{}
-	if r.redisLostAt != nil {
+		for _, sku := range skus {
+			r.checkAudit(sku, audits[sku], initial[sku], auditOrdered)
+		}
+	} else {
 		if err := r.checkDatabaseAlone(ctx, skus, auditOrdered); err != nil {
 			return err
 		}
-	}
-	for _, sku := range skus {
-		if r.redisLostAt != nil {
-			break
-		}
-		a, err := r.cluster.Audit(ctx, sku)
+		again := slices.Sorted(maps.Keys(r.restarted))
+		audits, err := r.auditAll(ctx, again, true)
 		if err != nil {
-			return fmt.Errorf("audit %s: %w", sku, err)
+			return err
 		}
-		r.res.Audits = append(r.res.Audits, a)
-		auditOrdered[sku] = a.Ordered
-		if a.Initial != r.initial[sku] {
-			r.fail("%s: initial stock %d, the sale started with %d", sku, a.Initial, r.initial[sku])
-		}
-		if over := a.Ordered - a.Initial; over > 0 {
-			r.res.Figures.OversoldUnits += over
-			r.fail("%s: oversold %d units (initial %d, ordered %d, available %d)", sku, over, a.Initial, a.Ordered, a.Available)
-		}
-		if !a.Consistent || a.Initial != a.Available+a.Ordered {
-			r.fail("%s: audit not consistent: %+v", sku, a)
+		for _, sku := range again {
+			sale := secondSale(sku)
+			initial[sale] = r.restarted[sku]
+			a := audits[sku]
+			a.SKU = sale
+			r.checkAudit(sale, a, initial[sale], auditOrdered)
 		}
 	}
 
@@ -325,14 +338,88 @@ func (r *run) check(ctx context.Context, marks []phaseMark) error {
 	if err != nil {
 		return fmt.Errorf("read orders: %w", err)
 	}
+	ops := r.load.rec.Ops()
+	if len(r.restarted) > 0 {
+		orders, ops, rows, keys = r.splitSales(orders, ops, rows, keys)
+	}
 	r.checkRows(orders, rows, keys, auditOrdered)
 	if r.afterRows != nil {
 		r.afterRows(orders, rows)
 	}
 
 	// The history of every SKU.
-	r.checkHistory(orders, rows, end)
+	r.checkHistory(orders, ops, rows, end, initial)
+	if r.cat != nil {
+		r.summarizeCatalog(orders)
+	}
 	return nil
+}
+
+// checkAudit checks the audit of one sale, which started with initial
+// units.
+func (r *run) checkAudit(sale string, a Audit, initial int64, auditOrdered map[string]int64) {
+	r.res.Audits = append(r.res.Audits, a)
+	auditOrdered[sale] = a.Ordered
+	f := r.skuFigures(sale)
+	f.Initial, f.Available, f.Ordered = a.Initial, a.Available, a.Ordered
+	f.Consistent = a.Consistent && a.Initial == a.Available+a.Ordered && a.Initial == initial
+	if a.Initial != initial {
+		r.fail("%s: initial stock %d, the sale started with %d", sale, a.Initial, initial)
+	}
+	if over := a.Ordered - a.Initial; over > 0 {
+		f.Oversold = over
+		r.res.Figures.OversoldUnits += over
+		r.fail("%s: oversold %d units (initial %d, ordered %d, available %d)", sale, over, a.Initial, a.Ordered, a.Available)
+	}
+	if !a.Consistent || a.Initial != a.Available+a.Ordered {
+		r.fail("%s: audit not consistent: %+v", sale, a)
+	}
+}
+
+// splitSales renames, for each SKU whose sale was started again after
+// Redis lost its data, what belongs to its second sale: the orders called
+// from the loss on (the scenario leaves longer than any order takes
+// between the loss and the new sale, so none called before can have been
+// taken from it), their operations, and the rows the database holds now
+// (the new sale deleted the first's). The first sale's rows are those the
+// database held just before (r.before).
+func (r *run) splitSales(orders []*order, ops []history.Op, rows []orderRow, keys []keyRow) ([]*order, []history.Op, []orderRow, []keyRow) {
+	lost := *r.redisLostAt
+	split := make([]*order, len(orders))
+	for i, o := range orders {
+		split[i] = o
+		if _, again := r.restarted[o.sku]; again && o.call() >= lost {
+			c := *o
+			c.sku = secondSale(o.sku)
+			split[i] = &c
+		}
+	}
+	splitOps := make([]history.Op, len(ops))
+	for i, op := range ops {
+		if _, again := r.restarted[op.SKU]; again && op.Call >= int64(lost) {
+			op.SKU = secondSale(op.SKU)
+		}
+		splitOps[i] = op
+	}
+	var splitRows []orderRow
+	for _, row := range rows {
+		if _, again := r.restarted[row.SKU]; again {
+			row.SKU = secondSale(row.SKU)
+		}
+		splitRows = append(splitRows, row)
+	}
+	for _, row := range r.before.rows {
+		if _, again := r.restarted[row.SKU]; again {
+			splitRows = append(splitRows, row)
+		}
+	}
+	splitKeys := slices.Clone(keys)
+	for _, k := range r.before.keys {
+		if !slices.ContainsFunc(keys, func(x keyRow) bool { return x.Key == k.Key }) {
+			splitKeys = append(splitKeys, k)
+		}
+	}
+	return split, splitOps, splitRows, splitKeys
 }
 
 func firstOther(orders []*order) string {
@@ -357,6 +444,9 @@ func (r *run) checkRows(orders []*order, rows []orderRow, keys []keyRow, auditOr
 		byID[row.ID] = row
 		f.UnitsSold += row.Quantity
 		unitsBySKU[row.SKU] += row.Quantity
+		sf := r.skuFigures(row.SKU)
+		sf.RowUnits += row.Quantity
+		sf.Rows++
 	}
 	for sku, units := range unitsBySKU {
 		if units != auditOrdered[sku] {
@@ -374,34 +464,41 @@ func (r *run) checkRows(orders []*order, rows []orderRow, keys []keyRow, auditOr
 				continue
 			}
 			seen[a.orderID] = true
+			r.skuFigures(o.sku).Created++
 			row, ok := byID[a.orderID]
 			if !ok && r.redisLostAt != nil && a.call < *r.redisLostAt {
 				lostWithRedis++ // in the stream when Redis lost its data
+				r.skuFigures(o.sku).LostWithRedis++
 				continue
 			}
 			if !ok || row.UserID != o.userID || row.SKU != o.sku || row.Quantity != o.quantity {
 				lost = append(lost, fmt.Sprintf("201 %s for %s (%d of %s) has no matching row", a.orderID, o.userID, o.quantity, o.sku))
+				r.skuFigures(o.sku).Lost++
 			}
 		}
 		if len(seen) > 1 {
 			dup = append(dup, fmt.Sprintf("%s was answered 201 with %d different order ids", o.userID, len(seen)))
+			r.skuFigures(o.sku).Duplicate++
 		}
 	}
 	for user, rs := range byUser {
 		if len(rs) > 1 {
 			dup = append(dup, fmt.Sprintf("%s has %d order rows", user, len(rs)))
 			f.DuplicateOrders += len(rs) - 1
+			r.skuFigures(rs[0].SKU).Duplicate += len(rs) - 1
 		}
 		o := orderOf[user]
 		for _, row := range rs {
 			switch {
 			case o == nil:
 				phantom = append(phantom, fmt.Sprintf("row %s of %s belongs to no request", row.ID, user))
+				r.skuFigures(row.SKU).Phantom++
 			case o.outcome == history.OK && slices.ContainsFunc(o.attempts, func(a attempt) bool { return a.orderID == row.ID }):
 			case o.outcome == history.Unknown:
 				unseen = append(unseen, row.ID)
 			default:
 				phantom = append(phantom, fmt.Sprintf("row %s of %s, whose every answer said nothing was ordered (%s)", row.ID, user, answersOf(o)))
+				r.skuFigures(row.SKU).Phantom++
 			}
 		}
 	}
@@ -468,9 +565,9 @@ func sample(s []string) string {
 // history is checked again with those outcomes resolved from the order
 // rows, which the run has already checked against every answer: no row,
 // no effect; a row, an effect before the end of the run.
-func (r *run) checkHistory(orders []*order, rows []orderRow, end time.Duration) {
+func (r *run) checkHistory(orders []*order, all []history.Op, rows []orderRow, end time.Duration, initial map[string]int64) {
 	var ops []history.Op
-	for _, op := range r.load.rec.Ops() {
+	for _, op := range all {
 		if op.Outcome != history.NoEffect {
 			ops = append(ops, op)
 		}
@@ -483,7 +580,7 @@ func (r *run) checkHistory(orders []*order, rows []orderRow, end time.Duration) 
 	lin.Operations = len(ops)
 	began := time.Now()
 	defer func() { lin.Seconds = seconds(time.Since(began)) }()
-	verdicts, err := history.Check(ops, r.initial, timeout, r.dir)
+	verdicts, err := history.Check(ops, initial, timeout, r.dir)
 	if err != nil {
 		lin.Result = "not-run"
 		r.fail("history check: %v", err)
@@ -499,7 +596,7 @@ func (r *run) checkHistory(orders []*order, rows []orderRow, end time.Duration) 
 			c.Visualization, _ = filepath.Rel(r.env.Dir, v.Visualization)
 		}
 		if c.Result == "unknown" {
-			if ok, err := r.checkResolved(v.SKU, orders, rows, end, timeout); err == nil && ok {
+			if ok, err := checkResolved(v.SKU, orders, rows, end, timeout, initial[v.SKU]); err == nil && ok {
 				if v.Visualization != "" {
 					_ = os.Remove(v.Visualization) // kept only for histories that fail
 				}
@@ -522,7 +619,9 @@ func (r *run) checkHistory(orders []*order, rows []orderRow, end time.Duration) 
 // checkDatabaseAlone audits the run's SKUs from the database's stock rows,
 // for a run whose reservation Redis lost its data: no oversell, the sale
 // as started, and (through auditOrdered, which checkRows compares with the
-// order rows) every unit the stock row lost is in an order row.
+// order rows) every unit the stock row lost is in an order row. A SKU
+// whose sale was started again is audited so for its first sale, from the
+// stock row the database held just before (r.before).
 func (r *run) checkDatabaseAlone(ctx context.Context, skus []string, auditOrdered map[string]int64) error {
 	stock, err := readStock(ctx, r.dbURL)
 	if err != nil {
@@ -530,6 +629,9 @@ func (r *run) checkDatabaseAlone(ctx context.Context, skus []string, auditOrdere
 	}
 	for _, sku := range skus {
 		row, ok := stock[sku]
+		if _, again := r.restarted[sku]; again {
+			row, ok = r.before.stock[sku]
+		}
 		if !ok {
 			r.fail("%s: no stock row in the database", sku)
 			continue
@@ -538,10 +640,14 @@ func (r *run) checkDatabaseAlone(ctx context.Context, skus []string, auditOrdere
 		a.Consistent = a.Available >= 0
 		r.res.Audits = append(r.res.Audits, a)
 		auditOrdered[sku] = a.Ordered
+		f := r.skuFigures(sku)
+		f.Initial, f.Available, f.Ordered = a.Initial, a.Available, a.Ordered
+		f.Consistent = a.Consistent && a.Initial == r.initial[sku]
 		if a.Initial != r.initial[sku] {
 			r.fail("%s: initial stock %d in the database, the sale started with %d", sku, a.Initial, r.initial[sku])
 		}
 		if a.Available < 0 {
+			f.Oversold = -a.Available
 			r.res.Figures.OversoldUnits -= a.Available
 			r.fail("%s: the database's stock row is oversold by %d units", sku, -a.Available)
 		}
@@ -549,9 +655,22 @@ func (r *run) checkDatabaseAlone(ctx context.Context, skus []string, auditOrdere
 	return nil
 }
 
+// snapshotDatabase reads what the run's database holds now.
+func (r *run) snapshotDatabase(ctx context.Context) (*dbSnapshot, error) {
+	rows, keys, err := readRows(ctx, r.dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("read orders: %w", err)
+	}
+	stock, err := readStock(ctx, r.dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("read the stock rows: %w", err)
+	}
+	return &dbSnapshot{rows: rows, keys: keys, stock: stock}, nil
+}
+
 // checkResolved checks sku's history with every unknown outcome replaced by
 // what the order rows say.
-func (r *run) checkResolved(sku string, orders []*order, rows []orderRow, end time.Duration, timeout time.Duration) (bool, error) {
+func checkResolved(sku string, orders []*order, rows []orderRow, end time.Duration, timeout time.Duration, initial int64) (bool, error) {
 	hasRow := map[string]bool{}
 	for _, row := range rows {
 		hasRow[row.UserID] = true
@@ -573,7 +692,7 @@ func (r *run) checkResolved(sku string, orders []*order, rows []orderRow, end ti
 		}
 		ops = append(ops, op)
 	}
-	v, err := history.Check(ops, map[string]int64{sku: r.initial[sku]}, timeout, "")
+	v, err := history.Check(ops, map[string]int64{sku: initial}, timeout, "")
 	if err != nil || len(v) != 1 {
 		return false, err
 	}
@@ -683,25 +802,4 @@ func (r *run) startReservationRedis() (string, error) {
 	r.redis = append(r.redis, node)
 	r.cleanups = append(r.cleanups, func() { stopRedisNodes([]*redisNode{node}) })
 	return "REDIS_ADDRS=" + node.Addr, nil
-}
-
-// waitDrained waits until no SKU has accepted orders still on their way to
-// the database, so that the rows can be checked against every answer. The
-// instances' consumers drain the streams; the audit is the only signal, so
-// it is polled, for at most 30 seconds.
-func (r *run) waitDrained(ctx context.Context, skus []string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for _, sku := range skus {
-		for {
-			a, err := r.cluster.Audit(ctx, sku)
-			if err == nil && a.Pending == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: orders still on their way to the database after 30s (audit %+v, %v)", sku, a, err)
-			}
-			pause(ctx, 50*time.Millisecond)
-		}
-	}
-	return nil
 }

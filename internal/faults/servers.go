@@ -91,6 +91,21 @@ func (r *redisNode) restartWiped() error {
 	return r.restartDurable()
 }
 
+// aofBytes is the size of the server's append-only files (Redis 7 keeps
+// them in appendonlydir), 0 when it has none.
+func (r *redisNode) aofBytes() int64 {
+	var n int64
+	_ = filepath.WalkDir(r.dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.Contains(d.Name(), ".aof") {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
 // startDurableRedisNode starts a redis-server that fsyncs its append-only
 // file before every answer (redis-reserve, redis-watch).
 func startDurableRedisNode() (*redisNode, error) {
