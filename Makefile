@@ -1,5 +1,6 @@
 # The two commands that matter: `make demo` and `make test`. Both set up
 # what is missing on this machine first (scripts/ensure-services.sh).
+# `make help` lists every target: the text after `##` on its line.
 GO        ?= go
 BIN       := bin/stock
 # A count, not a duration: with a duration, Go 1.26's fuzz coordinator can
@@ -10,62 +11,66 @@ FUZZTIME  ?= 5000x
 # 2-core machine: the tests themselves are concurrent enough.
 TESTFLAGS ?= -race -count=1 -p 1 -timeout 20m
 
-.PHONY: help build services test vet tidy unit fuzz demo clean
+.PHONY: help demo demo-quick test build services servers vet tidy tracked unit fuzz explore faults k6 clean
 
-help:
-	@echo "make demo   - set up the servers, build, and run the demonstration"
-	@echo "make test   - set up the servers and run the whole test suite (-race)"
-	@echo "make build  - build $(BIN)"
-	@echo "make explore - every schedule of 2-3 buyers per strategy, 20x the budget of make test"
-	@echo "make fuzz   - fuzz the order handler for FUZZTIME (default $(FUZZTIME))"
+help: ## this list
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/make \1|\2/' | awk -F'|' '{ printf "%-17s %s\n", $$1, $$2 }'
 
-build:
+# scripts/demo.sh brings up what is missing itself (docker compose where a
+# Docker engine answers, else scripts/ensure-services.sh), builds, and runs
+# cmd/demo.
+demo: ## set up the servers, build, run the comparison: reports/latest/index.html
+	@bash scripts/demo.sh
+
+demo-quick: ## the same, smaller: a few minutes (the catalog takes 500 SKUs)
+	@DEMO_QUICK=1 bash scripts/demo.sh
+
+test: services vet unit fuzz ## set up the servers and run the whole suite (-race, fuzzing)
+
+build: ## build bin/stock
 	$(GO) build -o $(BIN) ./cmd/stock
 
-services:
+services: ## install and start what is missing: PostgreSQL, MariaDB, Redis; install etcd, ZooKeeper
 	@bash scripts/ensure-services.sh
+
+# In the foreground: Ctrl-C stops what it started. Ports already taken are
+# left to whoever answers there.
+servers: services ## run etcd, ZooKeeper and the Redis servers the strategies need, on their default addresses
+	$(GO) run ./cmd/servers
 
 # Both modules must be tidy: go.mod and go.sum exactly as `go mod tidy`
 # writes them (-diff prints what it would change and fails).
-tidy:
+tidy: ## fail if either Go module is not tidy
 	$(GO) mod tidy -diff
 	cd loadtest && $(GO) mod tidy -diff
 
-vet: tidy
+vet: tidy tracked ## gofmt, go vet, tidy modules, no tracked executables
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-unit:
+# Build outputs are never committed: a tracked file that is an executable
+# (ELF) or larger than 1 MB fails.
+tracked: ## fail if git tracks an executable or a file over 1 MB
+	@bad=$$(git ls-files -z 2>/dev/null | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] || continue; \
+	  if [ "$$(head -c 4 "$$f" | od -An -c | tr -d " ")" = "177ELF" ] || [ $$(stat -c %s "$$f") -gt 1048576 ]; then echo "$$f"; fi; done' sh); \
+	  if [ -n "$$bad" ]; then echo "tracked build outputs or large files: $$bad"; exit 1; fi
+
+unit: ## go test -race ./... (the servers must be up: make services)
 	$(GO) test $(TESTFLAGS) ./...
 
 # Each fuzz target in turn (go test -fuzz takes one at a time). The corpus
 # checked in under internal/httpapi/testdata/fuzz runs with every go test.
-fuzz:
+fuzz: ## fuzz the order handler for FUZZTIME (default 5000x)
 	$(GO) test -run '^$$' -fuzz '^FuzzPlaceOrder$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzStartSale$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
 
-test: services vet unit fuzz
-
-# The comparison report (reports/latest/index.html). scripts/demo.sh brings
-# up what is missing itself (docker compose where a Docker engine answers,
-# else scripts/ensure-services.sh), builds, and runs cmd/demo.
-demo:
-	@bash scripts/demo.sh
-
-.PHONY: demo-quick k6
-
-# The same, smaller: a few minutes (the catalog scenario takes 500 SKUs).
-demo-quick:
-	@DEMO_QUICK=1 bash scripts/demo.sh
-
-# Build the pinned k6 (loadtest/go.mod) into the go build cache; about 4
-# minutes the first time.
-k6:
-	cd loadtest && $(GO) tool -n k6
-
-clean:
-	rm -rf bin
+# The schedule explorer (internal/explore) with a budget 20 times that of
+# make test: about 5 minutes here, exhaustive for 3 buyers of every strategy
+# but version-cas and the lock strategies. EXPLORE_SEED=<n> replays a sample;
+# EXPLORE_STRATEGY=<name> runs one strategy.
+explore: services ## every schedule of 2-3 buyers per strategy, 20x make test's budget
+	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run TestEverySchedule -v ./internal/explore/
 
 # The fault scenarios (internal/faults, cmd/faults): kill -9, paused lock
 # holders, lost Redis servers, a crashed database, retried idempotent orders,
@@ -80,14 +85,12 @@ clean:
 # reports/faults/latest, and fails when a safe configuration oversold or
 # lost data. `make test` runs short forms (TestShortFaults,
 # TestShortCatalogFaults).
-# The schedule explorer (internal/explore) with a budget 20 times that of
-# make test: about 5 minutes here, exhaustive for 3 buyers of every strategy
-# but version-cas and the lock strategies. EXPLORE_SEED=<n> replays a sample;
-# EXPLORE_STRATEGY=<name> runs one strategy.
-.PHONY: explore
-explore: services
-	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run TestEverySchedule -v ./internal/explore/
-
-.PHONY: faults
-faults: services build
+faults: services build ## the fault scenarios against real servers (about 25 minutes)
 	$(GO) run ./cmd/faults -bin $(BIN)
+
+# About 4 minutes the first time.
+k6: ## build the pinned k6 (loadtest/go.mod) into the go build cache
+	cd loadtest && $(GO) tool -n k6
+
+clean: ## remove bin/
+	rm -rf bin

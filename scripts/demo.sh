@@ -7,6 +7,7 @@
 #                             # and about 20 more for the catalog of 10,000 SKUs
 #   DEMO_QUICK=1 make demo    # under 3 minutes, and about 2 more for its catalog
 #                             # (CATALOG_SKUS=0 leaves the catalog out)
+#   PUBLISH=1 make demo       # and copy the report to docs/results/<timestamp>/
 #
 # Servers: PostgreSQL and MariaDB/MySQL that already answer on 127.0.0.1 are
 # used as they are. Otherwise, where a Docker engine answers, the missing
@@ -93,4 +94,18 @@ go build -o bin/stock ./cmd/stock
 log "building the pinned k6 (loadtest/go.mod): cached after the first time, which takes about 4 minutes"
 (cd loadtest && go tool -n k6 >/dev/null)
 # STOCK_BIN: the runner uses the binary built above instead of rebuilding.
-STOCK_BIN=bin/stock exec go run ./cmd/demo "$@"
+STOCK_BIN=bin/stock go run ./cmd/demo "$@"
+
+# PUBLISH=1: copy the report as the demo wrote it (report.md, index.html,
+# results.json, from which `go run ./cmd/demo render` draws it again)
+# to docs/results/<its timestamp>/, to be committed; the README's table
+# quotes the latest of them.
+if [ "${PUBLISH:-0}" = 1 ]; then
+  run=$(basename "$(readlink -f reports/latest)")
+  dest="docs/results/$run"
+  mkdir -p "$dest"
+  for f in report.md index.html results.json; do
+    if [ -f "reports/latest/$f" ]; then cp "reports/latest/$f" "$dest/"; fi
+  done
+  log "published reports/$run to $dest"
+fi

@@ -6,8 +6,16 @@
 // places one order on each (POST /orders), and reads it again. It prints
 // one Markdown row per strategy.
 //
+// With -idle it also measures what the catalog costs when nobody buys:
+// after the load and -drain, the CPU time (user + system, utime + stime in
+// /proc/PID/stat) the instance and the servers started for it spent over
+// the -idle window, as a share of one core. Put more than one unit on
+// sale per SKU (-units) so that the catalog stays on sale after its one
+// order each.
+//
 //	go build -o /tmp/stock-rss ./cmd/stock
 //	go run ./cmd/rss -bin /tmp/stock-rss -skus 100000
+//	go run ./cmd/rss -bin /tmp/stock-rss -skus 10000 -units 20 -idle 60s -strategies redis-reserve,redis-watch
 //
 // Everything it talks to is on 127.0.0.1; it stops only the processes it
 // started, by their PIDs, and drops only the databases it created. The
@@ -18,6 +26,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -39,6 +48,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/testetcd"
@@ -55,10 +65,13 @@ const adminToken = "rss-admin-token-0123456789"
 type options struct {
 	bin        string
 	skus       int
+	units      int
 	workers    int
 	timeout    time.Duration
 	settle     time.Duration
 	linger     time.Duration
+	drain      time.Duration
+	idle       time.Duration
 	postgres   string
 	strategies []string
 	env        []string
@@ -70,6 +83,9 @@ func main() {
 	var strategies, env string
 	flag.StringVar(&o.bin, "bin", "bin/stock", "the service's binary (go build -o ... ./cmd/stock)")
 	flag.IntVar(&o.skus, "skus", 100_000, fmt.Sprintf("SKUs put on sale and ordered once each, per strategy (at most %d)", maxSKUs))
+	flag.IntVar(&o.units, "units", 1, "units put on sale per SKU (each SKU is ordered once: more than 1 keeps it on sale)")
+	flag.DurationVar(&o.idle, "idle", 0, "if set, the CPU the instance and its servers spend over this window once the load has ended and -drain passed")
+	flag.DurationVar(&o.drain, "drain", 20*time.Second, "with -idle: wait this long after the load before the idle window (the orders reach the database)")
 	flag.IntVar(&o.workers, "workers", 16, "concurrent HTTP clients")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on one strategy's load")
 	flag.DurationVar(&o.settle, "settle", 2*time.Second, "wait after /readyz before the idle reading")
@@ -81,8 +97,8 @@ func main() {
 	flag.StringVar(&env, "env", "", "comma-separated NAME=value pairs for every instance (e.g. AUDIT_EVERY=0)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the instances' logs (their folder is printed)")
 	flag.Parse()
-	if o.skus < 1 || o.skus > maxSKUs || o.workers < 1 || o.workers > 256 {
-		fmt.Fprintf(os.Stderr, "rss: -skus must be 1..%d and -workers 1..256\n", maxSKUs)
+	if o.skus < 1 || o.skus > maxSKUs || o.workers < 1 || o.workers > 256 || o.units < 1 || o.units > 1_000_000 {
+		fmt.Fprintf(os.Stderr, "rss: -skus must be 1..%d, -units 1..1000000 and -workers 1..256\n", maxSKUs)
 		os.Exit(2)
 	}
 	if err := loopback(o.postgres); err != nil {
@@ -156,15 +172,17 @@ func reservationLast(all []string) []string {
 
 // result is one strategy's measurement.
 type result struct {
-	strategy                string
-	skus                    int
-	idleRSS, afterRSS, peak int64 // bytes
-	idleHeap, afterHeap     int64 // go_memstats_heap_inuse_bytes
-	goroutines              int64
-	lingerRSS, lingerHeap   int64          // -linger after the load; 0 without it
-	failed                  map[string]int // "PUT 503" → count
-	took                    time.Duration
-	err                     error
+	strategy                 string
+	skus                     int
+	idleRSS, afterRSS, peak  int64 // bytes
+	idleHeap, afterHeap      int64 // go_memstats_heap_inuse_bytes
+	goroutines               int64
+	lingerRSS, lingerHeap    int64          // -linger after the load; 0 without it
+	idleService, idleServers float64        // -idle: share of one core; -1 without it
+	idleCalls                string         // -idle: the Redis commands per second in the window
+	failed                   map[string]int // "PUT 503" → count
+	took                     time.Duration
+	err                      error
 }
 
 func run(ctx context.Context, o options) error {
@@ -177,8 +195,8 @@ func run(ctx context.Context, o options) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	fmt.Printf("| strategy | SKUs | idle VmRSS | VmRSS after | growth | VmHWM | Go heap in use idle → after | goroutines after | failed requests | load | VmRSS, heap %s later |\n", o.linger)
-	fmt.Printf("|---|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|\n")
+	fmt.Printf("| strategy | SKUs | idle VmRSS | VmRSS after | growth | VmHWM | Go heap in use idle → after | goroutines after | failed requests | load | VmRSS, heap %s later | idle CPU over %s: instance, its servers |\n", o.linger, o.idle)
+	fmt.Printf("|---|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|\n")
 	var errs []error
 	for _, s := range o.strategies {
 		if ctx.Err() != nil {
@@ -194,9 +212,16 @@ func run(ctx context.Context, o options) error {
 		if r.lingerRSS > 0 {
 			later = mb(r.lingerRSS) + ", " + mb(r.lingerHeap)
 		}
-		fmt.Printf("| `%s` | %d | %s | %s | %s | %s | %s → %s | %d | %s | %s | %s |\n", s, r.skus,
+		idle := "–"
+		if r.idleService >= 0 {
+			idle = fmt.Sprintf("%.2f%%, %.2f%% of a core", 100*r.idleService, 100*r.idleServers)
+			if r.idleCalls != "" {
+				idle += " (Redis: " + r.idleCalls + ")"
+			}
+		}
+		fmt.Printf("| `%s` | %d | %s | %s | %s | %s | %s → %s | %d | %s | %s | %s | %s |\n", s, r.skus,
 			mb(r.idleRSS), mb(r.afterRSS), mb(r.afterRSS-r.idleRSS), mb(r.peak), mb(r.idleHeap), mb(r.afterHeap),
-			r.goroutines, failures(r.failed), r.took.Round(time.Second), later)
+			r.goroutines, failures(r.failed), r.took.Round(time.Second), later, idle)
 	}
 	return errors.Join(errs...)
 }
@@ -220,7 +245,7 @@ func failures(m map[string]int) string {
 // measure runs one strategy from a fresh database and fresh lock servers
 // to its second reading, and stops everything it started.
 func measure(ctx context.Context, o options, strategy, dir string) (r result) {
-	r = result{strategy: strategy, skus: o.skus, failed: map[string]int{}}
+	r = result{strategy: strategy, skus: o.skus, failed: map[string]int{}, idleService: -1, idleServers: -1}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		r.err = err
 		return r
@@ -234,7 +259,7 @@ func measure(ctx context.Context, o options, strategy, dir string) (r result) {
 		return r
 	}
 	defer dropDB()
-	env, stopServers, err := lockServers(strategy, dir)
+	env, serverPIDs, redisAddrs, stopServers, err := lockServers(strategy, dir)
 	if err != nil {
 		r.err = err
 		return r
@@ -274,7 +299,7 @@ func measure(ctx context.Context, o options, strategy, dir string) (r result) {
 	r.idleHeap, _ = gauge(ctx, client, base, "go_memstats_heap_inuse_bytes")
 
 	began := time.Now()
-	r.failed, err = load(ctx, client, base, o.skus, o.workers)
+	r.failed, err = load(ctx, client, base, o.skus, o.units, o.workers)
 	r.took = time.Since(began)
 	if err != nil {
 		r.err = fmt.Errorf("%w (log: %s)", err, svc.tail())
@@ -294,13 +319,139 @@ func measure(ctx context.Context, o options, strategy, dir string) (r result) {
 		}
 		r.lingerHeap, _ = gauge(ctx, client, base, "go_memstats_heap_inuse_bytes")
 	}
+	if o.idle > 0 {
+		// Nothing of this run talks to the instance in the window: the
+		// readings are /proc files, not requests.
+		client.CloseIdleConnections()
+		pause(ctx, o.drain)
+		before := commandCalls(ctx, redisAddrs)
+		if r.idleService, r.idleServers, err = idleCPU(ctx, svc.pid(), serverPIDs, o.idle); err != nil {
+			r.err = err
+			return r
+		}
+		r.idleCalls = callsPerSecond(before, commandCalls(ctx, redisAddrs), o.idle)
+	}
 	return r
 }
 
-// load puts skus SKUs on sale (one unit each) and orders each once, from
+// commandCalls sums each command's calls over the Redis servers (INFO
+// commandstats): what the instance asked them, plus these INFO calls.
+func commandCalls(ctx context.Context, addrs []string) map[string]int64 {
+	calls := map[string]int64{}
+	for _, addr := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr, DialerRetries: 1})
+		info, err := c.Info(ctx, "commandstats").Result()
+		_ = c.Close()
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(info) {
+			// cmdstat_xreadgroup:calls=12,usec=...
+			name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+			if !ok {
+				continue
+			}
+			n, _, _ := strings.Cut(rest, ",")
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err == nil {
+				calls[name] += v
+			}
+		}
+	}
+	return calls
+}
+
+// callsPerSecond is the commands called between two readings, per
+// second, busiest first, without the readings' own INFO.
+func callsPerSecond(before, after map[string]int64, window time.Duration) string {
+	type rate struct {
+		name string
+		n    float64
+	}
+	var rates []rate
+	for name, n := range after {
+		if d := n - before[name]; d > 0 && name != "info" && name != "hello" && name != "client|setinfo" {
+			rates = append(rates, rate{name, float64(d) / window.Seconds()})
+		}
+	}
+	if len(rates) == 0 {
+		return ""
+	}
+	slices.SortFunc(rates, func(a, b rate) int { return cmp.Compare(b.n, a.n) })
+	var parts []string
+	for _, r := range rates {
+		parts = append(parts, fmt.Sprintf("%s %.1f/s", strings.ToUpper(r.name), r.n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// idleCPU is the CPU time the service and the servers spent over window,
+// each as a share of one core.
+func idleCPU(ctx context.Context, service int, servers []int, window time.Duration) (svc, srv float64, err error) {
+	ticks := func() (s, v int64, err error) {
+		if s, err = cpuTicks(service); err != nil {
+			return 0, 0, err
+		}
+		for _, pid := range servers {
+			t, err := cpuTicks(pid)
+			if err != nil {
+				return 0, 0, err
+			}
+			v += t
+		}
+		return s, v, nil
+	}
+	s0, v0, err := ticks()
+	if err != nil {
+		return 0, 0, err
+	}
+	began := time.Now()
+	pause(ctx, window)
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	s1, v1, err := ticks()
+	if err != nil {
+		return 0, 0, err
+	}
+	elapsed := time.Since(began).Seconds() * clockTicks
+	return float64(s1-s0) / elapsed, float64(v1-v0) / elapsed, nil
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat:
+// 100 on every Linux architecture Go builds for.
+const clockTicks = 100
+
+// cpuTicks is the process's user plus system time, all its threads, in
+// clock ticks.
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after its
+	// closing parenthesis start at field 3.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return utime + stime, nil
+}
+
+// load puts skus SKUs on sale (units each) and orders each once, from
 // workers goroutines. It returns the requests that failed, by method and
 // status; an error if ctx ended first.
-func load(ctx context.Context, client *http.Client, base string, skus, workers int) (map[string]int, error) {
+func load(ctx context.Context, client *http.Client, base string, skus, units, workers int) (map[string]int, error) {
+	stock := `{"available":` + strconv.Itoa(units) + `}`
 	var (
 		next   atomic.Int64
 		mu     sync.Mutex
@@ -320,7 +471,7 @@ func load(ctx context.Context, client *http.Client, base string, skus, workers i
 					return
 				}
 				sku := "rss-" + strconv.FormatInt(i, 10)
-				if st := send(ctx, client, http.MethodPut, base+"/admin/stock/"+sku, `{"available":1}`); st != http.StatusOK {
+				if st := send(ctx, client, http.MethodPut, base+"/admin/stock/"+sku, stock); st != http.StatusOK {
 					fail(fmt.Sprintf("PUT %d", st))
 					continue
 				}
@@ -476,8 +627,8 @@ func scratchDatabase(ctx context.Context, server, strategy string) (string, func
 
 // lockServers starts the servers strategy needs, fresh ones for each
 // strategy (so no state of one run reaches the next), and returns the
-// service's variables for them and what stops them.
-func lockServers(strategy, dir string) (env []string, stop func(), err error) {
+// service's variables for them, their PIDs and what stops them.
+func lockServers(strategy, dir string) (env []string, pids []int, redisAddrs []string, stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for _, s := range slices.Backward(stops) {
@@ -502,45 +653,51 @@ func lockServers(strategy, dir string) (env []string, stop func(), err error) {
 			}
 			stops = append(stops, s.Stop)
 			addrs = append(addrs, s.Addr)
+			pids = append(pids, s.PID())
 		}
+		redisAddrs = append(redisAddrs, addrs...)
 		return addrs, nil
 	}
 	switch strategy {
 	case inventory.NameRedisLock, inventory.NameLegacyGetset:
 		addrs, err := redisServers(1)
 		if err != nil {
-			return nil, stop, err
+			return nil, nil, nil, stop, err
 		}
 		env = append(env, "REDIS_ADDRS="+addrs[0])
 	case inventory.NameRedlock:
 		addrs, err := redisServers(5)
 		if err != nil {
-			return nil, stop, err
+			return nil, nil, nil, stop, err
 		}
 		env = append(env, "REDIS_ADDRS="+strings.Join(addrs, ","))
 	case inventory.NameRedisReserve, inventory.NameRedisWatch:
 		addrs, err := redisServers(1, "--appendonly", "yes", "--appendfsync", "always")
 		if err != nil {
-			return nil, stop, err
+			return nil, nil, nil, stop, err
 		}
 		env = append(env, "REDIS_ADDRS="+addrs[0])
 	case inventory.NameEtcdLock:
 		c, err := testetcd.Spawn(filepath.Join(dir, "etcd"), 1)
 		if err != nil {
-			return nil, stop, err
+			return nil, nil, nil, stop, err
 		}
 		stops = append(stops, c.Stop)
+		for _, m := range c.Members {
+			pids = append(pids, m.PID())
+		}
 		env = append(env, "ETCD_ENDPOINTS="+strings.Join(c.Endpoints(), ","))
 	case inventory.NameZKLock:
 		// zk-lock keeps a folder and a fence node per SKU in ZooKeeper.
 		s, err := testzk.SpawnSized(filepath.Join(dir, "zookeeper"), 0, "1g")
 		if err != nil {
-			return nil, stop, err
+			return nil, nil, nil, stop, err
 		}
 		stops = append(stops, s.Stop)
+		pids = append(pids, s.PID())
 		env = append(env, "ZK_SERVERS="+s.Addr)
 	}
-	return env, stop, nil
+	return env, pids, redisAddrs, stop, nil
 }
 
 // service is the instance under measurement.

@@ -3,7 +3,7 @@
 // DATABASE_URL. `stock migrate` applies the schema and exits; `stock
 // strategies` lists the valid STRATEGY values.
 //
-// Configuration is read from the environment; see config.go and the README.
+// Configuration is read from the environment; see config.go and docs/configuration.md.
 package main
 
 import (

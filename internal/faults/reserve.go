@@ -62,8 +62,8 @@ func (e *Env) ReserveRedisRestart(ctx context.Context, strategy string) Result {
 // answered 201: the instances find no sale in Redis and fail closed (503)
 // rather than sell from an empty key, until an operator starts the sale
 // again (the run does not: it checks that the instances keep refusing). The
-// orders still in the stream at the kill are lost with it, as the README
-// says; the run counts them (each was answered before the kill) and checks
+// orders still in the stream at the kill are lost with it, as
+// docs/design/reservation-durability.md says; the run counts them (each was answered before the kill) and checks
 // the database on its own: no oversell, the stock row's units all in order
 // rows, no row without its request.
 func (e *Env) ReserveRedisWiped(ctx context.Context) Result {

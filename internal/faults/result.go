@@ -168,7 +168,7 @@ type Figures struct {
 	SlowestSeconds *float64 `json:"slowest_answer_seconds,omitempty"`
 	// LostWithRedisData: orders answered 201 before the reservation Redis
 	// lost its data (8-reserve-redis-wiped) that were still in its stream,
-	// not yet in the database: gone with it, as the README says.
+	// not yet in the database: gone with it, as docs/design/reservation-durability.md says.
 	LostWithRedisData *int `json:"lost_with_redis_data,omitempty"`
 	// Dropped arrivals: the open-model load found every worker busy.
 	Dropped int64 `json:"dropped_arrivals,omitempty"`

@@ -70,7 +70,7 @@ func TestRouterAnswersJSON(t *testing.T) {
 	}
 }
 
-// TestAnswersBeforeTheRouter pins what README says net/http answers itself,
+// TestAnswersBeforeTheRouter pins what docs/api.md says net/http answers itself,
 // before any handler runs: these are plain text, not the JSON error shape.
 func TestAnswersBeforeTheRouter(t *testing.T) {
 	srv := httptest.NewServer(httpapi.New(failingInventory{err: errors.New("must not be called")}))
@@ -102,7 +102,7 @@ func TestAnswersBeforeTheRouter(t *testing.T) {
 				t.Errorf("status %d, want %d", resp.StatusCode, c.status)
 			}
 			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-				t.Errorf("Content-Type %q: README says text/plain", ct)
+				t.Errorf("Content-Type %q: docs/api.md says text/plain", ct)
 			}
 		})
 	}

@@ -94,7 +94,7 @@ func DescribeStrategy(name string) Strategy {
 		return s
 	}
 	return Strategy{Name: name, Safe: !IsControl(name), Unknown: true,
-		How: "A strategy this report has no description of; see the service's README."}
+		How: "A strategy this report has no description of; see the service's docs/strategies.md."}
 }
 
 // fmtInt writes 1234567 as 1,234,567.

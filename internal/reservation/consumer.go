@@ -69,6 +69,7 @@ type Consumer struct {
 	claimIdle  time.Duration
 	claimEvery time.Duration
 	sweepEvery time.Duration
+	sweepPage  int64
 	writeLimit time.Duration
 	log        *slog.Logger
 	obs        Observer
@@ -103,14 +104,24 @@ func WithClaimIdle(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.claimIdle = max(time.Millisecond, d) }
 }
 
-// WithSweep sets how often the consumer walks the whole catalog for
-// streams that hold entries nobody is reading (an instance died before its
-// consumer read them), and takes sales sold out and drained off it. It
-// bounds how late such orders are written, and its cost is the catalog's
-// size per period: with 10,000 SKUs and the default, two commands per SKU
-// every 10 s, pipelined by the thousand. Default 10s.
+// WithSweep sets how often the consumer reads the next page of the
+// catalog (WithSweepPage SKUs) for streams that hold entries nobody is
+// reading (an instance died before its consumer read them), and takes
+// sales sold out and drained off it. A page that found such entries is
+// followed by the next one a tenth of the period later, so that a
+// catalog of orders left behind is taken up at ten pages a period. The
+// idle cost is one page per period, whatever the catalog's size: two
+// commands per SKU, pipelined, 200 a second with the defaults. An idle
+// walk of the whole catalog takes catalog/page periods: 100 s for
+// 10,000 SKUs. Default 10s.
 func WithSweep(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.sweepEvery = max(10*time.Millisecond, d) }
+}
+
+// WithSweepPage sets how many SKUs of the catalog one sweep reads, in one
+// pipelined round trip. Default 1,000.
+func WithSweepPage(n int) ConsumerOption {
+	return func(c *Consumer) { c.sweepPage = int64(max(1, n)) }
 }
 
 // WithConsumerLogger sets the logger. Default slog.Default().
@@ -126,7 +137,7 @@ func (s *Store) NewConsumer(sink Sink, opts ...ConsumerOption) *Consumer {
 	c := &Consumer{
 		store: s, sink: sink,
 		name:  fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]),
-		batch: 512, poll: 10 * time.Millisecond, claimIdle: 5 * time.Second, sweepEvery: 10 * time.Second,
+		batch: 512, poll: 10 * time.Millisecond, claimIdle: 5 * time.Second, sweepEvery: 10 * time.Second, sweepPage: 1000,
 		writeLimit: 10 * time.Second, log: slog.Default(), obs: nopObserver{},
 	}
 	for _, o := range opts {
@@ -212,6 +223,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var (
 		working   = &workingSet{byKey: map[string]*stream{}}
 		nextSweep time.Time // now: the streams left by earlier instances
+		sweepFrom int64     // the catalog index of the next sweep's page
 		backoff   time.Duration
 	)
 	for ctx.Err() == nil {
@@ -223,10 +235,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		c.relist(ctx, joined)
 		if !time.Now().Before(nextSweep) {
-			for _, sku := range c.sweep(ctx) {
+			var found []string
+			found, sweepFrom = c.sweep(ctx, sweepFrom)
+			for _, sku := range found {
 				working.add(sku, true)
 			}
-			nextSweep = time.Now().Add(c.sweepEvery)
+			if len(found) > 0 && sweepFrom > 0 {
+				nextSweep = time.Now().Add(c.sweepEvery / 10) // more may be left further on
+			} else {
+				nextSweep = time.Now().Add(c.sweepEvery)
+			}
 		}
 		round := working.next(roundSKUs)
 		progress, failed := c.claim(ctx, round)
@@ -453,71 +471,65 @@ func (c *Consumer) relist(ctx context.Context, skus []string) {
 	}
 }
 
-// sweepPage is how many SKUs of the catalog one sweep round trip covers.
-const sweepPage = 1000
-
-// sweep walks the catalog and returns the SKUs whose streams hold entries.
-// A SKU whose sale is sold out and whose stream is empty leaves the
-// catalog (retireScript: unless a StartSale has announced a newer sale
-// since). Errors end the walk early; the next sweep walks again.
-func (c *Consumer) sweep(ctx context.Context) []string {
-	var (
-		found  []string
-		retire []redis.Z
-	)
+// sweep reads the page of the catalog that starts at index from and
+// returns the SKUs whose streams hold entries, and the index the next
+// page starts at (0 after the last page: the next walk starts over). A
+// SKU whose sale is sold out and whose stream is empty leaves the catalog
+// (retireScript: unless a StartSale has announced a newer sale since). On
+// an error the next sweep reads the same page again.
+func (c *Consumer) sweep(ctx context.Context, from int64) (found []string, next int64) {
 	rdb := c.store.rdb
-	defer func() {
-		// After the walk: a member deleted during it would shift the
-		// pages after it down, and the walk would skip SKUs.
-		for _, z := range retire {
-			if err := retireScript.Run(ctx, rdb, []string{c.store.catalogKey()}, z.Member, int64(z.Score)).Err(); err != nil && ctx.Err() == nil {
-				c.log.Warn("reservation consumer: taking a finished sale off the catalog failed", "sku", z.Member, "err", err)
-			}
+	page, err := rdb.ZRangeWithScores(ctx, c.store.catalogKey(), from, from+c.sweepPage-1).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("reservation consumer: reading the catalog failed", "consumer", c.name, "err", err)
 		}
-	}()
-	for start := int64(0); ctx.Err() == nil; start += sweepPage {
-		page, err := rdb.ZRangeWithScores(ctx, c.store.catalogKey(), start, start+sweepPage-1).Result()
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("reservation consumer: reading the catalog failed", "consumer", c.name, "err", err)
-			}
-			return found
-		}
-		lengths := make([]*redis.IntCmd, len(page))
-		sales := make([]*redis.SliceCmd, len(page))
-		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, z := range page {
-				k := c.store.keys(z.Member.(string))
-				lengths[i] = p.XLen(ctx, k.orders)
-				sales[i] = p.HMGet(ctx, k.sale, "available", "base")
-			}
-			return nil
-		})
+		return nil, from
+	}
+	next = from + int64(len(page))
+	if int64(len(page)) < c.sweepPage {
+		next = 0
+	}
+	lengths := make([]*redis.IntCmd, len(page))
+	sales := make([]*redis.SliceCmd, len(page))
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, z := range page {
-			sku := z.Member.(string)
-			n, err := lengths[i].Result()
-			if err != nil {
-				continue
-			}
-			if n > 0 {
-				found = append(found, sku)
-				continue
-			}
-			v, err := sales[i].Result()
-			if err != nil || len(v) != 2 {
-				continue
-			}
-			available, _ := v[0].(string)
-			base, err := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
-			if available == "0" && err == nil && z.Score <= float64(base) {
-				retire = append(retire, redis.Z{Member: sku, Score: float64(base)})
-			}
+			k := c.store.keys(z.Member.(string))
+			lengths[i] = p.XLen(ctx, k.orders)
+			sales[i] = p.HMGet(ctx, k.sale, "available", "base")
 		}
-		if len(page) < sweepPage {
-			break
+		return nil
+	})
+	for i, z := range page {
+		sku := z.Member.(string)
+		n, err := lengths[i].Result()
+		if err != nil {
+			continue
+		}
+		if n > 0 {
+			found = append(found, sku)
+			continue
+		}
+		v, err := sales[i].Result()
+		if err != nil || len(v) != 2 {
+			continue
+		}
+		available, _ := v[0].(string)
+		base, err := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+		if available == "0" && err == nil && z.Score <= float64(base) {
+			// This page's SKUs are before the next page: each one
+			// that leaves moves the next page's start down by one,
+			// or the walk would skip a SKU.
+			removed, err := retireScript.Run(ctx, rdb, []string{c.store.catalogKey()}, sku, base).Int()
+			switch {
+			case err == nil && removed == 1 && next > 0:
+				next--
+			case err != nil && ctx.Err() == nil:
+				c.log.Warn("reservation consumer: taking a finished sale off the catalog failed", "sku", sku, "err", err)
+			}
 		}
 	}
-	return found
+	return found, next
 }
 
 // reserved is one stream entry, decoded.

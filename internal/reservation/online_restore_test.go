@@ -32,7 +32,7 @@ import (
 // is caught by the reconciler, which finds the database ahead of Redis and
 // has the sale checked, which closes it: an order after that is refused.
 // (A restore must go through a restart, which the checks catch at the next
-// order; the README says so. Between an in-place restore and the
+// order; docs/design/reservation-durability.md says so. Between an in-place restore and the
 // reconciler's next page with the SKU, the sale can sell again.)
 //
 //	sale E, 5 units; a copy of the SKU's keys is taken (5 left, no order)

@@ -8,7 +8,7 @@
 // Durability: an answer is sent only after Redis replied, and a Redis with
 // appendonly yes and appendfsync always writes and fsyncs its AOF before it
 // replies (CheckDurable refuses any other). What survives what is written
-// in the README ("redis-reserve").
+// in docs/design/reservation-durability.md.
 package reservation
 
 import (

@@ -109,14 +109,31 @@ func Spawn(dir string, n int) (*Cluster, error) {
 	return nil, err
 }
 
+// SpawnAt starts a single member that serves clients on 127.0.0.1:client
+// and its peers on 127.0.0.1:peer, with its data in dir (kept: started
+// again on the same dir, it comes back with its data), for a server that
+// must sit on known ports (cmd/servers). Stop it with Stop.
+func SpawnAt(dir string, client, peer int) (*Cluster, error) {
+	if _, err := os.Stat(Bin); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoEtcd, err)
+	}
+	return spawnOn(dir, 1, func(i int) (int, int) { return client, peer })
+}
+
 func spawn(dir string, n int) (*Cluster, error) {
+	return spawnOn(dir, n, func(int) (int, int) { return freePort(), freePort() })
+}
+
+// spawnOn starts n members; ports gives member i's client and peer ports.
+func spawnOn(dir string, n int, ports func(i int) (client, peer int)) (*Cluster, error) {
 	c := &Cluster{}
 	var initial []string
 	for i := range n {
+		client, peer := ports(i)
 		m := &Member{
 			Name:       fmt.Sprintf("m%d", i+1),
-			ClientAddr: "127.0.0.1:" + strconv.Itoa(freePort()),
-			peerURL:    "http://127.0.0.1:" + strconv.Itoa(freePort()),
+			ClientAddr: "127.0.0.1:" + strconv.Itoa(client),
+			peerURL:    "http://127.0.0.1:" + strconv.Itoa(peer),
 			dir:        filepath.Join(dir, fmt.Sprintf("m%d", i+1)),
 		}
 		initial = append(initial, m.Name+"="+m.peerURL)

@@ -264,3 +264,14 @@ func (w *readyWriter) String() string {
 	defer w.mu.Unlock()
 	return w.buf.String()
 }
+
+// PID is the server's process id, 0 when it is not running: for readings
+// of its CPU time in /proc.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}

@@ -434,3 +434,14 @@ func (t *tail) String() string {
 	defer t.mu.Unlock()
 	return t.buf.String()
 }
+
+// PID is the server's process id, 0 when it is not running or was not
+// started here: for readings of its CPU time in /proc.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
