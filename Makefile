@@ -44,10 +44,13 @@ tidy: ## fail if either Go module is not tidy
 	$(GO) mod tidy -diff
 	cd loadtest && $(GO) mod tidy -diff
 
-vet: tidy tracked ## gofmt, go vet, tidy modules, no tracked executables
+# staticcheck is pinned in go.mod as a tool (go get -tool): `go tool
+# staticcheck` builds that version, the same on every machine.
+vet: tidy tracked ## gofmt, go vet, staticcheck, tidy modules, no tracked executables
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 # Build outputs are never committed: a tracked file that is an executable
 # (ELF) or larger than 1 MB fails.

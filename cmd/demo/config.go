@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/envconf"
+	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/report"
 )
 
@@ -41,12 +42,12 @@ type plan struct {
 
 	BurstStock, BurstBuyers, BurstVUs int
 	BurstMaxDuration                  time.Duration
-	// BurstMinSeconds sizes the burst of a strategy whose rate is not
+	// BurstMin sizes the burst of a strategy whose rate is not
 	// bounded by one transaction per order (batched, redis-reserve): its stock is at
 	// least this long at the load generators' ceiling, so that its burst
 	// measures selling, not start-up. Every strategy keeps the buyers per
 	// unit of BURST_BUYERS/BURST_STOCK.
-	BurstMinSeconds time.Duration
+	BurstMin time.Duration
 	// GoBurstStrategies get the same burst from the Go client too.
 	GoBurstStrategies []string
 	// Rounds is how often each strategy's burst and steady run, and the
@@ -143,7 +144,7 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	p.BurstBuyers = integer("BURST_BUYERS", defBuyers, 1, 1_000_000)
 	p.BurstVUs = integer("BURST_VUS", defVUs, 1, 2000)
 	p.BurstMaxDuration = duration("BURST_MAX_DURATION", defMax)
-	p.BurstMinSeconds = duration("BURST_MIN_SECONDS", 3*time.Second)
+	p.BurstMin = duration("BURST_MIN_SECONDS", 3*time.Second)
 	p.GoBurstStrategies = splitList(str("GO_BURST_STRATEGIES", "batched,conditional,redis-reserve"))
 	p.Rounds = integer("BURST_ROUNDS", defRounds, 1, 9)
 	p.SteadyDuration = duration("STEADY_DURATION", defSteady)
@@ -252,36 +253,44 @@ func splitList(s string) []string {
 
 // The strategies that count the stock in a durable Redis of their own.
 const (
-	reserveStrategy = "redis-reserve"
-	watchStrategy   = "redis-watch"
+	reserveStrategy = inventory.NameRedisReserve
+	watchStrategy   = inventory.NameRedisWatch
 )
 
-func isReserved(strategy string) bool {
-	return strategy == reserveStrategy || strategy == watchStrategy
+// registered is what the registry says of strategy (the zero value for a
+// name it does not know: it needs no server and is in no family).
+func registered(strategy string) inventory.StrategyInfo {
+	s, _ := inventory.LookupStrategy(strategy)
+	return s
 }
 
-// needsRedis reports whether a strategy takes its lock in Redis, and so
-// needs REDIS_ADDRS (redis-lock uses the first address, redlock all).
+func isReserved(strategy string) bool {
+	return registered(strategy).Family == inventory.FamilyReserved
+}
+
+// needsRedis reports whether a strategy keeps its lock or its stock in
+// Redis, and so needs REDIS_ADDRS (redis-lock uses the first address,
+// redlock all).
 func needsRedis(strategy string) bool {
-	return strings.Contains(strategy, "redis") || strings.Contains(strategy, "redlock") || strategy == "legacy-getset"
+	s := registered(strategy)
+	return s.NeedsServer(inventory.ServerRedis) || s.NeedsServer(inventory.ServerRedisQuorum) || s.NeedsServer(inventory.ServerDurableRedis)
 }
 
 // needsEtcd reports whether a strategy takes its lock in etcd, and so needs
 // ETCD_ENDPOINTS.
-func needsEtcd(strategy string) bool {
-	return strings.Contains(strategy, "etcd")
-}
+func needsEtcd(strategy string) bool { return registered(strategy).NeedsServer(inventory.ServerEtcd) }
 
 // needsZooKeeper reports whether a strategy takes its lock in ZooKeeper, and
 // so needs ZK_SERVERS.
 func needsZooKeeper(strategy string) bool {
-	return strategy == "zk-lock" || strings.Contains(strategy, "zookeeper")
+	return registered(strategy).NeedsServer(inventory.ServerZooKeeper)
 }
 
 // isLockStrategy reports whether a strategy takes a lock outside the
 // database, and so reads LOCK_TTL.
 func isLockStrategy(strategy string) bool {
-	return !isReserved(strategy) && (needsRedis(strategy) || needsEtcd(strategy) || needsZooKeeper(strategy))
+	s := registered(strategy)
+	return s.Family == inventory.FamilyLock && len(s.Needs) > 0
 }
 
 // buyersPerUnit is the one ratio of buyers to units of every burst.
@@ -307,7 +316,7 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 		{Name: "rounds", Value: strconv.Itoa(p.Rounds), Note: "ceilings, then every strategy's burst and steady run; the strategies take turns round by round, the report shows medians"},
 		{Name: "burst", Value: fmt.Sprintf("STOCK=%d BUYERS=%d VUS=%d MAX_DURATION=%s", p.BurstStock, p.BurstBuyers, p.BurstVUs, p.BurstMaxDuration), Note: "shared-iterations: one order of 1 unit per buyer"},
 		{Name: "buyers per unit", Value: strconv.FormatFloat(p.buyersPerUnit(), 'f', -1, 64), Note: "BURST_BUYERS/BURST_STOCK, the same for every strategy"},
-		{Name: "BURST_MIN_SECONDS", Value: p.BurstMinSeconds.String(), Note: "batched's and redis-reserve's stock is at least this long at k6's /healthz ceiling (their rates are not bounded by one commit per order), with the same buyers per unit; the others keep BURST_STOCK"},
+		{Name: "BURST_MIN_SECONDS", Value: p.BurstMin.String(), Note: "batched's and redis-reserve's stock is at least this long at k6's /healthz ceiling (their rates are not bounded by one commit per order), with the same buyers per unit; the others keep BURST_STOCK"},
 		{Name: "GO_BURST_STRATEGIES", Value: strings.Join(p.GoBurstStrategies, ","), Note: "get the same burst from the Go client (cmd/demo, HTTP/1.1 keep-alive, as many workers as k6's VUs), on a SKU of their own"},
 		{Name: "steady", Value: fmt.Sprintf("DURATION=%s MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs), Note: "constant-arrival-rate, all VUs pre-allocated"},
 	}

@@ -156,7 +156,7 @@ func (d *demo) burstStock(strategy string) int64 {
 	} else if g := d.rep.GoLoadGen; g != nil {
 		ceiling = g.RequestsPerSec
 	}
-	return max(stock, int64(math.Ceil(ceiling*d.p.BurstMinSeconds.Seconds())))
+	return max(stock, int64(math.Ceil(ceiling*d.p.BurstMin.Seconds())))
 }
 
 // burstMaxDuration bounds a burst of r's size: BURST_MAX_DURATION, and at

@@ -272,7 +272,7 @@ func rerunCommands(p plan, commit string) []string {
 		fmt.Sprintf("DB_MAX_CONNS=%d", p.DBMaxConns),
 		fmt.Sprintf("NAIVE_RACE_WINDOW=%s", p.NaiveRaceWindow),
 		fmt.Sprintf("BURST_STOCK=%d BURST_BUYERS=%d BURST_VUS=%d BURST_MAX_DURATION=%s BURST_ROUNDS=%d", p.BurstStock, p.BurstBuyers, p.BurstVUs, p.BurstMaxDuration, p.Rounds),
-		fmt.Sprintf("BURST_MIN_SECONDS=%s GO_BURST_STRATEGIES=%s", p.BurstMinSeconds, strings.Join(p.GoBurstStrategies, ",")),
+		fmt.Sprintf("BURST_MIN_SECONDS=%s GO_BURST_STRATEGIES=%s", p.BurstMin, strings.Join(p.GoBurstStrategies, ",")),
 		fmt.Sprintf("STEADY_DURATION=%s STEADY_MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs),
 		fmt.Sprintf("CEILING_DURATION=%s LOADGEN_VUS=%d LOADGEN_DURATION=%s", p.CeilingDuration, p.LoadGenVUs, p.LoadGenDuration),
 	}

@@ -34,7 +34,15 @@ func buildAdmission(cfg config, s inventory.Strategy, log *slog.Logger) (invento
 	}
 	log.Info("admission: at most ADMISSION_LIMIT orders per SKU in the database at once, across the instances",
 		"admission_limit", cfg.AdmissionLimit, "redis", cfg.RedisAddrs[0])
-	admitted := inventory.LimitRowWork(inventory.AdmitThrough(unwrapRowGate(s), inventorylock.Admission(sem)), cfg.RowMaxInFlight)
+	admitted, err := inventory.AdmitThrough(unwrapRowGate(s), inventorylock.Admission(sem))
+	if err == nil {
+		admitted, err = inventory.LimitRowWork(admitted, cfg.RowMaxInFlight)
+	}
+	if err != nil {
+		_ = sem.Close()
+		_ = rdb.Close()
+		return nil, nil, err
+	}
 	return admitted, func() {
 		_ = sem.Close()
 		_ = rdb.Close()

@@ -83,10 +83,7 @@ type config struct {
 const minAdminTokenLength = 16
 
 // strategyNames lists every value STRATEGY accepts.
-func strategyNames() []string {
-	return slices.Concat(inventory.SQLStrategyNames, []string{inventory.NameBatched}, inventory.LockStrategyNames,
-		inventory.ReservedStrategyNames, []string{inventory.NameLegacyGetset})
-}
+func strategyNames() []string { return inventory.StrategyNames() }
 
 func isLockStrategy(name string) bool { return slices.Contains(inventory.LockStrategyNames, name) }
 

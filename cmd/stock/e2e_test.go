@@ -377,7 +377,7 @@ func TestFencingDemonstration(t *testing.T) {
 	for _, strategy := range inventory.LockStrategyNames {
 		demos = append(demos, demo{strategy, "on"}, demo{strategy, "off"})
 	}
-	// The seeds' SETNX + GETSET lock has no token to fence with: the
+	// The classic SETNX + GETSET lock of older Redis articles has no token to fence with: the
 	// frozen holder's late write goes through, as with FENCING=off.
 	demos = append(demos, demo{inventory.NameLegacyGetset, "off"})
 	for _, d := range demos {

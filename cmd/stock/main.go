@@ -109,18 +109,18 @@ func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.S
 // wait, and ROW_MAX_IN_FLIGHT keeps a flood on one SKU from taking the
 // whole pool. version-cas bounds its attempts itself.
 func buildSQLStrategy(cfg config) (inventory.Strategy, error) {
-	perProcess := func(s inventory.Strategy) inventory.Strategy {
+	perProcess := func(s inventory.Strategy) (inventory.Strategy, error) {
 		return inventory.LimitRowWork(s, cfg.RowMaxInFlight)
 	}
 	switch cfg.Strategy {
 	case inventory.NameNaive:
-		return perProcess(inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow))), nil
+		return perProcess(inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow)))
 	case inventory.NameForUpdate:
-		return perProcess(inventory.NewForUpdate()), nil
+		return perProcess(inventory.NewForUpdate())
 	case inventory.NameVersionCAS:
 		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts), inventory.WithMaxInFlight(cfg.CASMaxInFlight)), nil
 	case inventory.NameConditional:
-		return perProcess(inventory.NewConditional()), nil
+		return perProcess(inventory.NewConditional())
 	}
 	return nil, fmt.Errorf("STRATEGY=%q is not built in", cfg.Strategy)
 }

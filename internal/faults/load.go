@@ -33,13 +33,6 @@ const (
 	ansOther                     // any other status (a 500 would be a bug)
 )
 
-// claimsNothing reports whether the answer says that this attempt made no
-// order: an order row of a request whose every attempt claimed nothing is a
-// phantom.
-func (a answer) claimsNothing() bool {
-	return a == ansSoldOut || a == ansBusy || a == ansUnavailable || a == ansRefused
-}
-
 // outcome is the history outcome of one attempt. A 503 unavailable counts as
 // unknown for the checker whatever its message says; the database check
 // holds the service to its "nothing was deducted" separately.

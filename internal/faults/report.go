@@ -19,70 +19,8 @@ import (
 // an instance kill with a catalog of 10,000 SKUs on sale; scenario 10 is
 // the restart table (RestartTable) for 200, 2,000 and 10,000 SKUs.
 func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
-	type step struct {
-		scenario int
-		run      func() Result
-	}
-	steps := []step{
-		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameConditional) }},
-		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameForUpdate) }},
-		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameBatched) }},
-		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameBatched) }},
-		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameEtcdLock) }},
-		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameZKLock) }},
-		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameDBLock) }},
-		{1, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameRedisReserve) }},
-		{1, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameRedisWatch) }},
-		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
-		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
-		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "on") }},
-		{2, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "off") }},
-		{2, func() Result { return e.PausedHolder(ctx, inventory.NameDBLock, "on") }},
-		{2, func() Result { return e.PausedHolder(ctx, inventory.NameDBLock, "off") }},
-		// The seeds' SETNX + GETSET lock has no fencing to turn on: its
-		// paused holder wakes, writes, and deletes its successor's lock.
-		{2, func() Result { return e.PausedHolder(ctx, inventory.NameLegacyGetset, "off") }},
-		{3, func() Result { return e.RedlockNodeLoss(ctx) }},
-		{3, func() Result { return e.RedlockDownRate(ctx) }},
-		{4, func() Result { return e.RedisRestart(ctx) }},
-		{5, func() Result { return e.DatabaseRestart(ctx, e.Postgres) }},
-		{5, func() Result { return e.DatabaseRestart(ctx, e.MariaDB) }},
-		{6, func() Result { return e.IdempotentRetries(ctx) }},
-		{7, func() Result { return e.CoordinatorLeaderKill(ctx, inventory.NameEtcdLock) }},
-		{7, func() Result { return e.PausedHolder(ctx, inventory.NameEtcdLock, "on") }},
-		{7, func() Result { return e.PausedHolder(ctx, inventory.NameEtcdLock, "off") }},
-		{7, func() Result { return e.CoordinatorLeaderKill(ctx, inventory.NameZKLock) }},
-		{7, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "on") }},
-		{7, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "off") }},
-		{8, func() Result { return e.ReserveRedisRestart(ctx, inventory.NameRedisReserve) }},
-		{8, func() Result { return e.ReserveRedisRestart(ctx, inventory.NameRedisWatch) }},
-		{8, func() Result { return e.ReserveRedisWiped(ctx) }},
-		{8, func() Result { return e.ReserveDatabaseDown(ctx, e.Postgres, inventory.NameRedisReserve) }},
-		{8, func() Result { return e.ReserveDatabaseDown(ctx, e.MariaDB, inventory.NameRedisReserve) }},
-	}
-	for _, s := range inventory.ReservedStrategyNames {
-		steps = append(steps, step{9, func() Result { return e.CatalogRedisRestart(ctx, s) }})
-	}
-	for _, s := range inventory.ReservedStrategyNames {
-		steps = append(steps, step{9, func() Result { return e.CatalogRedisWiped(ctx, s) }})
-	}
-	for _, s := range CatalogStrategies {
-		steps = append(steps, step{9, func() Result { return e.CatalogDatabaseKill(ctx, e.Postgres, s) }})
-	}
-	for _, s := range CatalogStrategies {
-		steps = append(steps, step{9, func() Result { return e.CatalogInstanceKill(ctx, "postgres", s) }})
-	}
-	sizes := RestartTableSizes
-	if e.Short {
-		sizes = sizes[:2]
-	}
-	for _, s := range inventory.ReservedStrategyNames {
-		for _, n := range sizes {
-			steps = append(steps, step{10, func() Result { return e.RestartTable(ctx, s, n) }})
-		}
-	}
 	var results []Result
-	for _, s := range steps {
+	for _, s := range e.steps(ctx) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -91,6 +29,80 @@ func (e *Env) All(ctx context.Context, want func(scenario int) bool) []Result {
 		}
 	}
 	return results
+}
+
+// step is one run of the suite: its scenario, the strategy it puts
+// through the fault, and what runs it.
+type step struct {
+	scenario int
+	strategy string
+	run      func() Result
+}
+
+// steps lists the suite's runs in order, without running them. Every
+// safe strategy of the registry is in a kill -9 run at least
+// (TestEverySafeStrategyFacesTheFaults).
+func (e *Env) steps(ctx context.Context) []step {
+	steps := []step{
+		{1, inventory.NameConditional, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameConditional) }},
+		{1, inventory.NameForUpdate, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameForUpdate) }},
+		{1, inventory.NameVersionCAS, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameVersionCAS) }},
+		{1, inventory.NameBatched, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameBatched) }},
+		{1, inventory.NameBatched, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameBatched) }},
+		{1, inventory.NameEtcdLock, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameEtcdLock) }},
+		{1, inventory.NameZKLock, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameZKLock) }},
+		{1, inventory.NameDBLock, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameDBLock) }},
+		{1, inventory.NameRedisReserve, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameRedisReserve) }},
+		{1, inventory.NameRedisWatch, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameRedisWatch) }},
+		{2, inventory.NameRedisLock, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "on") }},
+		{2, inventory.NameRedisLock, func() Result { return e.PausedHolder(ctx, inventory.NameRedisLock, "off") }},
+		{2, inventory.NameRedlock, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "on") }},
+		{2, inventory.NameRedlock, func() Result { return e.PausedHolder(ctx, inventory.NameRedlock, "off") }},
+		{2, inventory.NameDBLock, func() Result { return e.PausedHolder(ctx, inventory.NameDBLock, "on") }},
+		{2, inventory.NameDBLock, func() Result { return e.PausedHolder(ctx, inventory.NameDBLock, "off") }},
+		// The classic SETNX + GETSET lock of older Redis articles has no fencing to turn on: its
+		// paused holder wakes, writes, and deletes its successor's lock.
+		{2, inventory.NameLegacyGetset, func() Result { return e.PausedHolder(ctx, inventory.NameLegacyGetset, "off") }},
+		{3, inventory.NameRedlock, func() Result { return e.RedlockNodeLoss(ctx) }},
+		{3, inventory.NameRedlock, func() Result { return e.RedlockDownRate(ctx) }},
+		{4, inventory.NameRedisLock, func() Result { return e.RedisRestart(ctx) }},
+		{5, inventory.NameConditional, func() Result { return e.DatabaseRestart(ctx, e.Postgres) }},
+		{5, inventory.NameConditional, func() Result { return e.DatabaseRestart(ctx, e.MariaDB) }},
+		{6, inventory.NameConditional, func() Result { return e.IdempotentRetries(ctx) }},
+		{7, inventory.NameEtcdLock, func() Result { return e.CoordinatorLeaderKill(ctx, inventory.NameEtcdLock) }},
+		{7, inventory.NameEtcdLock, func() Result { return e.PausedHolder(ctx, inventory.NameEtcdLock, "on") }},
+		{7, inventory.NameEtcdLock, func() Result { return e.PausedHolder(ctx, inventory.NameEtcdLock, "off") }},
+		{7, inventory.NameZKLock, func() Result { return e.CoordinatorLeaderKill(ctx, inventory.NameZKLock) }},
+		{7, inventory.NameZKLock, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "on") }},
+		{7, inventory.NameZKLock, func() Result { return e.PausedHolder(ctx, inventory.NameZKLock, "off") }},
+		{8, inventory.NameRedisReserve, func() Result { return e.ReserveRedisRestart(ctx, inventory.NameRedisReserve) }},
+		{8, inventory.NameRedisWatch, func() Result { return e.ReserveRedisRestart(ctx, inventory.NameRedisWatch) }},
+		{8, inventory.NameRedisReserve, func() Result { return e.ReserveRedisWiped(ctx) }},
+		{8, inventory.NameRedisReserve, func() Result { return e.ReserveDatabaseDown(ctx, e.Postgres, inventory.NameRedisReserve) }},
+		{8, inventory.NameRedisReserve, func() Result { return e.ReserveDatabaseDown(ctx, e.MariaDB, inventory.NameRedisReserve) }},
+	}
+	for _, s := range inventory.ReservedStrategyNames {
+		steps = append(steps, step{9, s, func() Result { return e.CatalogRedisRestart(ctx, s) }})
+	}
+	for _, s := range inventory.ReservedStrategyNames {
+		steps = append(steps, step{9, s, func() Result { return e.CatalogRedisWiped(ctx, s) }})
+	}
+	for _, s := range CatalogStrategies {
+		steps = append(steps, step{9, s, func() Result { return e.CatalogDatabaseKill(ctx, e.Postgres, s) }})
+	}
+	for _, s := range CatalogStrategies {
+		steps = append(steps, step{9, s, func() Result { return e.CatalogInstanceKill(ctx, "postgres", s) }})
+	}
+	sizes := RestartTableSizes
+	if e.Short {
+		sizes = sizes[:2]
+	}
+	for _, s := range inventory.ReservedStrategyNames {
+		for _, n := range sizes {
+			steps = append(steps, step{10, s, func() Result { return e.RestartTable(ctx, s, n) }})
+		}
+	}
+	return steps
 }
 
 // SuiteVerdict is failed when a run failed or could not be carried out.

@@ -27,9 +27,13 @@ type Admitted struct {
 	admission Admission
 }
 
-// AdmitThrough returns s behind admission (Admitted).
-func AdmitThrough(s Strategy, admission Admission) Strategy {
-	return &Admitted{decorated: decorated{s}, admission: admission}
+// AdmitThrough returns s behind admission (Admitted). Like LimitRowWork,
+// it refuses a strategy that takes whole orders or keeps its own books.
+func AdmitThrough(s Strategy, admission Admission) (Strategy, error) {
+	if err := wrappable("AdmitThrough", s); err != nil {
+		return nil, err
+	}
+	return &Admitted{decorated: decorated{s}, admission: admission}, nil
 }
 
 // Deduct implements Strategy.
@@ -45,7 +49,7 @@ func (a *Admitted) Deduct(ctx context.Context, sku string, quantity int64, inTx 
 // Ping checks the admission's backend (if it has a readiness check) and
 // the admitted strategy's.
 func (a *Admitted) Ping(ctx context.Context) error {
-	if p, ok := a.admission.(pinger); ok {
+	if p, ok := a.admission.(Pinger); ok {
 		if err := p.Ping(ctx); err != nil {
 			return fmt.Errorf("%w: admission: %w", ErrUnavailable, err)
 		}

@@ -55,9 +55,15 @@ func BenchmarkAdmission(b *testing.B) {
 								b.Fatal(err)
 							}
 							b.Cleanup(func() { _ = sem.Close() })
-							s = inventory.AdmitThrough(s, inventorylock.Admission(sem))
+							if s, err = inventory.AdmitThrough(s, inventorylock.Admission(sem)); err != nil {
+								b.Fatal(err)
+							}
 						}
-						svcs[i] = inventory.NewService(db, inventory.LimitRowWork(s, 4), inventory.WithOrderTimeout(30*time.Second))
+						gated, err := inventory.LimitRowWork(s, 4)
+						if err != nil {
+							b.Fatal(err)
+						}
+						svcs[i] = inventory.NewService(db, gated, inventory.WithOrderTimeout(30*time.Second))
 					}
 					if err := svcs[0].StartSale(ctx, "hot", inventory.MaxInitialStock); err != nil {
 						b.Fatal(err)

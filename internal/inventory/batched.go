@@ -143,27 +143,20 @@ func NewBatched(store BatchStore, opts ...BatchOption) *Batched {
 func (*Batched) Name() string { return NameBatched }
 
 // Deduct implements Strategy for a caller that runs the order's transaction
-// itself (a Service hands Batched whole orders instead, see takeOrder):
+// itself (a Service hands Batched whole orders instead, see TakeOrder):
 // with no batch to join, it deducts as Conditional does.
 func (*Batched) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
 	return NewConditional().Deduct(ctx, sku, quantity, inTx)
 }
 
-// takeOrder queues o for its SKU's next batch and returns its answer: the
-// order (its own, or the one its idempotency key created before), or the
-// error of this package that answers it.
-func (b *Batched) takeOrder(o *batchOrder) (Order, error) {
-	return b.batches.submit(o)
+// TakeOrder implements OrderTaker: it queues o for its SKU's next batch and
+// returns its answer: the order (its own, or the one its idempotency key
+// created before), or the error of this package that answers it.
+func (b *Batched) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
+	return b.batches.submit(newBatchOrder(ctx, o.Order, o.IdempotencyKey, o.Fingerprint))
 }
 
-// orderTaker is implemented by strategies that own the transaction of their
-// orders: the Service hands them the whole order, idempotency key included,
-// instead of a TxRunner.
-type orderTaker interface {
-	takeOrder(o *batchOrder) (Order, error)
-}
-
-var _ orderTaker = (*Batched)(nil)
+var _ OrderTaker = (*Batched)(nil)
 
 // runBatch runs one batch's transaction under ctx (the earliest deadline of
 // its orders), again after a conflict, and answers every order.

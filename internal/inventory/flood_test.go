@@ -49,7 +49,11 @@ func TestRowGateKeepsOtherSKUsServed(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
 				db := &signallingStore{Store: testdb.New(t, engine, gate+2), first: make(chan struct{}, flood+1)}
-				svc := inventory.NewService(db, inventory.LimitRowWork(build(), gate), inventory.WithOrderTimeout(5*time.Second))
+				gated, err := inventory.LimitRowWork(build(), gate)
+				if err != nil {
+					t.Fatal(err)
+				}
+				svc := inventory.NewService(db, gated, inventory.WithOrderTimeout(5*time.Second))
 				for sku, n := range map[string]int64{"a": 100, "b": 10} {
 					if err := svc.StartSale(ctx, sku, n); err != nil {
 						t.Fatal(err)

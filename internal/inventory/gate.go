@@ -75,12 +75,39 @@ type RowGated struct {
 // LimitRowWork returns s with at most n orders per SKU in their transaction
 // at once in this process (RowGated). An order that cannot enter before its
 // deadline fails with ErrBusy, having touched nothing. n <= 0 returns s
-// itself: no bound, which is what the strategies' constructors give.
-func LimitRowWork(s Strategy, n int) Strategy {
-	if n <= 0 {
-		return s
+// itself: no bound, which is what the strategies' constructors give. It
+// refuses a strategy that takes whole orders or keeps its own books (an
+// OrderTaker, SaleKeeper, Auditor or Leveler): its orders would never pass
+// the gate, and a wrapper that dropped those capabilities would turn it
+// into another strategy.
+func LimitRowWork(s Strategy, n int) (Strategy, error) {
+	if err := wrappable("LimitRowWork", s); err != nil {
+		return nil, err
 	}
-	return &RowGated{decorated: decorated{s}, gate: newKeyedGate(n)}
+	if n <= 0 {
+		return s, nil
+	}
+	return &RowGated{decorated: decorated{s}, gate: newKeyedGate(n)}, nil
+}
+
+// wrappable refuses to wrap a strategy with a capability a wrapper cannot
+// pass on: the wrappers (RowGated, Admitted) act in Deduct, and forward
+// only Name, ResetSKU and Ping.
+func wrappable(wrapper string, s Strategy) error {
+	var has string
+	switch s.(type) {
+	case OrderTaker:
+		has = "takes whole orders (OrderTaker)"
+	case SaleKeeper:
+		has = "keeps its own sales (SaleKeeper)"
+	case Auditor:
+		has = "audits itself (Auditor)"
+	case Leveler:
+		has = "reports its own stock (Leveler)"
+	default:
+		return nil
+	}
+	return fmt.Errorf("inventory: %s cannot wrap %s: it %s, which the wrapper would not pass on", wrapper, s.Name(), has)
 }
 
 // Inner is the strategy the gate bounds.
@@ -105,7 +132,7 @@ func (d decorated) Name() string { return d.inner.Name() }
 
 // ResetSKU passes a new sale on to the wrapped strategy, if it keeps state.
 func (d decorated) ResetSKU(ctx context.Context, sku string) error {
-	if s, ok := d.inner.(stateResetter); ok {
+	if s, ok := d.inner.(SKUStateResetter); ok {
 		return s.ResetSKU(ctx, sku)
 	}
 	return nil
@@ -113,7 +140,7 @@ func (d decorated) ResetSKU(ctx context.Context, sku string) error {
 
 // Ping checks the wrapped strategy's own backends, if it has any.
 func (d decorated) Ping(ctx context.Context) error {
-	if p, ok := d.inner.(pinger); ok {
+	if p, ok := d.inner.(Pinger); ok {
 		return p.Ping(ctx)
 	}
 	return nil

@@ -27,7 +27,10 @@ func BenchmarkHotRow(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/%s/buyers=%d", engine, name, buyers), func(b *testing.B) {
 					ctx := context.Background()
 					db := testdb.New(b, engine, 16)
-					var strategy inventory.Strategy = inventory.LimitRowWork(inventory.NewConditional(), 4)
+					strategy, err := inventory.LimitRowWork(inventory.NewConditional(), 4)
+					if err != nil {
+						b.Fatal(err)
+					}
 					if name == inventory.NameBatched {
 						strategy = inventory.NewBatched(db)
 					}

@@ -122,14 +122,10 @@ func WithSKULookup(lookup func(ctx context.Context, sku string) error) LockedOpt
 	return func(l *Locked) { l.lookup = lookup }
 }
 
-// NameLegacyGetset is the seeds' SETNX + GETSET lock around the same
+// NameLegacyGetset is the classic SETNX + GETSET lock of older Redis articles around the same
 // read-check-write, without fencing: a control that must be seen to fail
 // (internal/locking/getsetlock), like naive.
 const NameLegacyGetset = "legacy-getset"
-
-// LockStrategyNames lists the strategies that deduct under a distributed
-// lock (Locked), one per lock backend.
-var LockStrategyNames = []string{NameRedisLock, NameRedlock, NameEtcdLock, NameZKLock, NameDBLock}
 
 // NewLocked returns a lock strategy named name (one of LockStrategyNames)
 // over locker.

@@ -9,15 +9,12 @@ import (
 
 // Names of the strategies that count stock in Redis: redis-reserve takes an
 // order with one atomic script, redis-watch with WATCH, a read, a check and
-// MULTI/EXEC (the seeds' optimistic transaction). Both keep the same keys,
+// MULTI/EXEC (Redis's textbook optimistic transaction). Both keep the same keys,
 // so instances of both may share a sale.
 const (
 	NameRedisReserve = "redis-reserve"
 	NameRedisWatch   = "redis-watch"
 )
-
-// ReservedStrategyNames lists them.
-var ReservedStrategyNames = []string{NameRedisReserve, NameRedisWatch}
 
 var (
 	// ErrSaleNotLoaded: the reservation store has no sale for the SKU: it
@@ -159,35 +156,35 @@ func NewReserved(res Reservations, db EpochSales, opts ...ReservedOption) *Reser
 }
 
 var (
-	_ orderTaker  = (*Reserved)(nil)
-	_ saleStarter = (*Reserved)(nil)
-	_ auditor     = (*Reserved)(nil)
-	_ leveler     = (*Reserved)(nil)
-	_ pinger      = (*Reserved)(nil)
+	_ OrderTaker = (*Reserved)(nil)
+	_ SaleKeeper = (*Reserved)(nil)
+	_ Auditor    = (*Reserved)(nil)
+	_ Leveler    = (*Reserved)(nil)
+	_ Pinger     = (*Reserved)(nil)
 )
 
 // Name implements Strategy.
 func (r *Reserved) Name() string { return r.name }
 
-// Deduct implements Strategy; the Service calls takeOrder instead, which
+// Deduct implements Strategy; the Service calls TakeOrder instead, which
 // owns the whole order.
 func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
 	return fmt.Errorf("%w: %s takes whole orders, not deductions in a transaction", ErrUnavailable, r.name)
 }
 
-// takeOrder reserves the order in the store.
-func (r *Reserved) takeOrder(o *batchOrder) (Order, error) {
-	id, err := r.res.Reserve(o.ctx, Reservation{Order: o.order, Key: o.key, Fingerprint: o.fingerprint})
+// TakeOrder implements OrderTaker: it reserves the order in the store.
+func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
+	id, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint})
 	if errors.Is(err, ErrSaleNotLoaded) {
 		// Tell an unknown SKU (404) from a sale the store lost (503).
-		if _, lerr := r.db.Level(o.ctx, o.sku); errors.Is(lerr, ErrUnknownSKU) {
+		if _, lerr := r.db.Level(ctx, o.Order.SKU); errors.Is(lerr, ErrUnknownSKU) {
 			return Order{}, lerr
 		}
 	}
 	if err != nil {
 		return Order{}, err
 	}
-	placed := o.order
+	placed := o.Order
 	// A replay: the key's fingerprint matched, so the body is this one.
 	placed.ID = id
 	return placed, nil

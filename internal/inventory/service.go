@@ -157,10 +157,10 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	}
 
 	var err error
-	if taker, ok := s.strategy.(orderTaker); ok {
+	if taker, ok := s.strategy.(OrderTaker); ok {
 		// The strategy owns the transaction (Batched): it checks the key,
 		// deducts, and records the order and its key itself.
-		placed, terr := taker.takeOrder(newBatchOrder(ctx, order, req.IdempotencyKey, fingerprint))
+		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint})
 		if terr == nil && placed.ID != order.ID {
 			replayed, terr = placed, errReplayed
 		}
@@ -291,35 +291,15 @@ func (s *Service) classify(ctx context.Context, err error) error {
 	return err
 }
 
-// Strategies that count the stock outside the database (Reserved) start
-// sales, audit and report levels themselves.
-type (
-	saleStarter interface {
-		StartSale(ctx context.Context, sku string, n int64) error
-	}
-	auditor interface {
-		Audit(ctx context.Context, sku string) (Audit, error)
-	}
-	leveler interface {
-		Level(ctx context.Context, sku string) (Level, error)
-	}
-)
-
 // Level returns a SKU's stock.
 func (s *Service) Level(ctx context.Context, sku string) (Level, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Level{}, err
 	}
-	if l, ok := s.strategy.(leveler); ok {
+	if l, ok := s.strategy.(Leveler); ok {
 		return l.Level(ctx, sku)
 	}
 	return s.store.Level(ctx, sku)
-}
-
-// stateResetter is implemented by strategies that keep state of their own
-// per SKU (lock keys, fence counters) that a new sale must clear.
-type stateResetter interface {
-	ResetSKU(ctx context.Context, sku string) error
 }
 
 // StartSale sets the SKU's stock to n, forgets its orders and idempotency
@@ -331,7 +311,7 @@ func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
 	if err := ValidateInitialStock(n); err != nil {
 		return err
 	}
-	if starter, ok := s.strategy.(saleStarter); ok {
+	if starter, ok := s.strategy.(SaleKeeper); ok {
 		return starter.StartSale(ctx, sku, n)
 	}
 	// The database first, then the strategy's state. Neither sets anything
@@ -340,7 +320,7 @@ func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
 	if err := s.store.StartSale(ctx, sku, n); err != nil {
 		return err
 	}
-	if r, ok := s.strategy.(stateResetter); ok {
+	if r, ok := s.strategy.(SKUStateResetter); ok {
 		if err := r.ResetSKU(ctx, sku); err != nil {
 			return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name(), sku, err)
 		}
@@ -353,15 +333,10 @@ func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Audit{}, err
 	}
-	if a, ok := s.strategy.(auditor); ok {
+	if a, ok := s.strategy.(Auditor); ok {
 		return a.Audit(ctx, sku)
 	}
 	return s.store.Audit(ctx, sku)
-}
-
-// pinger is implemented by strategies that depend on a backend of their own.
-type pinger interface {
-	Ping(ctx context.Context) error
 }
 
 // Ready reports whether the database and the strategy's own backends answer.
@@ -369,7 +344,7 @@ func (s *Service) Ready(ctx context.Context) error {
 	if err := s.store.Ping(ctx); err != nil {
 		return err
 	}
-	if p, ok := s.strategy.(pinger); ok {
+	if p, ok := s.strategy.(Pinger); ok {
 		return p.Ping(ctx)
 	}
 	return nil

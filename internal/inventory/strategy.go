@@ -17,9 +17,6 @@ const (
 	NameConditional = "conditional"
 )
 
-// SQLStrategyNames lists the strategies that need nothing but the database.
-var SQLStrategyNames = []string{NameNaive, NameForUpdate, NameVersionCAS, NameConditional}
-
 // TxRunner runs deduct in the transaction of one order. When deduct returns
 // nil, the runner records the order in that same transaction and commits, so
 // a sold unit is always an order row. A strategy may call it more than once

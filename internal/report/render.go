@@ -123,13 +123,13 @@ type ceilingRow struct {
 }
 
 type backendView struct {
-	Name, Label                  string
-	Orders, Latency, Oversell    template.HTML
-	Catalog                      template.HTML
-	BurstLatency, SteadyLatency  template.HTML
-	HasCeiling                   bool
-	CeilingText, ForUpdateText   string
-	ceilingValue, forUpdateValue float64
+	Name, Label                 string
+	Orders, Latency, Oversell   template.HTML
+	Catalog                     template.HTML
+	BurstLatency, SteadyLatency template.HTML
+	HasCeiling                  bool
+	CeilingText, ForUpdateText  string
+	ceilingValue                float64
 }
 
 type tableRow struct {

@@ -19,6 +19,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // Scenarios, as loadtest/lib/profiles.js names them.
@@ -238,7 +240,7 @@ type Audit struct {
 
 // IsControl reports whether a strategy is the unsafe control, whose
 // oversell is the point of the demonstration rather than a failure.
-func IsControl(strategy string) bool { return strategy == "naive" || strategy == "legacy-getset" }
+func IsControl(strategy string) bool { return inventory.IsControl(strategy) }
 
 // Stats are the numbers of one run, from its k6 summary.
 type Stats struct {

@@ -59,7 +59,10 @@ func BenchmarkReserve(b *testing.B) {
 func benchOrders(b *testing.B, engine, name string, pipelines, buyers int) {
 	ctx := context.Background()
 	db := testdb.New(b, engine, 16)
-	var strategy inventory.Strategy = inventory.LimitRowWork(inventory.NewConditional(), 4)
+	strategy, err := inventory.LimitRowWork(inventory.NewConditional(), 4)
+	if err != nil {
+		b.Fatal(err)
+	}
 	seen := &lags{}
 	reserved := name != inventory.NameConditional
 	if reserved {

@@ -262,7 +262,7 @@ func TestFailoverBackToALaggingReplicaIsChecked(t *testing.T) {
 	qc := redis.NewClient(&redis.Options{Addr: q.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = qc.Close() })
 	ph, pp := hostPort(t, p.Addr)
-	if err := qc.SlaveOf(ctx, ph, pp).Err(); err != nil {
+	if err := qc.ReplicaOf(ctx, ph, pp).Err(); err != nil {
 		t.Fatal(err)
 	}
 	a.start(sku, 5)
@@ -274,12 +274,12 @@ func TestFailoverBackToALaggingReplicaIsChecked(t *testing.T) {
 	stopA()
 
 	// Failover 1: Q is promoted, P follows it.
-	if err := qc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+	if err := qc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	link := startLink(t, q.Addr)
 	qh, qp := hostPort(t, link.Addr())
-	if err := pc.SlaveOf(ctx, qh, qp).Err(); err != nil {
+	if err := pc.ReplicaOf(ctx, qh, qp).Err(); err != nil {
 		t.Fatal(err)
 	}
 	b, stopB := instance(t, base, q.Addr, seen)
@@ -301,7 +301,7 @@ func TestFailoverBackToALaggingReplicaIsChecked(t *testing.T) {
 	q.Stop()
 	pc2 := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = pc2.Close() })
-	if err := pc2.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+	if err := pc2.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := instance(t, base, p.Addr, seen)

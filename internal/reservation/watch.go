@@ -16,7 +16,7 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 )
 
-// The optimistic variant (redis-watch): the seeds' WATCH, read, check, then
+// The optimistic variant (redis-watch): the textbook WATCH, read, check, then
 // MULTI/EXEC. It keeps every key, answer and stream entry of the script, so
 // the consumer, the audit and instances running the script can share a sale
 // with it. The invariant: EXEC applies the decrement only if no watched key

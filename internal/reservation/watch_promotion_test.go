@@ -65,7 +65,7 @@ func TestWatchOrderReadOnAReplicaPromotedBeforeExecIsChecked(t *testing.T) {
 	t.Cleanup(func() { _ = qc.Close() })
 	link := startLink(t, base.redis.Addr)
 	lh, lp := hostPort(t, link.Addr())
-	if err := qc.SlaveOf(ctx, lh, lp).Err(); err != nil {
+	if err := qc.ReplicaOf(ctx, lh, lp).Err(); err != nil {
 		t.Fatal(err)
 	}
 	base.start(sku, 5)
@@ -79,7 +79,7 @@ func TestWatchOrderReadOnAReplicaPromotedBeforeExecIsChecked(t *testing.T) {
 	base.drained(sku, 1)
 
 	hook := &promoteAfterRead{promote: func() {
-		if err := qc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+		if err := qc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 			t.Error(err)
 		}
 	}}
@@ -130,7 +130,7 @@ func TestWritableReplicaNeverSellsUnchecked(t *testing.T) {
 		t.Cleanup(func() { _ = qc.Close() })
 		link := startLink(t, base.redis.Addr)
 		lh, lp := hostPort(t, link.Addr())
-		if err := qc.SlaveOf(ctx, lh, lp).Err(); err != nil {
+		if err := qc.ReplicaOf(ctx, lh, lp).Err(); err != nil {
 			t.Fatal(err)
 		}
 		base.start(sku, 5)

@@ -28,7 +28,7 @@ func leaseLock(l *dblock.Locker, name string) locktest.LockFunc {
 // the table, with an empty critical section, on each engine: goroutines of
 // one process (one Locker: they queue in the process and one polls), of
 // four processes, and every contender a process of its own (each polls the
-// table: the seeds' table without the local queue). Reported as every
+// table: the textbook table without the local queue). Reported as every
 // backend's lock benchmark (locktest.Contend): cycles/s, p50 and p99 of the
 // wait (ms), fairness.
 func BenchmarkDBContended(b *testing.B) {

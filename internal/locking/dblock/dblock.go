@@ -1,4 +1,4 @@
-// Package dblock is the seeds' database lock table, with the fixes their
+// Package dblock is the textbook database lock table, with the fixes their
 // own analysis calls for: a lock is a row of stock_locks (sql/*/00003) in
 // the service's own database, on PostgreSQL or MySQL/MariaDB.
 //
@@ -13,7 +13,7 @@
 //     counting a hold nobody has).
 //   - Not blocking → a waiter polls with backoff, bounded (one goroutine per
 //     process polls; the others queue behind it in the process).
-//   - No fencing → the row's token column is a counter (the seeds'
+//   - No fencing → the row's token column is a counter (the textbook
 //     version) that grows with every holder; it fences the stock write.
 //
 // Taking a lock is one conditional statement (insert the row, or take

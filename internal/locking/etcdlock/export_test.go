@@ -1,6 +1,9 @@
 package etcdlock
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // ReplayRelease sends le's release to etcd again, as a client retrying a
 // release whose first answer it never saw would, long after it landed.
@@ -22,4 +25,23 @@ func (l *Locker) NamesKept() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.names)
+}
+
+// GrantBusy reports whether some goroutine holds the Locker's grant slot
+// (it is inside session(), granting a lease).
+func GrantBusy(l *Locker) bool { return len(l.grant) == 1 }
+
+// FailRenewal does to the current session exactly what keepAlive's
+// lose does when KeepAliveOnce returns an error that etcd's client does not
+// retry (any gRPC code other than Unavailable/Internal) while the lease
+// itself still lives in etcd. It returns the lost lease's id.
+func FailRenewal(l *Locker, cause error) (int64, bool) {
+	l.mu.Lock()
+	s := l.sess
+	l.mu.Unlock()
+	if s == nil {
+		return 0, false
+	}
+	l.loseSession(s, fmt.Errorf("renewal failed: %w", cause))
+	return int64(s.id), true
 }

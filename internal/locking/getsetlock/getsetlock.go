@@ -1,4 +1,4 @@
-// Package getsetlock is the lock the seeds' articles describe before Redis
+// Package getsetlock is the lock older Redis articles describe before Redis
 // had SET NX PX, kept here as a control that must be seen to fail:
 //
 //	acquire: SETNX key <expiry time>; taken when it answers 1. Otherwise

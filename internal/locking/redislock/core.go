@@ -69,8 +69,9 @@ type attempt struct {
 type grantKind uint8
 
 const (
-	// grantNone: the goroutine takes the lock from Redis like a newcomer.
-	grantNone grantKind = iota
+	// The zero value: the goroutine takes the lock from Redis like a
+	// newcomer.
+	_ grantKind = iota
 	// grantHandedOn: the predecessor passed its lock on inside this process,
 	// without Redis (core.handOver); the slot carries the lock's value.
 	grantHandedOn

@@ -139,7 +139,7 @@
 // the validity again when it takes the lock, and the floor AdvanceFence
 // set: one that paused past the validity, or whose chain has no place
 // above the floor, gives the lock back and acquires from Redis instead.
-
+//
 // # Waiting
 //
 // Within a process, goroutines queue locally (FIFO) and one of them talks to

@@ -28,10 +28,7 @@ func TestTakeOverFromStalledHolder(t *testing.T) {
 		},
 		"redlock": func(t *testing.T) pair {
 			_, hc := cluster(t, 3)
-			var wc = hc[:0:0]
-			for _, c := range hc {
-				wc = append(wc, c)
-			}
+			wc := append(hc[:0:0], hc...)
 			h := newRedlock(t, hc, redislock.WithTTL(ttl))
 			w := newRedlock(t, wc, redislock.WithTTL(ttl))
 			return pair{"redlock", h, w, func() { h.SetRenewHook(pause(t)) }}

@@ -3,7 +3,7 @@
 // lease, admitted in the order they asked (a ticket from a counter, not a
 // clock, so skewed instances queue fairly).
 //
-// It is the seeds' shared lock (many holders) next to the exclusive ones.
+// It is the textbook shared lock (many holders) next to the exclusive ones.
 // The service puts it in front of the SQL strategies (ADMISSION_LIMIT): it
 // bounds how many orders of one SKU are in the database at once, across
 // every instance, because the hot row commits more from few connections

@@ -1,9 +1,12 @@
 package inventory_test
 
-// Adversarial tests of the batched strategy, from a review. Each test forms
-// its batches deterministically: the first batch transaction of the SKU is held
-// at a gate until the orders of the next batch are queued (the queue
-// observer's Waiting says so), then released.
+// Each order of a batch gets the answer it would get on its own: an
+// idempotency key decided against the database's record only, answers
+// that stand when a write-free batch's commit answer is lost, a panicking
+// batch answered and its SKU freed, a batch wait that leaves the order time
+// to run. Each test forms its batches deterministically: the first batch
+// transaction of the SKU is held at a gate until the orders of the next
+// batch are queued (the queue observer's Waiting says so), then released.
 
 import (
 	"context"
@@ -132,8 +135,8 @@ func (r *batchRig) batch(sku string, reqs ...inventory.Request) (holder chan rig
 // TestBatchedRetryNextToReusedKeyReplays: key K made an order (2 units).
 // A batch holds [B: K with another body, C: K with K's own body, a genuine
 // retry]. Each is compared with the database's record of K on its own, as
-// in any serial order: B is the conflict (422), C replays K's order. (The
-// batch once decided keys among its own orders first and answered C 422.)
+// in any serial order: B is the conflict (422), C replays K's order, not
+// a 422 from deciding keys among the batch's own orders first.
 func TestBatchedRetryNextToReusedKeyReplays(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
@@ -168,8 +171,8 @@ func TestBatchedRetryNextToReusedKeyReplays(t *testing.T) {
 // TestBatchedRefusedOrderDoesNotClaimKey: one unit is left. A batch holds
 // [B: key K, 2 units, C: key K, 1 unit (another body)]. B is sold out, so
 // nothing records K; serially C is then a fresh request and gets the unit,
-// as every other strategy answers. (The batch once answered C 422 for a key
-// that has no record, and the unit stayed unsold.)
+// as every other strategy answers, not 422 for a key that has no record
+// (which would leave the unit unsold).
 func TestBatchedRefusedOrderDoesNotClaimKey(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
@@ -203,8 +206,8 @@ func TestBatchedRefusedOrderDoesNotClaimKey(t *testing.T) {
 // TestBatchedLostCommitOfWriteFreeBatchKeepsAnswers: the commit answer of
 // a batch that wrote nothing (it only replayed a key, or only refused sold
 // out) is lost. Its answers are known whether the commit landed or not, so
-// they stand. (With no created order to look up, every order once answered
-// "outcome unknown", 503.)
+// they stand, not "outcome unknown" (503) for want of a created order to
+// look up.
 func TestBatchedLostCommitOfWriteFreeBatchKeepsAnswers(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
@@ -240,8 +243,8 @@ func TestBatchedLostCommitOfWriteFreeBatchKeepsAnswers(t *testing.T) {
 // TestBatchedPanicAnswersBatchAndFreesSKU: the batch [A, B] panics on its
 // leader A's goroutine (net/http recovers a handler's panic and the process
 // goes on). B, in the batch, is answered, and the lead is handed on, so a
-// later order of the SKU is served. (B once waited forever, and the SKU's
-// queue stayed led by no one: every later order answered busy.)
+// later order of the SKU is served: B does not wait forever, and the SKU's
+// queue is not left led by no one (every later order answered busy).
 func TestBatchedPanicAnswersBatchAndFreesSKU(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
@@ -298,8 +301,8 @@ func TestBatchedPanicAnswersBatchAndFreesSKU(t *testing.T) {
 // TestBatchedWaitLeavesTimeToRun: a batch wait longer than the order
 // timeout (cmd/stock refuses it; a library caller may still pass it): the
 // leader waits at most half of what its deadline leaves, so a lone order,
-// with stock there, is served. (It once waited for a batch that never
-// filled and answered busy.)
+// with stock there, is served instead of waiting for a batch that never
+// fills and answering busy.
 func TestBatchedWaitLeavesTimeToRun(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {

@@ -12,26 +12,28 @@ import (
 // again" calls AdvanceFence(highest seen), and every later token is above
 // it. The fence base may be as high as MaxInt64/2, and a token adds z<<16
 // to it (up to 2^62), so the Locker itself hands out tokens above
-// MaxInt64/2, which AdvanceFence then refuses ("too high"): the store can
-// never be fenced past them again and refuses every holder for good.
+// MaxInt64/2: AdvanceFence must accept them, or ("too high") the store
+// could never be fenced past them again and would refuse every holder for
+// good.
 //
-// The base gets there without anyone asking for a high fence: AdvanceFence
-// sets B = atLeast whenever B < atLeast, and the store calls it with the
-// highest token it saw (B + z<<16 + i) after every fenced-off write,
-// including the refusals the package documents as accepted (another
-// process's already-begun batch), even though every later token is above
-// it anyway (z grows). Each such call adds about z<<16 = e*2^48 to B for a
-// ZooKeeper epoch e, so tokens pass MaxInt64/2 after about 2^14/e
-// fenced-off writes (16,384 at epoch 1, 64 at epoch 256); before the
-// two-part tokens each call added about z, 2^16 times less.
+// The base could get there without anyone asking for a high fence: the
+// store calls AdvanceFence with the highest token it saw (B + z<<16 + i)
+// after every fenced-off write, including the refusals the package
+// documents as accepted (another process's already-begun batch), even
+// though every later token is above it anyway (z grows). Were B set to
+// atLeast each time, each call would add about z<<16 = e*2^48 to B for a
+// ZooKeeper epoch e, and tokens would pass MaxInt64/2 after about 2^14/e
+// fenced-off writes (16,384 at epoch 1, 64 at epoch 256);
+// TestAdvanceFenceDoesNotGrowForIssuedTokens pins that the base does not
+// grow then.
 //
 // Schedule: process P on ZooKeeper S1 with base MaxInt64/2 (reached as
 // above, or by an AdvanceFence the package allows) holds with token T =
 // B + z<<16 > MaxInt64/2; the store records T. S1's data is lost: a fresh
 // server S2, zxids from the beginning, no fence node. P' on S2 holds with a
-// small token; the store refuses it and calls AdvanceFence(T): it fails,
-// and the next token is still below T.
-func TestReviewPlacesFenceCannotPassAnIssuedToken(t *testing.T) {
+// small token; the store refuses it and calls AdvanceFence(T): it
+// succeeds, and the next token is above T.
+func TestAdvanceFencePassesAnIssuedToken(t *testing.T) {
 	name := uniqueName(t)
 	s1 := testzk.StartOwn(t)
 	p := newLocker(t, []string{s1.Addr})
@@ -65,8 +67,8 @@ func TestReviewPlacesFenceCannotPassAnIssuedToken(t *testing.T) {
 // A store calls AdvanceFence with the highest token it saw after every
 // write it refused, also when every later token is above it anyway: the
 // fence base must not grow then, or tokens run out after a few thousand
-// refusals (found by the same review).
-func TestReviewPlacesFenceDoesNotGrowForIssuedTokens(t *testing.T) {
+// refusals.
+func TestAdvanceFenceDoesNotGrowForIssuedTokens(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
 	l := newLocker(t, []string{srv.Addr})

@@ -1,10 +1,12 @@
 package redislock_test
 
-// Review of the two-part fencing tokens (token.go) and of the grantKind
-// refactor: each test here failed against the change under review. (The
-// review's finding that another process's AdvanceFence does not reach a
-// running chain is AdvanceFence's documented exception: it is pinned in
-// TestHandOverHonoursAdvanceFence.)
+// The two-part fencing tokens (token.go) and the grants: AdvanceFence
+// reaches a chain that begins or hands over while it runs, tokens never
+// overflow past an AdvanceFence near the top, a one-server wake message
+// carries a counter of any size, and a Redlock successor without confirmed
+// subscriptions takes a released lock at once. (That another process's
+// AdvanceFence does not reach a running chain is AdvanceFence's documented
+// exception: it is pinned in TestHandOverHonoursAdvanceFence.)
 
 import (
 	"context"
@@ -33,8 +35,7 @@ func oneKeyScript(k string, nargs int) func(args []any) bool {
 }
 
 // extendScript matches the single-node extend of lock key k: KEYS k; ARGV
-// token, ttl (before the change under review it had KEYS k, k:fence and a
-// third argument; matched too, so the test runs on both versions).
+// token, ttl (and the older form, KEYS k, k:fence and a third argument).
 func extendScript(k string) func(args []any) bool {
 	return func(args []any) bool {
 		if len(args) < 4 || args[3] != k {
@@ -44,15 +45,15 @@ func extendScript(k string) func(args []any) bool {
 	}
 }
 
-// TestReviewAdvanceFenceBeforeLocalStateExists: claim 2, one process.
+// TestAdvanceFenceBeforeLocalStateExistsReachesTheHandOver: one process.
 // AdvanceFence records the floor (raiseFenceFloor) before it writes the
-// counter in Redis, and only in a keyState that exists then. Here P has no
+// counter in Redis, in the keyState that exists then. Here P has no
 // keyState for the key when AdvanceFence starts; its script is held back;
 // meanwhile P's first goroutine takes the lock from Redis (old counter c)
 // with a second one waiting locally; the script lands and AdvanceFence
-// returns nil; the first goroutine releases and hands over c<<16+1, far
-// below atLeast.
-func TestReviewAdvanceFenceBeforeLocalStateExists(t *testing.T) {
+// returns nil; the first goroutine releases and hands over a token above
+// atLeast, not c<<16+1.
+func TestAdvanceFenceBeforeLocalStateExistsReachesTheHandOver(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	plain := shared.Client(t)
@@ -112,14 +113,14 @@ func TestReviewAdvanceFenceBeforeLocalStateExists(t *testing.T) {
 	}
 }
 
-// TestReviewAdvanceFenceDuringHandOverConfirmation: claim 2, one process.
-// handOver computes the successor's token from the floor, unlocks, and
-// then confirms the lock in Redis (an extend, as the lock was last
-// confirmed more than a renewal interval ago); only then does it pop the
-// successor and hand it the token computed before. AdvanceFence running
-// entirely within that extend raises the floor too late: the successor's
-// lease, handed over after AdvanceFence returned nil, has first+1 <= atLeast.
-func TestReviewAdvanceFenceDuringHandOverConfirmation(t *testing.T) {
+// TestAdvanceFenceDuringHandOverConfirmationReachesTheSuccessor: one
+// process. handOver computes the successor's token from the floor,
+// unlocks, and then confirms the lock in Redis (an extend, as the lock was
+// last confirmed more than a renewal interval ago) before it pops the
+// successor. An AdvanceFence running entirely within that extend still
+// reaches the successor: its lease, handed over after AdvanceFence
+// returned nil, has a token above atLeast, not first+1.
+func TestAdvanceFenceDuringHandOverConfirmationReachesTheSuccessor(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	plain := shared.Client(t)
@@ -163,13 +164,14 @@ func TestReviewAdvanceFenceDuringHandOverConfirmation(t *testing.T) {
 // next acquisition takes 2^47, and chainStart(2^47) overflows to MinInt64.
 const lastCounterToken = math.MaxInt64 - (1<<16 - 1)
 
-// TestReviewTokenOverflowAfterAdvanceFence: claims 4 and 1. AdvanceFence of
-// a token near the top returns nil, yet no later acquisition gets a token
-// above it: Locker.Acquire spins on a lock it holds in Redis (try treats
-// the negative token as "not ours") until its wait ends, and leaves that
-// lock behind; a Locker waiter woken by a hand-over and a Redlock holder get
-// negative tokens, below every earlier holder's.
-func TestReviewTokenOverflowAfterAdvanceFence(t *testing.T) {
+// TestAdvanceFenceNearTheTopNeverOverflows: an AdvanceFence of a token
+// near the top is either refused or followed by tokens above it, for a
+// Locker's acquisition, a Locker waiter woken by a hand-over and a
+// Redlock holder. An overflowing counter would give negative tokens, below
+// every earlier holder's (and Locker.Acquire would spin on a lock it holds
+// in Redis, as try treats a negative token as "not ours", until its wait
+// ends, and leave that lock behind).
+func TestAdvanceFenceNearTheTopNeverOverflows(t *testing.T) {
 	ctx := context.Background()
 	const atLeast = lastCounterToken
 
@@ -253,16 +255,14 @@ func (c deafClient) Subscribe(ctx context.Context, channels ...string) *redis.Pu
 	return c.ps.Subscribe(ctx, channels...)
 }
 
-// TestReviewRedlockReleasedGrantIgnoresArmed: claim 3 (behaviour of the
-// grantKind refactor). The old quorum.acquire waited for the predecessor's
-// release announcement only if g.releasedBy != "" && g.armed, and
-// core.releaseSlot cleared armed when the next waiter's inbox was not on
-// confirmed subscriptions (the announcement may not reach it). The new
-// grantReleased drops that condition: the local successor always sleeps
-// until an announcement that cannot come, for a poll interval (here 1h,
-// so until its wait ends), on a free lock. Mutual exclusion is not
-// affected; liveness is.
-func TestReviewRedlockReleasedGrantIgnoresArmed(t *testing.T) {
+// TestRedlockReleasedGrantWithoutSubscriptionsLooksAtOnce: quorum.acquire
+// waits for the predecessor's release announcement only if the grant is
+// armed, and core.releaseSlot clears armed when the next waiter's inbox is
+// not on confirmed subscriptions (the announcement may not reach it). So a
+// local successor whose subscriptions never come up takes the released,
+// free lock at once, instead of sleeping for an announcement that cannot
+// come for a poll interval (here 1h, so until its wait ends).
+func TestRedlockReleasedGrantWithoutSubscriptionsLooksAtOnce(t *testing.T) {
 	ctx := context.Background()
 	_, clients := cluster(t, 3)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -302,15 +302,14 @@ func TestReviewRedlockReleasedGrantIgnoresArmed(t *testing.T) {
 	}
 }
 
-// TestReviewWakeMessageWithLargeCounter: claim 4 (counters near 2^47). The
-// single-node hand-over message is built in Lua as tok .. ' ' .. f, with f
-// the INCR result as a Lua number, which Lua formats with %.14g: from
-// 10^14 on (2^47 is 1.4*10^14, so the top 29% of the counters a token can
-// carry) the message reads "tok 1.0000000000000e+14" and grantFor cannot
-// parse it. The waiter ignores its own hand-over and sleeps until its poll
-// (the holder's TTL, or the poll interval): here it is not served within
-// its wait although the lock was handed to it at once.
-func TestReviewWakeMessageWithLargeCounter(t *testing.T) {
+// TestWakeMessageWithLargeCounterWakesTheWaiter: counters near 2^47. The
+// single-node hand-over message carries the INCR result; formatted as a
+// Lua number (%.14g), from 10^14 on (2^47 is 1.4*10^14, so the top 29% of
+// the counters a token can carry) it would read "tok 1.0000000000000e+14"
+// and grantFor could not parse it: the waiter would ignore its own
+// hand-over and sleep until its poll (the holder's TTL, or the poll
+// interval). The waiter the lock is handed to is served within its wait.
+func TestWakeMessageWithLargeCounterWakesTheWaiter(t *testing.T) {
 	ctx := context.Background()
 	client := shared.Client(t)
 	const ttl = 30 * time.Second

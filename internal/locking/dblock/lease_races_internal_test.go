@@ -1,6 +1,10 @@
 package dblock
 
-// Schedules found by an adversarial review. Each test drives its schedule
+// A lease's statements racing its waiters, its re-entries, its heartbeat
+// and another process: a waiter that leaves during a hand-over does not
+// wedge the name, a re-entry racing the last release either counts or
+// waits afresh, Release returns at its own context, and an answer that
+// comes back late gives no live lease. Each test drives its schedule
 // through a table wrapper (hookTable) that runs a hook at a chosen point
 // of one statement, so that the interleaving is exact rather than timed.
 
@@ -17,9 +21,9 @@ import (
 	"github.com/flashsale/stock/internal/testproxy"
 )
 
-const reviewTTL = time.Second
+const scheduleTTL = time.Second
 
-var reviewEngines = []string{"postgres", "mysql"}
+var scheduleEngines = []string{"postgres", "mysql"}
 
 // hookTable runs a hook before or after one of the wrapped table's
 // statements. The hooks are set before the schedule starts.
@@ -52,11 +56,11 @@ func (t *hookTable) acquire(ctx context.Context, name, owner string, ttl time.Du
 	return token, ok, err
 }
 
-func reviewOpen(t *testing.T, dbURL string, opts ...Option) *Locker {
+func scheduleOpen(t *testing.T, dbURL string, opts ...Option) *Locker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := Open(ctx, dbURL, append([]Option{WithTTL(reviewTTL)}, opts...)...)
+	l, err := Open(ctx, dbURL, append([]Option{WithTTL(scheduleTTL)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,27 +104,27 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// Claim 4 (a cancelled waiter leaves nothing that blocks others). When the
-// last lease is released with a local waiter queued, release() hands the
-// lock over; if that waiter gave up while the hand-over statement ran,
-// queue.Pass reports false and handOver frees the passed hold and returns
-// nil, so release() returns nil WITHOUT queue.Done: the process's turn for
-// the name stays taken for ever, and every later Acquire of the name in
-// this process waits out its context although the row is free. (endTurn
-// has the same shape.)
+// A cancelled waiter leaves nothing that blocks others. When the last
+// lease is released with a local waiter queued, release() hands the lock
+// over; if that waiter gave up while the hand-over statement ran,
+// queue.Pass reports false and handOver frees the passed hold. The
+// process's turn for the name must end with it (queue.Done), or every later
+// Acquire of the name in this process waits out its context although the
+// row is free. (endTurn has the same shape.)
 //
 // Schedule: M holds "q". G1 and G2 Acquire "q" on L: one polls, the other
 // queues (Waiting 1). M releases; the poller obtains with budget 1 (lease
 // A). A.Release: Waiting = 1 -> handOver; before its statement the queued
 // goroutine's context ends and it leaves. handOver: the statement passes
 // the row to a fresh owner, Pass finds nobody, free() frees the row,
-// nil -> release returns nil. L.Acquire("q") then never gets a turn.
-func TestReviewHandOverToDepartedWaiterWedgesTheName(t *testing.T) {
-	for _, engine := range reviewEngines {
+// release returns nil. Another process takes the free row, and then
+// L.Acquire("q") gets its turn and the lock.
+func TestHandOverToDepartedWaiterFreesTheName(t *testing.T) {
+	for _, engine := range scheduleEngines {
 		t.Run(engine, func(t *testing.T) {
 			dbURL := testdb.MigratedURL(t, engine)
-			l := reviewOpen(t, dbURL)
-			m := reviewOpen(t, dbURL)
+			l := scheduleOpen(t, dbURL)
+			m := scheduleOpen(t, dbURL)
 			hooks := hooked(l)
 			const name = "q"
 
@@ -193,19 +197,20 @@ func TestReviewHandOverToDepartedWaiterWedgesTheName(t *testing.T) {
 	}
 }
 
-// A re-entry racing the last Release (found by review, when the count was
-// kept in the row: the re-entry's statement ran, the outer lease released
-// in between, and the re-entry revived a dead hold whose Release then
-// closed a channel twice). The count is the process's own now, under the
-// hold's mutex: a re-entry either counts before the last release, and the
-// lock is released with the re-entered lease, or finds the hold released
-// and waits for the lock afresh.
-func TestReviewReenterRacingTheLastRelease(t *testing.T) {
-	for _, engine := range reviewEngines {
+// A re-entry racing the last Release never revives a released hold (with
+// the count kept in the row, the re-entry's statement could run, the outer
+// lease release in between, and the re-entry revive a dead hold whose
+// Release then closed a channel twice). The count is the process's own,
+// under the hold's mutex: a re-entry either counts before the last release,
+// and the lock is released with the re-entered lease, or finds the hold
+// released and waits for the lock afresh. Either way it gets a live lease,
+// and once every lease is released the row is free.
+func TestReenterRacingTheLastReleaseCountsOrWaitsAfresh(t *testing.T) {
+	for _, engine := range scheduleEngines {
 		t.Run(engine, func(t *testing.T) {
 			dbURL := testdb.MigratedURL(t, engine)
-			l := reviewOpen(t, dbURL)
-			m := reviewOpen(t, dbURL)
+			l := scheduleOpen(t, dbURL)
+			m := scheduleOpen(t, dbURL)
 			const name = "r"
 			for range 50 {
 				a, err := l.Acquire(t.Context(), name)
@@ -234,7 +239,7 @@ func TestReviewReenterRacingTheLastRelease(t *testing.T) {
 					t.Fatalf("B.Release = %v", err)
 				}
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), reviewTTL/2)
+			ctx, cancel := context.WithTimeout(t.Context(), scheduleTTL/2)
 			defer cancel()
 			c, err := m.Acquire(ctx, name)
 			if err != nil {
@@ -245,14 +250,14 @@ func TestReviewReenterRacingTheLastRelease(t *testing.T) {
 	}
 }
 
-// Claim 4 (no wait hangs past its context). Release of the last lease
-// closes h.stop and then waits <-h.beaten, i.e. for the heartbeat's
-// in-flight renewal, whose context is the lease's deadline, not Release's
-// ctx. With the database not answering (a partition, here the proxy
-// frozen), Release(ctx 100ms) returns only when the renewal gives up, about
-// a TTL later.
-func TestReviewReleaseWaitsForTheHeartbeatPastItsContext(t *testing.T) {
-	for _, engine := range reviewEngines {
+// No wait hangs past its context: Release of the last lease stops the
+// heartbeat, whose in-flight renewal runs under the lease's deadline, not
+// Release's ctx; Release must not wait for that renewal past its own
+// context. With the database not answering (a partition, here the proxy
+// frozen), Release(ctx 100ms) returns at its context, not when the renewal
+// gives up about a TTL later.
+func TestReleaseReturnsAtItsContextDuringARenewal(t *testing.T) {
+	for _, engine := range scheduleEngines {
 		t.Run(engine, func(t *testing.T) {
 			dbURL := testdb.MigratedURL(t, engine)
 			u, err := url.Parse(dbURL)
@@ -261,7 +266,7 @@ func TestReviewReleaseWaitsForTheHeartbeatPastItsContext(t *testing.T) {
 			}
 			p := testproxy.Start(t, u.Host)
 			u.Host = p.Addr
-			l := reviewOpen(t, u.String(), WithRenewEvery(20*time.Millisecond))
+			l := scheduleOpen(t, u.String(), WithRenewEvery(20*time.Millisecond))
 			t.Cleanup(p.Thaw) // runs before the Locker's Close
 			hooks := hooked(l)
 
@@ -291,25 +296,25 @@ func TestReviewReleaseWaitsForTheHeartbeatPastItsContext(t *testing.T) {
 	}
 }
 
-// Claim 1 (a holder's lease context ends no later than the database may
-// give the lock to another). obtain() computed the hold's deadline from
-// before the statement, but neither obtain() nor start() checked it: when
-// the statement's answer comes back after that deadline (a slow network,
-// a long pause), Acquire returns a lease whose context is live although
-// the database has let the lease run out and given the lock to another
-// process. Only the heartbeat goroutine, once scheduled, ends it.
+// A holder's lease context ends no later than the database may give the
+// lock to another. obtain() computes the hold's deadline from before the
+// statement; when the statement's answer comes back after that deadline (a
+// slow network, a long pause), Acquire must not return a lease whose
+// context is live although the database has let the lease run out and
+// given the lock to another process, leaving it to the heartbeat
+// goroutine, once scheduled, to end it.
 //
 // Schedule: L's acquire statement runs (DB lease until T0+TTL); its answer
 // is "delayed" (the hook) until M, polling, has taken the expired lock;
 // then L's Acquire returns. GOMAXPROCS(1) keeps the new heartbeat
 // goroutine from running before the test looks at the context, which is
 // the window any caller's code runs in.
-func TestReviewLateAnswerYieldsALiveLeaseOnALockHeldElsewhere(t *testing.T) {
-	for _, engine := range reviewEngines {
+func TestLateAnswerYieldsNoLiveLeaseOnALockHeldElsewhere(t *testing.T) {
+	for _, engine := range scheduleEngines {
 		t.Run(engine, func(t *testing.T) {
 			dbURL := testdb.MigratedURL(t, engine)
-			l := reviewOpen(t, dbURL, WithWait(10*time.Second))
-			m := reviewOpen(t, dbURL)
+			l := scheduleOpen(t, dbURL, WithWait(10*time.Second))
+			m := scheduleOpen(t, dbURL)
 			hooks := hooked(l)
 			const name = "late"
 
@@ -333,7 +338,7 @@ func TestReviewLateAnswerYieldsALiveLeaseOnALockHeldElsewhere(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			// M holds the lock now until the test releases it: L, told
 			// late, must not count on its lease, and waits in vain.
-			ctx, cancel := context.WithTimeout(context.Background(), reviewTTL/2)
+			ctx, cancel := context.WithTimeout(context.Background(), scheduleTTL/2)
 			defer cancel()
 			mine, err := l.Acquire(ctx, name)
 			if err != nil {

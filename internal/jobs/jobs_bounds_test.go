@@ -1,7 +1,8 @@
 package jobs_test
 
-// Schedules found by an adversarial review of the scheduler and the audit
-// job. Each drives its interleaving by hand (Once, hooks inside the job,
+// The bounds of the scheduler and the audit job: Run ends with its context,
+// Add refuses bounds that break once a period, an audit cut short still
+// reports what it found. Each drives its interleaving by hand (Once, hooks inside the job,
 // the proxy's Freeze); the only sleeps wait out a lock's "at least for",
 // which is what those tests are about.
 
@@ -17,16 +18,16 @@ import (
 	"github.com/flashsale/stock/internal/testdb"
 )
 
-// Claim 5: Run returns promptly when its context ends. A run under way
-// when the service shuts down, on an instance whose database stopped
-// answering, keeps Run for the 5s of the Unlock's detached context.
+// Run returns promptly when its context ends, also when a run is under way
+// as the service shuts down on an instance whose database stopped
+// answering: Run must not wait out the 5s of the Unlock's detached context.
 //
 // Interleaving: the job runs on the only instance; inside it the proxy
 // freezes (the database stops answering) and Run's context is cancelled;
 // the job returns at once on its context's end; Once then calls
-// Unlock(context.WithoutCancel(ctx) + 5s), which waits on the frozen
-// connection for the full 5s before Run can return.
-func TestReviewRunHangsPastItsContextOnAFrozenUnlock(t *testing.T) {
+// Unlock(context.WithoutCancel(ctx) + 5s), which would wait on the frozen
+// connection for the full 5s; Run returns within 1s all the same.
+func TestShutdownDoesNotWaitOnAFrozenUnlock(t *testing.T) {
 	for _, engine := range engines {
 		t.Run(engine, func(t *testing.T) {
 			dbURL := testdb.MigratedURL(t, engine)
@@ -60,13 +61,13 @@ func TestReviewRunHangsPastItsContextOnAFrozenUnlock(t *testing.T) {
 	}
 }
 
-// Claim 2, found by review with two schedules. (a) withDefaults silently
-// lowered the default "at least" (0.9 period) to a shorter "at most": A,
-// its clock 0.6 period ahead, ran at T; B ticked for the same period at
-// T + 0.6 period and ran again. (b) Add accepted an "at least" of 1.5
-// periods: a single instance without skew found its own kept lock at its
-// next tick and ran every other period. Add now refuses both.
-func TestReviewAddRefusesBoundsThatBreakOncePerPeriod(t *testing.T) {
+// Add refuses the bounds that break "once a period", with two schedules.
+// (a) An "at most" shorter than the default "at least" (0.9 period) would
+// lower it: A, its clock 0.6 period ahead, runs at T; B ticks for the same
+// period at T + 0.6 period and runs again. (b) An "at least" of 1.5
+// periods: a single instance without skew finds its own kept lock at its
+// next tick and runs every other period. The defaults are accepted.
+func TestAddRefusesBoundsThatBreakOncePerPeriod(t *testing.T) {
 	const every = 400 * time.Millisecond
 	run := func(context.Context) error { return nil }
 	s := jobs.New(jobs.LockFunc(func(context.Context, string, time.Duration) (jobs.Held, bool, error) {
@@ -123,16 +124,15 @@ func (o *auditObs) Audited(audited, inconsistent int) {
 	o.calls = append(o.calls, [2]int{audited, inconsistent})
 }
 
-// Claim 6 (metrics half): a run stopped by its context (at "at most for",
-// or shutdown) after finding an inconsistent SKU never tells the observer:
-// stock_audit_inconsistent_skus keeps the previous run's value (0), so an
-// audit that always outlasts its period never raises the gauge however
-// many SKUs it found inconsistent.
+// A run stopped by its context (at "at most for", or shutdown) after
+// finding an inconsistent SKU still tells the observer what it found, so
+// that stock_audit_inconsistent_skus rises even for an audit that always
+// outlasts its period (rather than keeping the previous run's 0).
 //
 // Interleaving: SKU a is inconsistent and audited; the audit of b ends
-// with the run's context; the job returns an error and Audited is never
-// called.
-func TestReviewStoppedAuditHidesInconsistentSKUsFromTheGauge(t *testing.T) {
+// with the run's context; the job returns its context's error, and
+// Audited has been called with a inconsistent.
+func TestStoppedAuditStillReportsInconsistentSKUs(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	f := fakeAudit{

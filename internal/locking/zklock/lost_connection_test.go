@@ -73,14 +73,14 @@ func awaitGoroutine(t *testing.T, frames []string, without string) bool {
 // TestLostCreateThenFailedReconnectLeavesNoOrphan: the create's answer is lost
 // with the connection (the node was created: _c_<g>-lock-N), and the server
 // stays unreachable for one round of dial attempts. findGUID's Children was
-// queued but never sent, so the client fails it with zk.ErrNoServer;
-// createProtected returns that error, and call() — which takes
-// ErrNoServer to mean "the whole f was unsent" — runs createProtected
-// again, whose first step is a fresh Create with the same GUID: a second
-// node _c_<g>-lock-M, M > N. The waiter then watches its own first node,
-// which nobody ever deletes: it waits out its context, deletes only the
-// second node, and the first stays for as long as the session lives,
-// holding the lock against every other process (claim 5).
+// queued but never sent, so the client fails it with zk.ErrNoServer. The
+// Acquire must neither fail nor create a second node for the same GUID:
+// were createProtected run again from a fresh Create (taking ErrNoServer
+// to mean "the whole f was unsent"), a second node _c_<g>-lock-M, M > N,
+// would watch the first, which nobody ever deletes; the waiter would wait
+// out its context, delete only the second node, and the first would stay
+// for as long as the session lives, holding the lock against every other
+// process.
 func TestLostCreateThenFailedReconnectLeavesNoOrphan(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)
@@ -116,7 +116,7 @@ func TestLostCreateThenFailedReconnectLeavesNoOrphan(t *testing.T) {
 			if !awaitGoroutine(t, []string{"zklock.(*Locker).findGUID", "zk.(*Conn).request("}, "queueRequest") {
 				t.Error("findGUID's Children never queued")
 			}
-			gate.verdict <- errors.New("refused (review)")
+			gate.verdict <- errors.New("refused (test)")
 		})
 		return "", zk.ErrConnectionClosed
 	})
@@ -143,8 +143,8 @@ func TestLostCreateThenFailedReconnectLeavesNoOrphan(t *testing.T) {
 
 // TestCancelledWaiterComesBackAtItsContext: a waiter whose connection
 // is frozen (the server unreachable, not yet detected) and whose context
-// ends returns only after deleteNode gave up: up to half a session
-// timeout after its context ended (claim 5: never hangs past its context).
+// ends returns at its context, not after deleteNode gave up (up to half a
+// session timeout later): a waiter never hangs past its context.
 func TestCancelledWaiterComesBackAtItsContext(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)

@@ -13,9 +13,9 @@ import (
 	"github.com/flashsale/stock/internal/testredis"
 )
 
-// reviewState reports what the core keeps for key: the keyState, its users,
+// keptState reports what the core keeps for key: the keyState, its users,
 // its subscriptions' refs, and how many wait in the local queue.
-func (c *core) reviewState(key string) string {
+func (c *core) keptState(key string) string {
 	c.mu.Lock()
 	ks := c.keys[key]
 	var users, subs int
@@ -34,21 +34,20 @@ func (c *core) reviewState(key string) string {
 	return fmt.Sprintf("keyState=%v users=%d subs=%d refs=%d waiting=%d", ks != nil, users, subs, refs, c.queue.Waiting(key))
 }
 
-// Review of the shared local queue (handoff.Queue in core.go): randomized
+// The shared local queue (handoff.Queue in core.go) under randomized
 // contention over two Lockers (or Redlocks) with waits that end at random,
-// AdvanceFence from one of them and, for Lockers, Close halfway.
-// It checks the claims the review could not break with a crafted
-// interleaving: no overlap, tokens strictly increasing, a lease of the
-// Locker that advanced the fence above every floor that returned before its
-// Acquire began, and nothing left for the key (keyState, subscription refs,
-// queue line) once every goroutine is done. It passed against 18c2564.
-type reviewLock interface {
+// AdvanceFence from one of them and, for Lockers, Close halfway: no
+// overlap, tokens strictly increasing, a lease of the Locker that advanced
+// the fence above every floor that returned before its Acquire began, and
+// nothing left for the key (keyState, subscription refs, queue line) once
+// every goroutine is done.
+type stressLock interface {
 	Acquire(ctx context.Context, key string) (*Lease, error)
 	AdvanceFence(ctx context.Context, key string, atLeast int64) error
 	Close() error
 }
 
-func reviewStress(t *testing.T, ls []reviewLock, cores []*core, closeAt time.Duration) {
+func stressQueue(t *testing.T, ls []stressLock, cores []*core, closeAt time.Duration) {
 	ctx := context.Background()
 	key := fmt.Sprintf("stress-%d", rand.Int64())
 	var inside atomic.Int32
@@ -99,24 +98,24 @@ func reviewStress(t *testing.T, ls []reviewLock, cores []*core, closeAt time.Dur
 		t.Errorf("%d overlaps, %d tokens not increasing, %d below floor", bad.Load(), tokBad.Load(), floorBad.Load())
 	}
 	for i, c := range cores {
-		if s := c.reviewState(c.cfg.prefix + key); s != "keyState=false users=0 subs=0 refs=0 waiting=0" {
+		if s := c.keptState(c.cfg.prefix + key); s != "keyState=false users=0 subs=0 refs=0 waiting=0" {
 			t.Errorf("locker %d: %s", i, s)
 		}
 	}
 }
 
-// TestReviewStressRedlock has no Close variant: a Release that runs while
-// Close drains calls q.bg.Add concurrently with q.bg.Wait (quorum.release,
-// core.close), a race that predates 18c2564 (neither changed) and that the
-// race detector reports.
-func TestReviewStressRedlock(t *testing.T) {
+// TestRedlockStressKeepsExclusionAndLeavesNothing has no Close variant: a
+// Release that runs while Close drains calls q.bg.Add concurrently with
+// q.bg.Wait (quorum.release, core.close), a race that the race detector
+// reports.
+func TestRedlockStressKeepsExclusionAndLeavesNothing(t *testing.T) {
 	for _, closeAt := range []time.Duration{0} {
 		t.Run(fmt.Sprint(closeAt), func(t *testing.T) {
 			var clients []Client
 			for range 3 {
 				clients = append(clients, testredis.Start(t).Client(t))
 			}
-			var ls []reviewLock
+			var ls []stressLock
 			var cores []*core
 			for range 2 {
 				r, err := newRedlock(clients, WithNodeTimeout(500*time.Millisecond))
@@ -126,35 +125,33 @@ func TestReviewStressRedlock(t *testing.T) {
 				t.Cleanup(func() { _ = r.Close() })
 				ls, cores = append(ls, r), append(cores, r.c)
 			}
-			reviewStress(t, ls, cores, closeAt)
+			stressQueue(t, ls, cores, closeAt)
 		})
 	}
 }
 
-func TestReviewStressLocker(t *testing.T) {
+func TestLockerStressKeepsExclusionAndLeavesNothing(t *testing.T) {
 	for _, closeAt := range []time.Duration{0, time.Second} {
 		t.Run(fmt.Sprint(closeAt), func(t *testing.T) {
 			srv := testredis.Start(t)
-			var ls []reviewLock
+			var ls []stressLock
 			var cores []*core
 			for range 2 {
 				l := New(srv.Client(t))
 				t.Cleanup(func() { _ = l.Close() })
 				ls, cores = append(ls, l), append(cores, l.c)
 			}
-			reviewStress(t, ls, cores, closeAt)
+			stressQueue(t, ls, cores, closeAt)
 		})
 	}
 }
 
-// TestReviewResetBetweenAcquireAndGeneration (pre-existing, not from
-// 18c2564: 73092d3 reads ks.generation at the same point). The chain's
-// generation is read after the acquisition from Redis returns, so a Reset
-// that lands between the acquire script and that read does not end the
-// chain: the holder's lease begins after Reset returned, and its release
-// hands the deleted lock on without Redis; another process then takes the
-// lock while the successor holds it. Fails on 18c2564 and on 73092d3.
-func TestReviewResetBetweenAcquireAndGeneration(t *testing.T) {
+// TestResetBetweenAcquireAndGenerationEndsTheChain: a Reset that lands
+// between the acquire script and the read of the chain's generation ends
+// the chain. Otherwise the holder's lease begins after Reset returned, and
+// its release hands the deleted lock on without Redis; another process
+// then takes the lock while the successor holds it: two holders.
+func TestResetBetweenAcquireAndGenerationEndsTheChain(t *testing.T) {
 	ctx := context.Background()
 	srv := testredis.Start(t)
 	key := fmt.Sprintf("reset-%d", rand.Int64())
@@ -211,12 +208,12 @@ func TestReviewResetBetweenAcquireAndGeneration(t *testing.T) {
 	}
 }
 
-// TestReviewClaimedWaiterGivesUp: claims 1, 2 and 4 at the moment the
-// review aimed at. The holder's release has claimed waiter W and named it
-// to Redis (the script gave W the lock); W's wait ends before Give; W must
-// pass the lock on to N (in Redis too), leave exactly once, and the key
-// must leave nothing behind. It passed against 18c2564.
-func TestReviewClaimedWaiterGivesUp(t *testing.T) {
+// TestClaimedWaiterThatGivesUpPassesTheLockOn: the holder's release has
+// claimed waiter W and named it to Redis (the script gave W the lock); W's
+// wait ends before Give; W passes the lock on to N (in Redis too, so no
+// other process gets it while N holds it), leaves exactly once, and the
+// key leaves nothing behind.
+func TestClaimedWaiterThatGivesUpPassesTheLockOn(t *testing.T) {
 	ctx := context.Background()
 	srv := testredis.Start(t)
 	key := fmt.Sprintf("claimed-%d", rand.Int64())
@@ -281,7 +278,7 @@ func TestReviewClaimedWaiterGivesUp(t *testing.T) {
 	if err := n.Release(ctx); err != nil {
 		t.Errorf("N's release: %v", err)
 	}
-	if s := p.c.reviewState("lock:" + key); s != "keyState=false users=0 subs=0 refs=0 waiting=0" {
+	if s := p.c.keptState("lock:" + key); s != "keyState=false users=0 subs=0 refs=0 waiting=0" {
 		t.Errorf("left behind: %s", s)
 	}
 }

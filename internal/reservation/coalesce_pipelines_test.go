@@ -16,12 +16,13 @@ import (
 	"github.com/flashsale/stock/internal/testredis"
 )
 
-// Tests from an adversarial review of the coalescer, each failing on the
-// first version: a caller held for two pipelines of other people's orders
-// after its answer was in; on Redis Cluster, a healthy master's order held
-// by a hung master's in the same pipeline; and leaders held for the
-// client's socket timeouts past every deadline, so that orders for every
-// SKU were refused behind a hung master's.
+// What the coalescer's pipelines carry and how long they hold their
+// callers: a caller's answer waits on one pipeline at most, never on two
+// pipelines of other people's orders; on Redis Cluster a healthy master's
+// order is never held by a hung master's in the same pipeline; and the
+// leaders of a hung master's pipelines come back at their orders' deadline,
+// not at the client's socket timeouts, so orders for other SKUs are not
+// refused behind them.
 
 // gate holds every EVALSHA (alone or in a pipeline) until the test lets it
 // go, and says which caller sent it (from the context's value).

@@ -29,21 +29,20 @@ func acquireAfterOutage(t *testing.T, s *semaphore.Semaphore, name string) (*sem
 	return nil, err
 }
 
-// TestReviewDeadFirstHolderKeyNeverExpires guards, after the review broke
-// it, the package doc's "Every
-// key expires a while after its last use, so that names nobody asks for any
-// more leave nothing behind".
+// TestDeadFirstHolderKeysExpire pins the package doc's "Every key expires
+// a while after its last use, so that names nobody asks for any more leave
+// nothing behind", for a name's first holder.
 //
-// enter PEXPIREs its four keys before the admitting ZADD on holders. When
-// the holders key does not exist yet (the first, uncontended holder of a
-// name: the common case), the PEXPIRE is a no-op and the ZADD then creates
-// the key with no TTL. If that holder dies (never releases) and nobody asks
-// for the name again, the holders key, with its stale entry, stays forever.
+// When the holders key does not exist yet (the first, uncontended holder
+// of a name: the common case), a PEXPIRE before the admitting ZADD on
+// holders would be a no-op and the ZADD would create the key with no TTL:
+// if that holder dies (never releases) and nobody asks for the name again,
+// the holders key, with its stale entry, would stay forever.
 //
 // Schedule: lease 100ms (idle = 2*(100ms+1s) = 2.2s); Acquire "sku" once
-// and never release; PTTL of sem:{sku}:holders is -1; after 3s (well past
-// both the lease and the idle time) the key still exists.
-func TestReviewDeadFirstHolderKeyNeverExpires(t *testing.T) {
+// and never release; after 3s (well past both the lease and the idle time)
+// no key of the name is left.
+func TestDeadFirstHolderKeysExpire(t *testing.T) {
 	srv := testredis.Start(t)
 	rdb := srv.Client(t)
 	sems := processes(t, srv, 1, 1, semaphore.WithLease(100*time.Millisecond))
@@ -64,18 +63,17 @@ func TestReviewDeadFirstHolderKeyNeverExpires(t *testing.T) {
 	}
 }
 
-// TestReviewLateReleaseReportsHeld guards, after the review broke
-// it, Release's doc: "It reports false
+// TestLateReleaseReportsNotHeld pins Release's doc: "It reports false
 // when the permit no longer held one (its lease had ended)".
 //
-// leave ZREMs the id from holders without looking at its lease end; an
-// expired entry is dropped only by the next enter. So a holder whose lease
-// ended, releasing before anybody else asked, is told it still held its
-// place (while any Acquire in between would have admitted someone in it).
+// An expired entry is dropped from holders only by the next enter, so
+// leave must look at the entry's lease end: a holder whose lease ended,
+// releasing before anybody else asked, is told it no longer held its place
+// (any Acquire in between would have admitted someone in it).
 //
 // Schedule: lease 50ms; Acquire; wait 300ms (the lease ends); Release
-// returns true.
-func TestReviewLateReleaseReportsHeld(t *testing.T) {
+// returns false.
+func TestLateReleaseReportsNotHeld(t *testing.T) {
 	srv := testredis.Start(t)
 	sems := processes(t, srv, 1, 1, semaphore.WithLease(50*time.Millisecond))
 	p, err := sems[0].Acquire(t.Context(), "sku")
@@ -92,22 +90,20 @@ func TestReviewLateReleaseReportsHeld(t *testing.T) {
 	}
 }
 
-// TestReviewShortLeaseProcessExpiresLongLeaseHolder guards, after the review broke
-// it, "at most N
-// holders of a name at once across processes" when the processes' leases
-// differ (WithLease is per process; the service sets it from ORDER_TIMEOUT,
-// so two instances configured apart, e.g. during a rolling deploy, differ).
+// TestShortLeaseProcessKeepsLongLeaseHolder pins "at most N holders of a
+// name at once across processes" when the processes' leases differ
+// (WithLease is per process; the service sets it from ORDER_TIMEOUT, so
+// two instances configured apart, e.g. during a rolling deploy, differ).
 //
-// enter sets every key's TTL to the caller's own idle time 2*(lease+wait
-// lease), overwriting a longer one: the holders key, and with it a holder
-// whose lease has long to run, disappears at the short-lease process's idle
-// time.
+// enter must not set a key's TTL to the caller's own idle time 2*(lease+
+// wait lease) over a longer one: the holders key, and with it a holder
+// whose lease has long to run, would disappear at the short-lease
+// process's idle time.
 //
 // Schedule (limit 1): process A (lease 30s) takes the place; process B
-// (lease 100ms, idle 2.2s) asks once as a waiter and gives up (its enter
-// sets holders' TTL to 2.2s); 3s later (A's lease has 27s to run) A asks
-// for a second place and is admitted at once: two holders.
-func TestReviewShortLeaseProcessExpiresLongLeaseHolder(t *testing.T) {
+// (lease 100ms, idle 2.2s) asks once as a waiter and gives up; 3s later
+// (A's lease has 27s to run) A asks for a second place and is refused.
+func TestShortLeaseProcessKeepsLongLeaseHolder(t *testing.T) {
 	srv := testredis.Start(t)
 	a := processes(t, srv, 1, 1, semaphore.WithLease(30*time.Second))[0]
 	b := processes(t, srv, 1, 1, semaphore.WithLease(100*time.Millisecond))[0]
@@ -135,14 +131,14 @@ func TestReviewShortLeaseProcessExpiresLongLeaseHolder(t *testing.T) {
 	_, _ = first.Release(t.Context())
 }
 
-// The review found that a Redis restarted without its data forgets the
-// holders, and as many again are admitted while the old ones hold: the
-// package now says that its Redis must keep its data (an append-only file),
-// as the lock packages do. With it, a restart keeps the limit.
+// A Redis restarted without its data forgets the holders, and as many
+// again would be admitted while the old ones hold: the package says that
+// its Redis must keep its data (an append-only file), as the lock packages
+// do. With it, a restart keeps the limit.
 //
 // Schedule (limit 1, lease 10s): process 0 takes the place; the durable
 // server stops and restarts; process 1 asks and is not admitted.
-func TestReviewRestartWithItsDataKeepsTheLimit(t *testing.T) {
+func TestRestartWithItsDataKeepsTheLimit(t *testing.T) {
 	srv := testredis.StartDurable(t)
 	sems := processes(t, srv, 2, 1)
 	first, err := sems[0].Acquire(t.Context(), "sku")
@@ -162,25 +158,22 @@ func TestReviewRestartWithItsDataKeepsTheLimit(t *testing.T) {
 	_, _ = first.Release(t.Context())
 }
 
-// TestReviewTimedOutWaiterKeepsAPlace guards, after the review broke
-// it, claim "a waiter whose context
-// ends leaves nothing behind": Acquire reports ErrNotAdmitted with the
-// context's error (the service answers "busy", not "Redis unavailable"), yet
-// its enter, in flight when the context ended, admits it afterwards, and the
-// place counts against N until the permit's lease ends (10s here, twice
-// ORDER_TIMEOUT in the service). Acquire documents such a leftover place only
-// for the other path ("A failing Redis fails it at once with Redis's
-// error"); abandon's one leave, bounded by 500ms, is the only cleanup, and
-// nothing retries it once Redis answers again.
+// TestTimedOutWaiterLeavesNoPlace pins "a waiter whose context ends leaves
+// nothing behind": Acquire reports ErrNotAdmitted with the context's error
+// (the service answers "busy", not "Redis unavailable"), and its enter, in
+// flight when the context ended, may admit it afterwards; that place must
+// be withdrawn, not count against N until the permit's lease ends (10s
+// here, twice ORDER_TIMEOUT in the service). A single leave bounded by
+// 500ms is not enough: the server may not answer it in time.
 //
 // Schedule (limit 1, one client per process): the scripts are loaded (a
 // first Acquire/Release of another name); Redis is paused (SIGSTOP);
 // process 0's Acquire with a 100ms deadline sends enter, which blocks; the
-// deadline ends; abandon's leave cannot reach the paused server within its
-// 500ms; Acquire returns ErrNotAdmitted; Redis resumes and runs the enter,
-// which admits process 0's permit id; process 1 then waits 1s for the free
-// place and is refused.
-func TestReviewTimedOutWaiterKeepsAPlace(t *testing.T) {
+// deadline ends; a leave cannot reach the paused server within 500ms;
+// Acquire returns ErrNotAdmitted; Redis resumes and runs the enter, which
+// admits process 0's permit id; process 1 then asks, with 1s to wait, and
+// gets the place once it is withdrawn.
+func TestTimedOutWaiterLeavesNoPlace(t *testing.T) {
 	srv := testredis.Start(t)
 	sems := processes(t, srv, 2, 1)
 	warm, err := sems[0].Acquire(t.Context(), "warm-up") // loads the scripts: a paused EVALSHA must not come back NOSCRIPT
@@ -212,27 +205,25 @@ func TestReviewTimedOutWaiterKeepsAPlace(t *testing.T) {
 	_, _ = p.Release(t.Context())
 }
 
-// TestReviewManyDeadWaitersJamTheName guards, after the review broke
-// it, "a dead waiter leaves the
-// queue after the wait lease" (and with it every later Acquire of the
-// name): enter drops the waiters that stopped asking with
-// redis.call('ZREM', KEYS[2], unpack(gone)), and Redis's Lua (5.1) cannot
-// unpack more than about 8000 values (LUAI_MAXCSTACK). Once that many
-// waiters' wait leases have ended by the time of the next enter (many
-// instances' waiters dead at once, or a Redis stall longer than the wait
-// lease with that many waiters queued), every enter fails with "too many
-// results to unpack" before it removes anything: the dead waiters never
-// leave, and every Acquire of the name fails at once with a Redis error, for
-// as long as the keys live (they are not refreshed either: the script errors
-// before its PEXPIRE).
+// TestManyDeadWaitersDoNotJamTheName pins "a dead waiter leaves the queue
+// after the wait lease" (and with it every later Acquire of the name) when
+// thousands die at once: Redis's Lua (5.1) cannot unpack more than about
+// 8000 values (LUAI_MAXCSTACK), so enter must not drop the waiters that
+// stopped asking with a single redis.call('ZREM', KEYS[2], unpack(gone)).
+// Once that many waiters' wait leases have ended by the time of the next
+// enter (many instances' waiters dead at once, or a Redis stall longer
+// than the wait lease with that many waiters queued), every such enter
+// would fail with "too many results to unpack" before it removed anything:
+// the dead waiters would never leave, and every Acquire of the name would
+// fail at once with a Redis error, for as long as the keys live.
 //
 // Schedule (limit 1): process H holds the place (lease 1 minute); 8200
 // waiters of a process whose wait lease is 5s (WithPoll(250ms, 250ms))
 // each ask once -- the package's own enter script, pipelined, as their
 // first Acquire round would -- and die before leaving; 5.5s later every one
 // of their wait leases has ended; H releases; process P asks: the place is
-// free and P is alone in line, yet Acquire fails.
-func TestReviewManyDeadWaitersJamTheName(t *testing.T) {
+// free and P is alone in line, and Acquire admits it.
+func TestManyDeadWaitersDoNotJamTheName(t *testing.T) {
 	const dead = 8200
 	srv := testredis.Start(t)
 	rdb := srv.Client(t)

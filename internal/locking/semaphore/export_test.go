@@ -1,6 +1,6 @@
 package semaphore
 
-// EnterScript is the package's enter script, for review tests that run its
+// EnterScript is the package's enter script, for tests that run its
 // steps in a chosen order (many waiters' first asks in one pipeline).
 var EnterScript = enter
 

@@ -1,9 +1,10 @@
 package etcdlock_test
 
-// Schedules an adversarial review of etcdlock found, each of which broke a
-// claim of the package before its fix; each test drives its schedule and
-// checks that the claim now holds. A test's comment describes the schedule
-// and what went wrong before.
+// A lease's Context ends before the lock can be granted to someone else,
+// no wait outlasts its context, and the queue never keeps a waiter behind
+// a key nobody will delete. Each test drives a schedule that would break
+// one of these and checks that it holds; a test's comment describes the
+// schedule and what would go wrong.
 
 import (
 	"context"
@@ -22,30 +23,30 @@ import (
 	"github.com/flashsale/stock/internal/testetcd"
 )
 
-type reviewResult struct {
+type acquireResult struct {
 	le  *etcdlock.Lease
 	err error
 }
 
-func reviewAcquireAsync(l *etcdlock.Locker, ctx context.Context, name string) <-chan reviewResult {
-	got := make(chan reviewResult, 1)
+func acquireAsync(l *etcdlock.Locker, ctx context.Context, name string) <-chan acquireResult {
+	got := make(chan acquireResult, 1)
 	go func() {
 		le, err := l.Acquire(ctx, name)
-		got <- reviewResult{le, err}
+		got <- acquireResult{le, err}
 	}()
 	return got
 }
 
-// Claim 5 (a waiter never hangs past its context). session() serialises
-// lease grants with a plain sync.Mutex that is held across Grant(wctx) of
-// whichever waiter came first. While etcd does not answer, every other
-// name's first waiter blocks on that mutex, ignoring its own context, until
-// the first waiter's Grant gives up at ITS deadline.
+// A waiter never hangs past its context. session() grants one lease at a
+// time, held across Grant(wctx) of whichever waiter came first. While etcd
+// does not answer, every other name's first waiter waits for that grant,
+// and must come back at its own context's end, not when the first waiter's
+// Grant gives up at ITS deadline.
 //
 // Schedule: etcd unreachable (link frozen). G1: Acquire(ctx 4s, "a") ->
-// session() -> grant.Lock() -> Grant blocks. G2: Acquire(ctx 100ms, "b")
-// -> local turn of "b" -> session() -> grant.Lock() blocks. G2's deadline
-// passes; G2 comes back only when G1's Grant fails at 4s.
+// session() -> takes the grant -> Grant blocks. G2: Acquire(ctx 100ms,
+// "b") -> local turn of "b" -> session() -> waits for the grant. G2's
+// deadline passes; G2 comes back then, not when G1's Grant fails at 4s.
 func TestWaitForALeaseGrantEndsWithTheContext(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli, link := proxiedClient(t, cluster)
@@ -59,9 +60,9 @@ func TestWaitForALeaseGrantEndsWithTheContext(t *testing.T) {
 	const first = 4 * time.Second
 	fctx, fcancel := context.WithTimeout(context.Background(), first)
 	defer fcancel()
-	firstDone := reviewAcquireAsync(l, fctx, "a")
+	firstDone := acquireAsync(l, fctx, "a")
 	deadline := time.Now().Add(10 * time.Second)
-	for !etcdlock.ReviewGrantBusy(l) {
+	for !etcdlock.GrantBusy(l) {
 		if time.Now().After(deadline) {
 			t.Fatal("the first waiter never entered Grant")
 		}
@@ -84,20 +85,17 @@ func TestWaitForALeaseGrantEndsWithTheContext(t *testing.T) {
 	<-firstDone
 }
 
-// Claim 3 (a lease's Context ends before the lock can be granted to
-// someone else). keepAlive calls the renewal observer synchronously on the
-// only goroutine that watches the validity timer. While the observer runs,
-// nothing ends the session at its validity: the lease expires in etcd,
-// another process takes the lock, and the first holder's Context is still
-// live. (Also WithRenewalObserver's doc, "after a failure the leases'
-// contexts are already cancelled", is false: see the next test.)
+// A lease's Context ends before the lock can be granted to someone else,
+// also while the renewal observer blocks: the session still ends at its
+// validity, rather than the lease expiring in etcd, another process taking
+// the lock, and the first holder's Context staying live.
 //
 // Schedule: P acquires k (lease L, TTL 1s). P's keepAlive renews at
 // +333ms, calls onRenew(nil), which blocks (a slow metrics sink, a full
 // channel, a logger on a slow disk). No renewal goes out; L expires in
 // etcd at ~+1.33s and its key is deleted; Q's waiter reads the queue after
-// the deletion and holds with a greater token. P's lease Context has not
-// ended: two leases with live contexts.
+// the deletion and holds with a greater token. By then P's lease Context
+// has ended: never two leases with live contexts.
 func TestSlowRenewalObserverCannotKeepALeaseAlive(t *testing.T) {
 	cluster := testetcd.Start(t)
 	blocked := make(chan struct{})
@@ -142,7 +140,7 @@ func TestSlowRenewalObserverCannotKeepALeaseAlive(t *testing.T) {
 
 // WithRenewalObserver documents that the session is given up before the
 // observer hears of a failed renewal, and that the leases' contexts end at
-// once. (The review found the observer called first.)
+// once.
 func TestLeasesEndWhenTheObserverHearsOfAFailedRenewal(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli, link := proxiedClient(t, cluster)
@@ -178,10 +176,10 @@ func TestLeasesEndWhenTheObserverHearsOfAFailedRenewal(t *testing.T) {
 	_ = le.Release(context.Background())
 }
 
-// Claims 1 and 3: Reset deletes the holder's key, the next process takes
-// the lock, and the old holder's Context never ends (it can even re-enter
-// its hold with its old token). Reset's doc only promises that the old
-// holder's Release reports ErrLockLost.
+// Reset deletes the holder's key and the next process takes the lock; the
+// old holder's Context has ended by then, so it can neither go on as a
+// holder nor re-enter its hold with its old token (beyond Reset's promise
+// that the old holder's Release reports ErrLockLost).
 func TestResetEndsTheOldHoldersLease(t *testing.T) {
 	cluster := testetcd.Start(t)
 	p := newLocker(t, cluster.Client(t))
@@ -247,17 +245,16 @@ func TestNamesDoNotNest(t *testing.T) {
 	_ = held.Release(context.Background())
 }
 
-// AdvanceFence promises "every later token of name greater than atLeast";
-// its own argument ("R' above this read's revision") is wrong: a waiter
-// whose predecessor was deleted at revision d takes base+d from a READ at
-// d, and AdvanceFence(base+d), read at the same revision d, returns
-// without writing.
+// AdvanceFence promises "every later token of name greater than atLeast",
+// also for a waiter whose predecessor was deleted at revision d: it takes
+// base+d from a READ at d, so AdvanceFence(base+d), read at the same
+// revision d, must not return without writing.
 //
 // Schedule: P holds k; Q waits, its watch in place (then its link is
 // frozen, so its next read comes later).
-// P releases: delete at rev d. AdvanceFence(k, d): Get at rev d, base 0,
-// 0+d >= d: no write, returns. Q's link thaws: Q reads at rev d (nothing
-// was written since) and holds with token d == atLeast.
+// P releases: delete at rev d. AdvanceFence(k, d) returns. Q's link thaws:
+// Q reads and holds with a token above d (without a write by AdvanceFence
+// it would read at rev d and hold with token d == atLeast).
 func TestAdvanceFenceLeavesLaterTokensAbove(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli := cluster.Client(t)
@@ -277,7 +274,7 @@ func TestAdvanceFenceLeavesLaterTokensAbove(t *testing.T) {
 		default:
 		}
 	})
-	got := reviewAcquireAsync(q, ctx, "k")
+	got := acquireAsync(q, ctx, "k")
 	select {
 	case <-parked: // Q's read of the queue is done; the next one follows the deletion
 	case <-ctx.Done():
@@ -307,16 +304,14 @@ func TestAdvanceFenceLeavesLaterTokensAbove(t *testing.T) {
 	}
 }
 
-// Claim 5 (a waiter never leaves a key behind that would block others
-// until a lease expires; a waiter whose session ends re-queues). When the
+// A waiter never leaves a key behind that would block others until a
+// lease expires, and a waiter whose session ends re-queues. When the
 // session is lost locally while its lease still lives in etcd (a renewal
 // error that etcd's client does not retry; a leader change, which extends
-// every lease), the waiter re-queues on a new session, but the key of the
-// old session is left to deleteKey, whose goroutine selects between a
-// ready retry timer and the already-closed session context: half of the
-// time it returns without deleting. The lost lease is never revoked. The
-// new key queues BEHIND the dead one, so once the holder releases, the
-// waiter (and everyone behind it) waits for the dead lease to expire.
+// every lease), the waiter re-queues on a new session, and the key of the
+// old session must be deleted: its new key queues BEHIND the dead one, so
+// if the dead key stayed, once the holder releases, the waiter (and
+// everyone behind it) would wait for the dead lease to expire.
 func TestRequeuedWaiterIsNotBehindItsOwnDeadKey(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli := cluster.Client(t)
@@ -328,10 +323,10 @@ func TestRequeuedWaiterIsNotBehindItsOwnDeadKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := reviewAcquireAsync(waiter, t.Context(), name)
+		got := acquireAsync(waiter, t.Context(), name)
 		keys := queueKeys(t, cli, waiter, name, 2)
 		dead := keys[1]
-		lease, ok := etcdlock.ReviewFailRenewal(waiter, errors.New("injected: etcdserver: too many requests"))
+		lease, ok := etcdlock.FailRenewal(waiter, errors.New("injected: etcdserver: too many requests"))
 		if !ok {
 			t.Fatal("no session")
 		}
@@ -384,19 +379,18 @@ func TestRequeuedWaiterIsNotBehindItsOwnDeadKey(t *testing.T) {
 	}
 }
 
-// Claim 6 (a turn handed to a waiter that gives up is passed on). Wait
-// hands it on only when the waiter gives up INSIDE queue.Wait. A waiter
-// whose context ends during takeOver (etcd slow for a moment) "forgets" the
-// hold: it deletes the key and calls Done, so the next local waiter gets an
-// empty turn and queues at the END of etcd's queue, behind the other
-// process, although the hold had budget left for it.
+// A turn handed to a waiter that gives up is passed on, also when the
+// waiter's context ends during takeOver (etcd slow for a moment) rather
+// than inside queue.Wait: the hold goes to the next local waiter, which
+// has budget left, instead of being forgotten (its key deleted, an empty
+// turn for the next local waiter, which would queue at the END of etcd's
+// queue, behind the other process).
 //
 // Schedule: Q0 holds; P1 queues in etcd behind it; P2 (ctx 3s) and P3 queue
 // locally; Q0 releases: P1 holds with budget 2. Q1 queues behind P's key.
 // P's link freezes. P1 releases: Pass hands the hold to P2; P2's takeOver
-// Txn hangs until P2's deadline; takeOver fails, forget deletes P's key
-// (once the link thaws), Done gives P3 an empty turn; P3 queues a new key
-// behind Q1. Hold order P1 Q1 P3, not P1 P3 Q1.
+// Txn hangs until P2's deadline; takeOver fails, and the hold is passed on
+// to P3. Hold order P1 P3 Q1 (a forgotten hold would give P1 Q1 P3).
 func TestHandOverPassedOnWhenTheWaiterGivesUpInTakeOver(t *testing.T) {
 	cluster := testetcd.Start(t)
 	cli := cluster.Client(t)
@@ -409,15 +403,15 @@ func TestHandOverPassedOnWhenTheWaiterGivesUpInTakeOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1c := reviewAcquireAsync(p, t.Context(), "k")
+	p1c := acquireAsync(p, t.Context(), "k")
 	pKey := queueKeys(t, cli, p, "k", 2)[1]
 	p2ctx, p2cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer p2cancel()
-	p2c := reviewAcquireAsync(p, p2ctx, "k")
+	p2c := acquireAsync(p, p2ctx, "k")
 	for p.LocalWaiting("k") < 1 {
 		runtime.Gosched()
 	}
-	p3c := make(chan reviewResult, 1)
+	p3c := make(chan acquireResult, 1)
 	p3ctx, p3cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer p3cancel()
 	go func() {
@@ -426,7 +420,7 @@ func TestHandOverPassedOnWhenTheWaiterGivesUpInTakeOver(t *testing.T) {
 			order <- "p3"
 			err = le.Release(context.Background())
 		}
-		p3c <- reviewResult{le, err}
+		p3c <- acquireResult{le, err}
 	}()
 	for p.LocalWaiting("k") < 2 {
 		runtime.Gosched()

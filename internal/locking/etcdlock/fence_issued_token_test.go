@@ -10,17 +10,17 @@ import (
 
 // AdvanceFence's promise: a store that saw a token "from an etcd whose data
 // was lost (its revisions began again)" calls AdvanceFence(highest seen),
-// and every later token is above it. This change made AdvanceFence refuse
-// atLeast > MaxInt64/2, but the fence base may be MaxInt64/2 and a token
-// adds R<<16 to it: the Locker itself hands out tokens above MaxInt64/2,
-// and once the store has seen one, a loss of etcd's data can never be
-// fenced past again (before this change AdvanceFence took any value).
+// and every later token is above it. The fence base may be MaxInt64/2 and
+// a token adds R<<16 to it, so the Locker itself hands out tokens above
+// MaxInt64/2: AdvanceFence must accept any token the lock handed out, or
+// once the store has seen one, a loss of etcd's data could never be fenced
+// past again.
 //
 // Schedule: P on etcd E1 with fence base MaxInt64/2 holds with token T =
 // base + R<<16; the store records T. E1's data is lost (a fresh E2). P' on
-// E2 holds with a small token, refused; AdvanceFence(T) fails and the next
-// token is still below T.
-func TestReviewPlacesFenceCannotPassAnIssuedToken(t *testing.T) {
+// E2 holds with a small token, refused; AdvanceFence(T) succeeds and the
+// next token is above T.
+func TestAdvanceFencePassesAnIssuedToken(t *testing.T) {
 	e1 := testetcd.Start(t)
 	if e1.External() {
 		t.Skip("needs an etcd of its own, stopped to stand for the lost one")

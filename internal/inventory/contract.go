@@ -1,0 +1,63 @@
+package inventory
+
+import "context"
+
+// The strategy contract: what a Service needs of a strategy. Every strategy
+// is a Strategy (a name, and a deduction inside the order's transaction);
+// one that owns its orders' transactions or keeps its own books implements
+// the capabilities below as well, and the Service uses each one it finds.
+// A wrapper of a strategy (LimitRowWork, AdmitThrough) forwards every
+// capability its inner strategy has or refuses that strategy when it is
+// built, so no capability is lost to a wrapper.
+
+// PendingOrder is an order the Service has validated and named, handed to
+// an OrderTaker to be taken.
+type PendingOrder struct {
+	// Order is the row to record if the order is taken: its ID, SKU,
+	// quantity, buyer and strategy.
+	Order Order
+	// IdempotencyKey is the client's key, "" without one.
+	IdempotencyKey string
+	// Fingerprint identifies the request's body, to tell a retry of the
+	// same request (replay the first order) from another request with the
+	// same key (ErrIdempotencyConflict).
+	Fingerprint []byte
+}
+
+// OrderTaker is a strategy that takes whole orders instead of deducting in
+// a transaction the Service runs (batched, the reservation strategies): it
+// checks the idempotency key, deducts, and records the order, and returns
+// the order recorded (o.Order, or for a replayed key the first order of
+// that key), or an error of this package.
+type OrderTaker interface {
+	Strategy
+	TakeOrder(ctx context.Context, o PendingOrder) (Order, error)
+}
+
+// SaleKeeper is a strategy that keeps the sale itself (the stock counted
+// outside the database): it starts sales instead of the Service.
+type SaleKeeper interface {
+	StartSale(ctx context.Context, sku string, n int64) error
+}
+
+// SKUStateResetter is a strategy that keeps state of its own per SKU (lock
+// keys, fence counters) that a new sale must clear.
+type SKUStateResetter interface {
+	ResetSKU(ctx context.Context, sku string) error
+}
+
+// Auditor is a strategy that keeps its own books and audits a SKU itself.
+type Auditor interface {
+	Audit(ctx context.Context, sku string) (Audit, error)
+}
+
+// Leveler is a strategy that reports a SKU's stock itself.
+type Leveler interface {
+	Level(ctx context.Context, sku string) (Level, error)
+}
+
+// Pinger is a strategy (or an admission) that depends on a backend of its
+// own, and answers whether it is ready.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
