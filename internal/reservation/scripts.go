@@ -1,6 +1,10 @@
 package reservation
 
-import "github.com/redis/go-redis/v9"
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Keys of one SKU S (after the prefix). Every key of a SKU carries the hash
 // tag {S}, so one script reaches them all on Redis Cluster too: a SKU lives
@@ -28,6 +32,12 @@ import "github.com/redis/go-redis/v9"
 //	              reconciler walk it, and a sale sold out and drained leaves
 //	              it.
 
+// Each script's source is a file in lua/, embedded byte for byte: Redis
+// knows a script by the SHA1 of its source (EVALSHA), so a file keeps its
+// leading and trailing newlines and gains no header; the comments here are
+// the scripts' documentation. The helper luaReplID is prepended in Go to
+// the scripts that call replid().
+
 // luaReplID returns the server's replication id (INFO replication,
 // master_replid), or false when the server is not a master. The id changes
 // when the server is promoted, resynchronised from another, or started
@@ -41,13 +51,12 @@ import "github.com/redis/go-redis/v9"
 // not a master has no id here: a writable replica never sells, and a check
 // on it never reopens a sale (found by review: a writable replica that
 // lagged sold units its master had sold).
-const luaReplID = `
-local function replid()
-  local info = redis.call('INFO', 'replication')
-  if not string.find(info, 'role:master', 1, true) then return false end
-  return string.match(info, 'master_replid:(%w+)')
-end
-`
+//
+//go:embed lua/replid.lua
+var luaReplID string
+
+//go:embed lua/reserve.lua
+var reserveSource string
 
 // reserveScript checks, decrements and logs one order atomically.
 //
@@ -59,50 +68,20 @@ end
 // {"replay", id} (the key's earlier order), {"conflict"}, {"soldout"},
 // {"unloaded"}, {"checking"} (a check of the sale is under way), {"unchecked"}
 // (the server's replication id is not the one the sale was checked under).
-var reserveScript = redis.NewScript(luaReplID + `
-local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available', 'base', 'replid', 'since')
-if not sale[1] then return {'unloaded'} end
-if string.sub(sale[4] or '', 1, 9) == 'checking:' then
-  -- A check under way; one that has lasted 2 s is taken for dead.
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if now - tonumber(sale[5] or '0') < 2000 then return {'checking'} end
-  return {'unchecked'}
-end
-local id = replid()
-if not id or sale[4] ~= id then return {'unchecked'} end
-if redis.call('GET', KEYS[4]) == sale[3] then return {'ok', ARGV[1]} end
-local key, fp = ARGV[4], ARGV[5]
-if key ~= '' then
-  local prior = redis.call('HGET', KEYS[2], key)
-  if prior then
-    local sep = string.find(prior, ' ', 1, true)
-    if string.sub(prior, 1, sep - 1) ~= fp then return {'conflict'} end
-    return {'replay', string.sub(prior, sep + 1)}
-  end
-end
-local q = tonumber(ARGV[2])
-if tonumber(sale[2]) < q then return {'soldout'} end
-redis.call('HINCRBY', KEYS[1], 'available', -q)
-redis.call('HINCRBY', KEYS[1], 'ordered', q)
-redis.call('HINCRBY', KEYS[1], 'orders', 1)
-redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1], 's', ARGV[7])
-if key ~= '' then redis.call('HSET', KEYS[2], key, fp .. ' ' .. ARGV[1]) end
-redis.call('SET', KEYS[4], sale[3], 'PX', ARGV[6])
-return {'ok', ARGV[1]}
-`)
+var reserveScript = redis.NewScript(luaReplID + reserveSource)
+
+//go:embed lua/close.lua
+var closeSource string
 
 // closeScript stops a SKU's sale and announces the next one: no sale older
 // than it can be loaded afterwards. It returns the highest number seen
 // before, so the caller can tell a database whose numbers are behind.
 //
 // KEYS: sale, epoch. ARGV: the announced epoch.
-var closeScript = redis.NewScript(`
-redis.call('DEL', KEYS[1])
-local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[1]) > seen then redis.call('SET', KEYS[2], ARGV[1]) end
-return seen
-`)
+var closeScript = redis.NewScript(closeSource)
+
+//go:embed lua/load.lua
+var loadSource string
 
 // loadScript opens a sale: it forgets the SKU's keys and unwritten orders
 // (the database refuses orders of an older sale anyway) and sets the stock.
@@ -118,26 +97,10 @@ return seen
 // group is created anew, so no old entry stays pending in it.
 //
 // KEYS: sale, epoch, keys, orders. ARGV: epoch, units, consumer group.
-var loadScript = redis.NewScript(luaReplID + `
-local id = replid()
-if not id then return redis.error_reply('READONLY this server is not a master') end
-local e = tonumber(ARGV[1])
-local loaded = tonumber(redis.call('GET', KEYS[2]) or '0')
-if e < loaded then
-  return redis.error_reply('STALE sale ' .. ARGV[1] .. ' is older than sale ' .. loaded .. ', started since')
-end
-if e == loaded and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then return 'OK' end
-redis.call('DEL', KEYS[1], KEYS[3])
-redis.call('SET', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('XTRIM', KEYS[4], 'MAXLEN', 0)
-  redis.call('XGROUP', 'DESTROY', KEYS[4], ARGV[3])
-end
-redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[3], '$', 'MKSTREAM')
-redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', ARGV[2], 'ordered', 0, 'orders', 0,
-  'base', ARGV[1], 'replid', id)
-return 'OK'
-`)
+var loadScript = redis.NewScript(luaReplID + loadSource)
+
+//go:embed lua/block.lua
+var blockSource string
 
 // blockScript stops the orders of an open sale for a check, which ARGV[1]
 // names: the reserve script answers "checking" until that check's
@@ -149,15 +112,10 @@ return 'OK'
 // unless the check is forced, 1 when it stopped the sale.
 //
 // KEYS: sale. ARGV: the check's token, "force" or "".
-var blockScript = redis.NewScript(luaReplID + `
-local sale = redis.call('HMGET', KEYS[1], 'epoch', 'replid')
-if not sale[1] then return 0 end
-local id = replid()
-if id and sale[2] == id and ARGV[2] ~= 'force' then return 2 end
-local t = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'replid', 'checking:' .. ARGV[1], 'since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-return 1
-`)
+var blockScript = redis.NewScript(luaReplID + blockSource)
+
+//go:embed lua/renumber.lua
+var renumberSource string
 
 // renumberScript moves a sale under check from epoch ARGV[1] to ARGV[2]
 // (the number the database gives it to fence off older batches); its stock
@@ -167,15 +125,10 @@ return 1
 // this check (ARGV[3]).
 //
 // KEYS: sale, epoch.
-var renumberScript = redis.NewScript(`
-local e = redis.call('HGET', KEYS[1], 'epoch')
-if not e then return 'GONE' end
-if e ~= ARGV[1] or redis.call('HGET', KEYS[1], 'replid') ~= 'checking:' .. ARGV[3] then return 'MOVED' end
-if not redis.call('HGET', KEYS[1], 'base') then redis.call('HSET', KEYS[1], 'base', ARGV[1]) end
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2])
-if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], ARGV[2]) end
-return 'OK'
-`)
+var renumberScript = redis.NewScript(renumberSource)
+
+//go:embed lua/unblock.lua
+var unblockSource string
 
 // unblockScript lets a checked sale sell again, under the server's current
 // replication id, if it still has the number the check committed and is
@@ -185,35 +138,20 @@ return 'OK'
 // then took them for lost ones and closed the sale).
 //
 // KEYS: sale. ARGV: epoch, the check's token.
-var unblockScript = redis.NewScript(luaReplID + `
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
-if redis.call('HGET', KEYS[1], 'replid') ~= 'checking:' .. ARGV[2] then return 0 end
-local id = replid()
-if not id then return 0 end
-redis.call('HSET', KEYS[1], 'replid', id)
-return 1
-`)
+var unblockScript = redis.NewScript(luaReplID + unblockSource)
+
+//go:embed lua/tally.lua
+var tallySource string
 
 // tallyScript reads a sale's bookkeeping, its backlog and the age of its
 // oldest unwritten order, on the clock of the server that holds them.
 //
 // KEYS: sale, orders. Reply: {epoch, initial, available, ordered, orders,
 // backlog, age ms} or {} when no sale is loaded.
-var tallyScript = redis.NewScript(`
-local s = redis.call('HMGET', KEYS[1], 'epoch', 'initial', 'available', 'ordered', 'orders')
-if not s[1] then return {} end
-local backlog, age = 0, 0
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  backlog = redis.call('XLEN', KEYS[2])
-  local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
-  if first then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    age = math.max(0, now - tonumber(string.match(first[1], '^(%d+)')))
-  end
-end
-return {tonumber(s[1]), tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5]), backlog, age}
-`)
+var tallyScript = redis.NewScript(tallySource)
+
+//go:embed lua/retire.lua
+var retireSource string
 
 // retireScript takes a SKU off the catalog if no sale newer than the one
 // the caller found sold out and drained was announced since: a StartSale
@@ -221,11 +159,10 @@ return {tonumber(s[1]), tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber
 // score of 0 is a listing by a consumer (Consumer.relist).
 //
 // KEYS: catalog. ARGV: sku, the number (base) of the sale found finished.
-var retireScript = redis.NewScript(`
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if score and tonumber(score) <= tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 0
-`)
+var retireScript = redis.NewScript(retireSource)
+
+//go:embed lua/abandon.lua
+var abandonSource string
 
 // abandonScript marks a failed check's stop as dead at once: the reserve
 // script then answers "unchecked" instead of "checking", and the next order
@@ -234,8 +171,4 @@ return 0
 // touched.
 //
 // KEYS: sale. ARGV: the check's token.
-var abandonScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'replid') ~= 'checking:' .. ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'since', 0)
-return 1
-`)
+var abandonScript = redis.NewScript(abandonSource)

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"sync/atomic"
@@ -28,31 +29,18 @@ func NewJobLocker(rdb redis.Cmdable, prefix string) *JobLocker {
 	return &JobLocker{rdb: rdb, prefix: prefix}
 }
 
+//go:embed lua/take_job.lua
+var takeJobSource string
+
 // takeJob: the key holds "<owner> <taken at, ms on Redis's clock>".
-var takeJob = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. now, 'NX', 'PX', ARGV[2]) then return 1 end
-return 0
-`)
+var takeJob = redis.NewScript(takeJobSource)
+
+//go:embed lua/free_job.lua
+var freeJobSource string
 
 // freeJob: only the owner's own key; kept until taken at + at least, or
 // deleted if that has passed. 0: the key was not the owner's any more.
-var freeJob = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local sep = string.find(v, ' ', 1, true)
-if string.sub(v, 1, sep - 1) ~= ARGV[1] then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local keep = tonumber(string.sub(v, sep + 1)) + tonumber(ARGV[2])
-if keep > now then
-  redis.call('PEXPIREAT', KEYS[1], keep)
-else
-  redis.call('DEL', KEYS[1])
-end
-return 1
-`)
+var freeJob = redis.NewScript(freeJobSource)
 
 // JobLease is one run's hold of a job lock on Redis.
 type JobLease struct {

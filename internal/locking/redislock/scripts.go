@@ -1,6 +1,10 @@
 package redislock
 
-import "github.com/redis/go-redis/v9"
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Keys of one lock named K (after the prefix):
 //
@@ -24,12 +28,17 @@ import "github.com/redis/go-redis/v9"
 //	         nobody will delete (blocking K for a TTL). A value is never
 //	         used again after its release.
 
+// Each script's source is a file in lua/, embedded byte for byte: Redis
+// knows a script by the SHA1 of its source (EVALSHA), so a file keeps its
+// leading and trailing newlines and gains no header; the comments here are
+// the scripts' documentation. The helpers luaGone and luaPromote are
+// prepended in Go to the scripts that call their functions. The same holds
+// for takeJob and freeJob (joblock.go).
+
 // luaGone is true when value has a tombstone (see K:gone:V above).
-const luaGone = `
-local function gone(lock, value)
-  return redis.call('EXISTS', lock .. ':gone:' .. value) == 1
-end
-`
+//
+//go:embed lua/gone.lua
+var luaGone string
 
 // luaPromote hands a free lock to the oldest waiter whose deadline has not
 // passed, increments the fence for it and, unless it is skip, publishes the
@@ -38,37 +47,12 @@ end
 // has a tombstone (K:gone:V): a late call may have queued a value that was
 // released or gave up since, and a lock handed to it would block K for a
 // TTL, held by nobody.
-const luaPromote = `
-local function promote(lock, fence, queue, skip)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  while true do
-    local e = redis.call('LPOP', queue)
-    if not e then return false, 0 end
-    local dl, ttl, id, tok = string.match(e, '^(%d+):(%d+):([^:]+):(.+)$')
-    if dl and tonumber(dl) > now and redis.call('EXISTS', lock .. ':gone:' .. tok) == 0 then
-      redis.call('SET', lock, tok, 'PX', ttl)
-      local f = redis.call('INCR', fence)
-      -- %d: a Lua number is a double, which .. writes as 1e+14 from 10^14.
-      if tok ~= skip then redis.call('PUBLISH', lock .. ':wake:' .. id, string.format('%s %d', tok, f)) end
-      return tok, f
-    end
-  end
-end
--- find returns tok's entry in the queue, or false.
-local function find(queue, tok)
-  local suffix = ':' .. tok
-  for _, e in ipairs(redis.call('LRANGE', queue, 0, -1)) do
-    if string.sub(e, -#suffix) == suffix then return e end
-  end
-  return false
-end
-local function element(wait, ttl, id, tok)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  return string.format('%d:%d:%s:%s', now + tonumber(wait), tonumber(ttl), id, tok)
-end
-`
+//
+//go:embed lua/promote.lua
+var luaPromote string
+
+//go:embed lua/single_acquire.lua
+var singleAcquireSource string
 
 // singleAcquire: KEYS lock, fence, queue; ARGV token, ttl ms, wait ms, our
 // queue element ("" if none, "?" if an earlier call's outcome is unknown),
@@ -82,35 +66,10 @@ end
 // script, so a holder never exists without its fencing token. A free lock
 // with waiters queued goes to the oldest waiter, not to the caller: that is
 // what makes the lock fair across processes.
-var singleAcquire = redis.NewScript(luaPromote + luaGone + `
-if gone(KEYS[1], ARGV[1]) then return {0, 0, ''} end
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  return {tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('PTTL', KEYS[1]), ''}
-end
-if not cur then
-  if redis.call('LLEN', KEYS[3]) > 0 then
-    local tok, f = promote(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
-    if tok == ARGV[1] then return {f, redis.call('PTTL', KEYS[1]), ''} end
-    cur = tok
-  end
-  if not cur then
-    redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-    return {redis.call('INCR', KEYS[2]), tonumber(ARGV[2]), ''}
-  end
-end
-local e = ARGV[4]
-if e == '?' then
-  e = find(KEYS[3], ARGV[1]) or ''
-elseif e ~= '' and not redis.call('LPOS', KEYS[3], e) then
-  e = ''
-end
-if e == '' then
-  e = element(ARGV[3], ARGV[2], ARGV[5], ARGV[1])
-  redis.call('RPUSH', KEYS[3], e)
-end
-return {0, redis.call('PTTL', KEYS[1]), e}
-`)
+var singleAcquire = redis.NewScript(luaPromote + luaGone + singleAcquireSource)
+
+//go:embed lua/single_leave.lua
+var singleLeaveSource string
 
 // singleLeave: KEYS lock, fence, queue; ARGV token, our queue element ("",
 // or "?" to find it by token), successor token or "", successor ttl ms,
@@ -130,58 +89,17 @@ return {0, redis.call('PTTL', KEYS[1]), e}
 // tombstone gets nothing, and one already queued keeps its one place
 // instead of being queued twice (a second entry would get the lock after
 // the successor released it, under a value nobody will delete).
-var singleLeave = redis.NewScript(luaPromote + luaGone + `
-redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[1], '1', 'PX', ARGV[7])
-if ARGV[2] == '?' then
-  local e = find(KEYS[3], ARGV[1])
-  if e then redis.call('LREM', KEYS[3], 0, e) end
-elseif ARGV[2] ~= '' then
-  redis.call('LREM', KEYS[3], 1, ARGV[2])
-end
-local cur = redis.call('GET', KEYS[1])
-local held = -1
-if cur == ARGV[1] then
-  held = 1
-  redis.call('DEL', KEYS[1])
-  cur = false
-elseif not cur then
-  held = 0
-end
-local succ = ARGV[3]
-local queued = false
-if succ ~= '' then
-  if gone(KEYS[1], succ) then
-    succ = ''
-  else
-    queued = find(KEYS[3], succ)
-  end
-end
-if not cur then
-  if succ ~= '' and not queued and redis.call('LLEN', KEYS[3]) == 0 then
-    redis.call('SET', KEYS[1], succ, 'PX', ARGV[4])
-    return {held, redis.call('INCR', KEYS[2]), ''}
-  end
-  local tok, f = promote(KEYS[1], KEYS[2], KEYS[3], '')
-  if succ ~= '' and tok == succ then return {held, f, ''} end
-  if succ ~= '' and not queued and not tok then
-    redis.call('SET', KEYS[1], succ, 'PX', ARGV[4])
-    return {held, redis.call('INCR', KEYS[2]), ''}
-  end
-end
-if succ == '' then return {held, 0, ''} end
-if queued then return {held, 0, queued} end
-local e = element(ARGV[5], ARGV[4], ARGV[6], succ)
-redis.call('RPUSH', KEYS[3], e)
-return {held, 0, e}
-`)
+var singleLeave = redis.NewScript(luaPromote + luaGone + singleLeaveSource)
+
+//go:embed lua/single_extend.lua
+var singleExtendSource string
 
 // singleExtend: KEYS lock; ARGV token, ttl ms. Compare-and-pexpire: 1 when
 // the lock is ours and renewed, else 0.
-var singleExtend = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-`)
+var singleExtend = redis.NewScript(singleExtendSource)
+
+//go:embed lua/reset.lua
+var resetSource string
 
 // resetScript: KEYS lock, fence, queue; ARGV ttl ms. Deletes the lock and
 // its queue and tells waiters (queued ones on their Locker's channel,
@@ -195,20 +113,10 @@ return 1
 // The fencing counter stays: tokens only ever grow, across Resets too, or a
 // store that kept the highest token it accepted would refuse every later
 // holder.
-var resetScript = redis.NewScript(`
-for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
-  local id = string.match(e, '^%d+:%d+:([^:]+):')
-  if id then redis.call('PUBLISH', KEYS[1] .. ':wake:' .. id, '') end
-end
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local life = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[1]))
-  redis.call('SET', KEYS[1] .. ':gone:' .. cur, '1', 'PX', life)
-end
-redis.call('DEL', KEYS[1], KEYS[3])
-redis.call('PUBLISH', KEYS[1] .. ':wake', '')
-return 1
-`)
+var resetScript = redis.NewScript(resetSource)
+
+//go:embed lua/redlock_acquire.lua
+var redlockAcquireSource string
 
 // redlockAcquire: KEYS lock, fence; ARGV token, ttl ms, proposed counter (0
 // for none). Returns {1, counter, ""} when the lock on this node is ours
@@ -220,18 +128,10 @@ return 1
 // caller can tell whether its proposal was above every earlier one
 // (doc.go). A released
 // token (tombstone) does not take a free key: {0, 0, ""}.
-var redlockAcquire = redis.NewScript(luaGone + `
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-elseif cur or gone(KEYS[1], ARGV[1]) or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if not cur then return {0, 0, ''} end
-  return {0, redis.call('PTTL', KEYS[1]), cur}
-end
-local old = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[3]) > old then redis.call('SET', KEYS[2], ARGV[3]) end
-return {1, old, ''}
-`)
+var redlockAcquire = redis.NewScript(luaGone + redlockAcquireSource)
+
+//go:embed lua/redlock_gate.lua
+var redlockGateSource string
 
 // redlockGate: KEYS lock, fence, queue; ARGV token (the lock's value), ttl
 // ms, entry life ms (each call sets the caller's entry to expire that long
@@ -245,66 +145,27 @@ return {1, old, ''}
 // someone holds it, {-1, 0, element} when it is free but an older waiter is
 // first; element is the caller's place in the queue. A released token
 // (tombstone) changes nothing: {0, 0, ""}.
-var redlockGate = redis.NewScript(luaPromote + luaGone + `
-if gone(KEYS[1], ARGV[1]) then return {0, 0, ''} end
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  local mine = find(KEYS[3], ARGV[4])
-  if mine then redis.call('LREM', KEYS[3], 0, mine) end
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local head
-while true do
-  head = redis.call('LINDEX', KEYS[3], 0)
-  if not head then break end
-  local dl = string.match(head, '^(%d+):')
-  if dl and tonumber(dl) > now then break end
-  redis.call('LPOP', KEYS[3])
-end
-local suffix = ':' .. ARGV[4]
-local first = head and string.sub(head, -#suffix) == suffix
-if not cur and (not head or first) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if first then redis.call('LPOP', KEYS[3]) end
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
-end
-local old = find(KEYS[3], ARGV[4])
-local e = element(ARGV[3], ARGV[2], 'redlock', ARGV[4])
-if old then
-  redis.call('LSET', KEYS[3], redis.call('LPOS', KEYS[3], old), e)
-else
-  redis.call('RPUSH', KEYS[3], e)
-end
-if cur then return {0, redis.call('PTTL', KEYS[1]), e} end
-return {-1, 0, e}
-`)
+var redlockGate = redis.NewScript(luaPromote + luaGone + redlockGateSource)
+
+//go:embed lua/redlock_gate_leave.lua
+var redlockGateLeaveSource string
 
 // redlockGateLeave: KEYS lock, fence, queue; ARGV queue id, token of a
 // contender that gives up ("" for none), ttl ms. Removes the caller's place
 // in the gate's queue. With a token, also deletes the lock if a gate call
 // of that token set it, and leaves the token's tombstone, so a gate call
 // that lands later changes nothing.
-var redlockGateLeave = redis.NewScript(luaPromote + `
-local e = find(KEYS[3], ARGV[1])
-if e then redis.call('LREM', KEYS[3], 0, e) end
-if ARGV[2] ~= '' then
-  redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[2], '1', 'PX', ARGV[3])
-  if redis.call('GET', KEYS[1]) == ARGV[2] then redis.call('DEL', KEYS[1]) end
-end
-return 1
-`)
+var redlockGateLeave = redis.NewScript(luaPromote + redlockGateLeaveSource)
+
+//go:embed lua/redlock_fence.lua
+var redlockFenceSource string
 
 // redlockFence: KEYS lock, fence; ARGV token, counter. Set-if-greater of the
 // fencing counter, only on a node where the lock is ours: 1 when done.
-var redlockFence = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
-  redis.call('SET', KEYS[2], ARGV[2])
-end
-return 1
-`)
+var redlockFence = redis.NewScript(redlockFenceSource)
+
+//go:embed lua/redlock_extend.lua
+var redlockExtendSource string
 
 // redlockExtend: KEYS lock, fence; ARGV token, ttl ms, counter. Renews the lock
 // if ours; if the key is missing (the node restarted empty) it takes it back,
@@ -312,20 +173,10 @@ return 1
 // raises the node's fencing counter to ours, healing a wiped counter.
 // A released token (tombstone) does not take the key back.
 // Returns 1 when the lock on this node is ours afterwards, else 0.
-var redlockExtend = redis.NewScript(luaGone + `
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-elseif not cur and not gone(KEYS[1], ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-else
-  return 0
-end
-if tonumber(ARGV[3]) > tonumber(redis.call('GET', KEYS[2]) or '0') then
-  redis.call('SET', KEYS[2], ARGV[3])
-end
-return 1
-`)
+var redlockExtend = redis.NewScript(luaGone + redlockExtendSource)
+
+//go:embed lua/redlock_release.lua
+var redlockReleaseSource string
 
 // redlockRelease: KEYS lock; ARGV token, channel, publish ("1" or "0"), ttl
 // ms. Leaves a tombstone for token (K:gone:token, for the ttl) whatever it
@@ -337,24 +188,12 @@ return 1
 // poll.
 // Returns 1 when released, 0 when the key was gone, -1 when someone else
 // holds it.
-var redlockRelease = redis.NewScript(`
-redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[1], '1', 'PX', ARGV[4])
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[3] == '1' then redis.call('PUBLISH', ARGV[2], ARGV[1]) end
-  return 1
-end
-if not cur then return 0 end
-return -1
-`)
+var redlockRelease = redis.NewScript(redlockReleaseSource)
+
+//go:embed lua/advance_fence.lua
+var advanceFenceSource string
 
 // advanceFence: KEYS fence; ARGV n. Set-if-greater of the fencing counter,
 // whoever holds the lock: the next acquisition then takes a counter above n
 // (AdvanceFence passes counterFloor of the token it was given).
-var advanceFence = redis.NewScript(`
-if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-return 1
-`)
+var advanceFence = redis.NewScript(advanceFenceSource)

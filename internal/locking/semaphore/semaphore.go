@@ -35,6 +35,7 @@ package semaphore
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -50,6 +51,14 @@ import (
 // the context's error.
 var ErrNotAdmitted = errors.New("semaphore: not admitted")
 
+// Each script's source is a file in lua/, embedded byte for byte: Redis
+// knows a script by the SHA1 of its source (EVALSHA), so a file keeps its
+// leading and trailing newlines and gains no header; the comments here are
+// the scripts' documentation.
+
+//go:embed lua/enter.lua
+var enterSource string
+
 // enter: drop the holders whose lease ended and the waiters that stopped
 // asking; queue the caller (or refresh it); admit it if a place is free
 // for it.
@@ -57,64 +66,16 @@ var ErrNotAdmitted = errors.New("semaphore: not admitted")
 // KEYS: holders, queue, seen, ticket. ARGV: permit id, limit, lease ms,
 // wait lease ms. Returns 1 if admitted, else -(1 + its place in the
 // queue).
-var enter = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
--- The waiters that stopped asking leave, in slices: unpack() of a few
--- thousand ids fails in Redis's Lua, and a script that fails here would
--- fail every later ask of the name (found by review: 8,200 dead waiters).
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-for i = 1, #gone, 500 do
-  redis.call('ZREM', KEYS[2], unpack(gone, i, math.min(i + 499, #gone)))
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local id = ARGV[1]
-local result = 1
-if not redis.call('ZSCORE', KEYS[1], id) then
-  if not redis.call('ZSCORE', KEYS[2], id) then
-    redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), id)
-  end
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), id)
-  local free = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
-  local place = redis.call('ZRANK', KEYS[2], id)
-  if place < free then
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), id)
-  else
-    result = -(1 + place)
-  end
-end
--- Every key lives a while past its last use, set after the writes above
--- (an expiry set before the ZADD that creates a key is lost: found by
--- review), and never shortened: a process with a shorter lease must not
--- make a longer lease's holder vanish with the key (found by review).
-local idle = 2 * (tonumber(ARGV[3]) + tonumber(ARGV[4]))
-for i = 1, 4 do
-  local ttl = redis.call('PTTL', KEYS[i])
-  if ttl == -1 or (ttl >= 0 and ttl < idle) then redis.call('PEXPIRE', KEYS[i], idle) end
-end
-return result
-`)
+var enter = redis.NewScript(enterSource)
+
+//go:embed lua/leave.lua
+var leaveSource string
 
 // leave: the holder gives its place back, or the waiter leaves the queue;
 // either may let a waiter in, so the name's waiters are woken (KEYS[5] is
 // the channel). Returns 1 if the id held a place whose lease had not ended
 // (a late release finds its place already given up: found by review).
-var leave = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local queued = redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-local until_ = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local held = redis.call('ZREM', KEYS[1], ARGV[1])
-if (held == 1 or queued == 1) and redis.call('ZCARD', KEYS[2]) > 0 then
-  redis.call('PUBLISH', KEYS[5], '')
-end
-if held == 1 and tonumber(until_) > now then return 1 end
-return 0
-`)
+var leave = redis.NewScript(leaveSource)
 
 // Semaphore hands out the permits of one Redis server. Close it to stop
 // its subscription.

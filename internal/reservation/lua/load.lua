@@ -1,0 +1,19 @@
+
+local id = replid()
+if not id then return redis.error_reply('READONLY this server is not a master') end
+local e = tonumber(ARGV[1])
+local loaded = tonumber(redis.call('GET', KEYS[2]) or '0')
+if e < loaded then
+  return redis.error_reply('STALE sale ' .. ARGV[1] .. ' is older than sale ' .. loaded .. ', started since')
+end
+if e == loaded and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then return 'OK' end
+redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('SET', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('XTRIM', KEYS[4], 'MAXLEN', 0)
+  redis.call('XGROUP', 'DESTROY', KEYS[4], ARGV[3])
+end
+redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[3], '$', 'MKSTREAM')
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', ARGV[2], 'ordered', 0, 'orders', 0,
+  'base', ARGV[1], 'replid', id)
+return 'OK'

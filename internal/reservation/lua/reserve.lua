@@ -1,0 +1,31 @@
+
+local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available', 'base', 'replid', 'since')
+if not sale[1] then return {'unloaded'} end
+if string.sub(sale[4] or '', 1, 9) == 'checking:' then
+  -- A check under way; one that has lasted 2 s is taken for dead.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if now - tonumber(sale[5] or '0') < 2000 then return {'checking'} end
+  return {'unchecked'}
+end
+local id = replid()
+if not id or sale[4] ~= id then return {'unchecked'} end
+if redis.call('GET', KEYS[4]) == sale[3] then return {'ok', ARGV[1]} end
+local key, fp = ARGV[4], ARGV[5]
+if key ~= '' then
+  local prior = redis.call('HGET', KEYS[2], key)
+  if prior then
+    local sep = string.find(prior, ' ', 1, true)
+    if string.sub(prior, 1, sep - 1) ~= fp then return {'conflict'} end
+    return {'replay', string.sub(prior, sep + 1)}
+  end
+end
+local q = tonumber(ARGV[2])
+if tonumber(sale[2]) < q then return {'soldout'} end
+redis.call('HINCRBY', KEYS[1], 'available', -q)
+redis.call('HINCRBY', KEYS[1], 'ordered', q)
+redis.call('HINCRBY', KEYS[1], 'orders', 1)
+redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1], 's', ARGV[7])
+if key ~= '' then redis.call('HSET', KEYS[2], key, fp .. ' ' .. ARGV[1]) end
+redis.call('SET', KEYS[4], sale[3], 'PX', ARGV[6])
+return {'ok', ARGV[1]}
