@@ -118,8 +118,8 @@ func WithSweep(d time.Duration) ConsumerOption {
 	return func(c *Consumer) { c.sweepEvery = max(10*time.Millisecond, d) }
 }
 
-// WithSweepPage sets how many SKUs of the catalog one sweep reads, in one
-// pipelined round trip. Default 1,000.
+// WithSweepPage sets about how many SKUs of the catalog one sweep reads
+// (ZSCAN's COUNT, a hint), in one pipelined round trip. Default 1,000.
 func WithSweepPage(n int) ConsumerOption {
 	return func(c *Consumer) { c.sweepPage = int64(max(1, n)) }
 }
@@ -223,7 +223,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var (
 		working   = &workingSet{byKey: map[string]*stream{}}
 		nextSweep time.Time // now: the streams left by earlier instances
-		sweepFrom int64     // the catalog index of the next sweep's page
+		sweepFrom uint64    // the ZSCAN cursor of the next sweep's page
 		backoff   time.Duration
 	)
 	for ctx.Err() == nil {
@@ -471,43 +471,61 @@ func (c *Consumer) relist(ctx context.Context, skus []string) {
 	}
 }
 
-// sweep reads the page of the catalog that starts at index from and
-// returns the SKUs whose streams hold entries, and the index the next
-// page starts at (0 after the last page: the next walk starts over). A
-// SKU whose sale is sold out and whose stream is empty leaves the catalog
+// sweep reads the page of the catalog at cursor from (ZSCAN, about
+// c.sweepPage SKUs; 0 begins a walk) and returns the SKUs whose streams
+// hold entries, and the cursor of the next page (0 after the last page:
+// the next walk starts over). ZSCAN returns every SKU listed for a whole
+// walk at least once, whatever joins, leaves or changes its score
+// meanwhile; an index into the sorted set did not: a SKU leaving before
+// the index made the next page skip one (found by review). A SKU whose
+// sale is sold out and whose stream is empty leaves the catalog
 // (retireScript: unless a StartSale has announced a newer sale since). On
 // an error the next sweep reads the same page again.
-func (c *Consumer) sweep(ctx context.Context, from int64) (found []string, next int64) {
+func (c *Consumer) sweep(ctx context.Context, from uint64) (found []string, next uint64) {
 	rdb := c.store.rdb
-	page, err := rdb.ZRangeWithScores(ctx, c.store.catalogKey(), from, from+c.sweepPage-1).Result()
+	flat, next, err := rdb.ZScan(ctx, c.store.catalogKey(), from, "", c.sweepPage).Result()
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("reservation consumer: reading the catalog failed", "consumer", c.name, "err", err)
 		}
 		return nil, from
 	}
-	next = from + int64(len(page))
-	if int64(len(page)) < c.sweepPage {
-		next = 0
+	type listed struct {
+		sku   string
+		score float64
 	}
-	lengths := make([]*redis.IntCmd, len(page))
+	var page []listed
+	for i := 0; i+1 < len(flat); i += 2 {
+		score, err := strconv.ParseFloat(flat[i+1], 64)
+		if err != nil {
+			continue
+		}
+		page = append(page, listed{flat[i], score})
+	}
+	// The sale before the stream: once a sale is seen sold out, it takes
+	// no more orders, so a stream then found empty stays empty for that
+	// sale, and a newer sale raises the score before it opens (the retire
+	// then refuses). Read the other way round, an order taking the last
+	// unit between the two reads left an entry in a stream the sweep had
+	// seen empty, and the SKU left the catalog with it (found by review).
 	sales := make([]*redis.SliceCmd, len(page))
+	lengths := make([]*redis.IntCmd, len(page))
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, z := range page {
-			k := c.store.keys(z.Member.(string))
-			lengths[i] = p.XLen(ctx, k.orders)
-			sales[i] = p.HMGet(ctx, k.sale, "available", "base")
+		for i, l := range page {
+			sales[i] = p.HMGet(ctx, c.store.keys(l.sku).sale, "available", "base")
+		}
+		for i, l := range page {
+			lengths[i] = p.XLen(ctx, c.store.keys(l.sku).orders)
 		}
 		return nil
 	})
-	for i, z := range page {
-		sku := z.Member.(string)
+	for i, l := range page {
 		n, err := lengths[i].Result()
 		if err != nil {
 			continue
 		}
 		if n > 0 {
-			found = append(found, sku)
+			found = append(found, l.sku)
 			continue
 		}
 		v, err := sales[i].Result()
@@ -516,16 +534,9 @@ func (c *Consumer) sweep(ctx context.Context, from int64) (found []string, next 
 		}
 		available, _ := v[0].(string)
 		base, err := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
-		if available == "0" && err == nil && z.Score <= float64(base) {
-			// This page's SKUs are before the next page: each one
-			// that leaves moves the next page's start down by one,
-			// or the walk would skip a SKU.
-			removed, err := retireScript.Run(ctx, rdb, []string{c.store.catalogKey()}, sku, base).Int()
-			switch {
-			case err == nil && removed == 1 && next > 0:
-				next--
-			case err != nil && ctx.Err() == nil:
-				c.log.Warn("reservation consumer: taking a finished sale off the catalog failed", "sku", sku, "err", err)
+		if available == "0" && err == nil && l.score <= float64(base) {
+			if err := retireScript.Run(ctx, rdb, []string{c.store.catalogKey()}, l.sku, base).Err(); err != nil && ctx.Err() == nil {
+				c.log.Warn("reservation consumer: taking a finished sale off the catalog failed", "sku", l.sku, "err", err)
 			}
 		}
 	}

@@ -98,7 +98,7 @@ func (l listings) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func (l listings) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if cmd.Name() == "zrange" {
+		if cmd.Name() == "zscan" {
 			l.add(1)
 		}
 		return err

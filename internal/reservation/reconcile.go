@@ -42,8 +42,9 @@ type Reconciler struct {
 	page  int64
 }
 
-// ReconcilePage is how many SKUs one reconciliation audits: with 10,000
-// SKUs on sale and a run every 30 s, each is audited every 5 minutes.
+// ReconcilePage is about how many SKUs one reconciliation audits (ZSCAN's
+// COUNT, a hint): with 10,000 SKUs on sale and a run every 30 s, each is
+// audited every 5 minutes.
 const ReconcilePage = 1000
 
 // NewReconciler returns a reconciler of s's SKUs through audit.
@@ -51,24 +52,27 @@ func (s *Store) NewReconciler(audit Auditor, log *slog.Logger, obs ReconcileObse
 	return &Reconciler{store: s, audit: audit, log: log, obs: obs, page: ReconcilePage}
 }
 
-// reconcileNextKey holds the catalog index the next reconciliation starts
-// at.
+// reconcileNextKey holds the catalog's ZSCAN cursor the next
+// reconciliation starts at (0: a new walk).
 func (s *Store) reconcileNextKey() string { return s.prefix + "reserve:reconcile:next" }
 
 // Reconcile runs one reconciliation, within ctx (the job's "at most").
 func (r *Reconciler) Reconcile(ctx context.Context) error {
 	rdb := r.store.rdb
-	start, err := rdb.Get(ctx, r.store.reconcileNextKey()).Int64()
+	// A ZSCAN cursor, not an index: a walk reads every SKU listed for the
+	// whole walk, whatever joins or leaves the catalog meanwhile (an index
+	// skipped one SKU for each that left before it; see Consumer.sweep).
+	start, err := rdb.Get(ctx, r.store.reconcileNextKey()).Uint64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("reconciler: cannot read where the last run ended: %w", err)
 	}
-	skus, err := rdb.ZRange(ctx, r.store.catalogKey(), start, start+r.page-1).Result()
+	flat, next, err := rdb.ZScan(ctx, r.store.catalogKey(), start, "", r.page).Result()
 	if err != nil {
 		return fmt.Errorf("reconciler: cannot list the SKUs on sale: %w", err)
 	}
-	next := start + int64(len(skus))
-	if int64(len(skus)) < r.page {
-		next = 0 // the end of the catalog: start over
+	var skus []string
+	for i := 0; i < len(flat); i += 2 { // member, score
+		skus = append(skus, flat[i])
 	}
 	if err := rdb.Set(ctx, r.store.reconcileNextKey(), next, 0).Err(); err != nil {
 		return fmt.Errorf("reconciler: cannot record where this run ends: %w", err)
