@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/stock/internal/locking/etcdlock"
 	"github.com/flashsale/stock/internal/testetcd"
 )
 
@@ -83,5 +84,31 @@ func TestNoStateForIdleNames(t *testing.T) {
 	}
 	if kept := l.NamesKept(); kept != 0 {
 		t.Errorf("kept state for %d names once none was in use, want 0", kept)
+	}
+}
+
+// TestGivenBackKeyLeavesNothingOnTheSession: once a lease's key is given
+// back to etcd, the key's context has ended. It hangs on the session's
+// context, which lives for every key the instance holds: a key context
+// left open stayed a child of it until the session ended, a few hundred
+// bytes for every acquisition (the service's RSS grew by 10 MB per 100,000
+// SKUs sold under etcd-lock).
+func TestGivenBackKeyLeavesNothingOnTheSession(t *testing.T) {
+	l := newLocker(t, testetcd.Start(t).Client(t))
+	ctx := context.Background()
+	for i := range 3 {
+		le, err := l.Acquire(ctx, fmt.Sprintf("given-back-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if etcdlock.KeyContextEnded(le) {
+			t.Fatal("the key's context ended while the lock is held")
+		}
+		if err := le.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !etcdlock.KeyContextEnded(le) {
+			t.Errorf("lease %d: the key was given back, and its context still hangs on the session's", i)
+		}
 	}
 }

@@ -45,3 +45,8 @@ func FailRenewal(l *Locker, cause error) (int64, bool) {
 	l.loseSession(s, fmt.Errorf("renewal failed: %w", cause))
 	return int64(s.id), true
 }
+
+// KeyContextEnded reports whether the context of le's key has ended: once
+// the key is given back it must, or it stays a child of the session's
+// context until the session ends.
+func KeyContextEnded(le *Lease) bool { return le.h.keyCtx.Err() != nil }
