@@ -874,8 +874,8 @@ func (l *Locker) endTurn(h *hold, name string) {
 func (l *Locker) deleteNow(ctx context.Context, h *hold) error {
 	// Last, the key's context: it hangs on the session's for as long as
 	// it is not ended, and a session lives for many keys (every key ever
-	// held stayed a child of it, a few hundred bytes each: 100,000
-	// acquisitions held 10 MB until the session ended).
+	// held stayed a child of it with what it holds: after 100,000 SKUs
+	// sold once each, the service's Go heap held 54 MB instead of 8 MB).
 	if h.keyCancel != nil {
 		defer h.keyCancel(errKeyDeleted)
 	}
