@@ -58,24 +58,21 @@ func (h *sweepHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		if h.betweenReads == nil {
 			return next(ctx, cmds)
 		}
-		first := slices.IndexFunc(cmds, func(c redis.Cmder) bool { return touches(c, h.sku) })
-		for i := first; i >= 0 && i+1 < len(cmds); i++ {
-			if !slices.ContainsFunc(cmds[i+1:], func(c redis.Cmder) bool { return touches(c, h.sku) }) {
-				break
-			}
-			if h.split.Swap(true) {
-				break
-			}
-			// Redis runs other clients' commands between a pipeline's
-			// commands: here, between the sweep's two reads of one SKU.
-			err := next(ctx, cmds[:i+1])
-			h.betweenReads()
-			if err2 := next(ctx, cmds[i+1:]); err == nil {
-				err = err2
-			}
-			return err
+		// Split after the first read of the SKU, if a second one follows
+		// in the same pipeline.
+		ofSKU := func(c redis.Cmder) bool { return touches(c, h.sku) }
+		i := slices.IndexFunc(cmds, ofSKU)
+		if i < 0 || !slices.ContainsFunc(cmds[i+1:], ofSKU) || h.split.Swap(true) {
+			return next(ctx, cmds)
 		}
-		return next(ctx, cmds)
+		// Redis runs other clients' commands between a pipeline's
+		// commands: here, between the sweep's two reads of one SKU.
+		err := next(ctx, cmds[:i+1])
+		h.betweenReads()
+		if err2 := next(ctx, cmds[i+1:]); err == nil {
+			err = err2
+		}
+		return err
 	}
 }
 
