@@ -58,25 +58,7 @@ func TestWatchOrderReadOnAReplicaPromotedBeforeExecIsChecked(t *testing.T) {
 	base := newSale(t, "postgres") // P
 	const sku = "watch-promoted"
 	ctx := context.Background()
-	q := testredis.StartDurable(t)
-	base.consume(base.db)
-
-	qc := redis.NewClient(&redis.Options{Addr: q.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = qc.Close() })
-	link := startLink(t, base.redis.Addr)
-	lh, lp := hostPort(t, link.Addr())
-	if err := qc.ReplicaOf(ctx, lh, lp).Err(); err != nil {
-		t.Fatal(err)
-	}
-	base.start(sku, 5)
-	waitReplica(t, base.rdb)
-
-	link.cut.Store(true) // Q lags from here on
-	a, err := base.order(sku, 5, "on-p", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base.drained(sku, 1)
+	q, qc, a := laggingReplica(t, base, sku)
 
 	hook := &promoteAfterRead{promote: func() {
 		if err := qc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
@@ -123,25 +105,7 @@ func TestWritableReplicaNeverSellsUnchecked(t *testing.T) {
 		base := newSale(t, "postgres") // P
 		const sku = "writable-replica"
 		ctx := context.Background()
-		q := testredis.StartDurable(t, "--replica-read-only", "no")
-		base.consume(base.db)
-
-		qc := redis.NewClient(&redis.Options{Addr: q.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = qc.Close() })
-		link := startLink(t, base.redis.Addr)
-		lh, lp := hostPort(t, link.Addr())
-		if err := qc.ReplicaOf(ctx, lh, lp).Err(); err != nil {
-			t.Fatal(err)
-		}
-		base.start(sku, 5)
-		waitReplica(t, base.rdb)
-
-		link.cut.Store(true) // Q lags from here on
-		a, err := base.order(sku, 5, "on-p", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base.drained(sku, 1)
+		_, qc, a := laggingReplica(t, base, sku, "--replica-read-only", "no")
 
 		res := reservation.New(qc, base.db, m.opts...)
 		svc := inventory.NewService(base.db, inventory.NewReserved(res, base.db, inventory.WithReservedName(m.name)))
@@ -158,4 +122,33 @@ func TestWritableReplicaNeverSellsUnchecked(t *testing.T) {
 		t.Fatalf("order %s answered 201 by a lagging replica (order %s on P had taken those 5 units); written from Q: %d %v; the database: %d orders for %d units of a %d-unit sale (available %d)",
 			o.ID, a.ID, n, werr, db.Orders, db.Ordered, db.Initial, db.Available)
 	})
+}
+
+// laggingReplica starts Q, a durable replica of base's Redis (P) through a
+// link, puts sku on sale with 5 units, waits until Q has it, cuts the link
+// (Q lags from here on) and sells the 5 units on P, written to the
+// database. It returns Q, a client of Q, and P's order.
+func laggingReplica(t *testing.T, base *sale, sku string, args ...string) (*testredis.Server, *redis.Client, inventory.Order) {
+	t.Helper()
+	ctx := context.Background()
+	q := testredis.StartDurable(t, args...)
+	base.consume(base.db)
+
+	qc := redis.NewClient(&redis.Options{Addr: q.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = qc.Close() })
+	link := startLink(t, base.redis.Addr)
+	lh, lp := hostPort(t, link.Addr())
+	if err := qc.ReplicaOf(ctx, lh, lp).Err(); err != nil {
+		t.Fatal(err)
+	}
+	base.start(sku, 5)
+	waitReplica(t, base.rdb)
+
+	link.cut.Store(true)
+	a, err := base.order(sku, 5, "on-p", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.drained(sku, 1)
+	return q, qc, a
 }
