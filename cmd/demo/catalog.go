@@ -334,7 +334,7 @@ func writeCatalogFile(dir, rel string, skus []report.SKUAudit) (string, error) {
 // runClusterCatalog starts the instances of a reserved strategy on the
 // demo's Redis Cluster (REDIS_MODE=cluster) and runs the catalog on them.
 func (d *demo) runClusterCatalog(ctx context.Context, b backend, strategy string, round int) {
-	masters := len(d.cluster.addrs)
+	masters := len(d.cluster)
 	d.progress.begin("%s · %s on a Redis Cluster of %d masters: %d instances, catalog", b.Name, strategy, masters, d.p.Instances)
 	logDir := filepath.Join(d.dir, "runs", b.Name+"-"+strategy+"-cluster", fmt.Sprintf("round-%d", round))
 	fail := func(err error) {
@@ -349,7 +349,7 @@ func (d *demo) runClusterCatalog(ctx context.Context, b backend, strategy string
 	env := d.serviceEnv(b, strategy)
 	for i, kv := range env {
 		if strings.HasPrefix(kv, "REDIS_ADDRS=") {
-			env[i] = "REDIS_ADDRS=" + strings.Join(d.cluster.addrs, ",")
+			env[i] = "REDIS_ADDRS=" + strings.Join(d.cluster, ",")
 		}
 	}
 	env = append(env, "REDIS_MODE=cluster")
@@ -373,7 +373,7 @@ func (d *demo) clusterKeys(ctx context.Context, redisMasters int) []int64 {
 		return nil
 	}
 	var keys []int64
-	for _, addr := range d.cluster.addrs {
+	for _, addr := range d.cluster {
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 		n, err := c.DBSize(ctx).Result()
 		_ = c.Close()

@@ -34,10 +34,10 @@ type demo struct {
 	rep   *report.Report
 	redis []string
 	// reserveRedis is redis-reserve's and redis-watch's durable Redis;
-	// cluster the Redis Cluster of their second catalog run, nil when
-	// there is none.
+	// cluster the masters of the Redis Cluster of their second catalog
+	// run, nil when there is none.
 	reserveRedis []string
-	cluster      *redisNodes
+	cluster      []string
 	// etcd and zk are ETCD_ENDPOINTS and ZK_SERVERS for etcd-lock and
 	// zk-lock: the environment's, or the servers the demo started.
 	etcd []string

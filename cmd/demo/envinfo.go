@@ -19,6 +19,7 @@ import (
 
 	stockmysql "github.com/flashsale/stock/internal/mysql"
 	"github.com/flashsale/stock/internal/report"
+	"github.com/flashsale/stock/internal/testzk"
 )
 
 // environment describes the machine, the versions and the database settings
@@ -97,7 +98,7 @@ func zkVersion(servers []string) string {
 	if len(servers) == 0 {
 		return ""
 	}
-	out, err := fourLetter(servers[0], "srvr")
+	out, err := testzk.FourLetter(servers[0], "srvr")
 	if err != nil {
 		return ""
 	}

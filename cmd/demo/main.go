@@ -147,7 +147,7 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 	// The servers of the lock strategies: the environment's, or the demo's
 	// own. A strategy whose etcd or ZooKeeper could not start is skipped,
 	// with a note in the report, and the rest of the demo runs.
-	stopLockServices, skipped := d.startLockServices(ctx, out)
+	stopLockServices, skipped := d.startLockServices(out)
 	defer stopLockServices()
 	if len(skipped) > 0 {
 		var kept []string

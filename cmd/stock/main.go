@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/connlimit"
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
@@ -94,8 +95,8 @@ func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.S
 	if cfg.Strategy == inventory.NameBatched {
 		// No ROW_MAX_IN_FLIGHT: one transaction per SKU at a time in this
 		// process is the batched strategy's own bound.
-		return inventory.NewBatched(db, inventory.WithBatchMax(cfg.BatchMax), inventory.WithBatchWait(cfg.BatchWait),
-			inventory.WithBatchLogger(log), inventory.WithBatchObserver(m)), func() {}, nil
+		return batched.New(db, batched.WithMax(cfg.BatchMax), batched.WithWait(cfg.BatchWait),
+			batched.WithLogger(log), batched.WithObserver(m)), func() {}, nil
 	}
 	s, err := buildSQLStrategy(cfg)
 	if err != nil || cfg.AdmissionLimit == 0 {
@@ -115,12 +116,13 @@ func buildSQLStrategy(cfg config) (inventory.Strategy, error) {
 	switch cfg.Strategy {
 	case inventory.NameNaive:
 		return perProcess(inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow)))
-	case inventory.NameForUpdate:
-		return perProcess(inventory.NewForUpdate())
 	case inventory.NameVersionCAS:
 		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts), inventory.WithMaxInFlight(cfg.CASMaxInFlight)), nil
-	case inventory.NameConditional:
-		return perProcess(inventory.NewConditional())
+	}
+	// The strategies that only deduct and take no configuration of their
+	// own are built by the registry.
+	if s, ok := inventory.LookupStrategy(cfg.Strategy); ok && s.New != nil {
+		return perProcess(s.New())
 	}
 	return nil, fmt.Errorf("STRATEGY=%q is not built in", cfg.Strategy)
 }

@@ -39,6 +39,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/history"
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -78,8 +79,8 @@ type Scenario struct {
 // wait in the process for another's goroutine (a batch's leader).
 type Env struct {
 	Locker inventory.Locker
-	Store  inventory.BatchStore
-	Queue  inventory.QueueObserver
+	Store  batched.Store
+	Queue  batched.QueueObserver
 	// Reservations and Sales are the reservation store, each call of a
 	// buyer a step, and the database's side of it (Scenario.Reserved).
 	Reservations inventory.Reservations

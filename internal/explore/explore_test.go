@@ -16,6 +16,7 @@ import (
 	"github.com/flashsale/stock/internal/explore"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/store"
@@ -135,11 +136,7 @@ func candidates() []candidate {
 func allCandidates() []candidate {
 	commitLost := explore.Faults{Max: 1, LostCommitAnswer: true}
 	lockFaults := explore.Faults{Max: 1, LostCommitAnswer: true, LeaseExpiry: true}
-	return []candidate{
-		{name: inventory.NameConditional, faults: commitLost,
-			strategy: func(explore.Env) inventory.Strategy { return inventory.NewConditional() }},
-		{name: inventory.NameForUpdate, faults: commitLost,
-			strategy: func(explore.Env) inventory.Strategy { return inventory.NewForUpdate() }},
+	cs := []candidate{
 		// The bound on attempts in flight is a throughput device, not a
 		// guard: without it every interleaving of the buyers is possible.
 		{name: inventory.NameVersionCAS, faults: commitLost,
@@ -160,8 +157,8 @@ func allCandidates() []candidate {
 		// runs; the scheduler picks when each joins.
 		{name: inventory.NameBatched, faults: commitLost,
 			strategy: func(env explore.Env) inventory.Strategy {
-				return inventory.NewBatched(env.Store, inventory.WithQueueObserver(env.Queue),
-					inventory.WithBatchLogger(slog.New(slog.DiscardHandler)))
+				return batched.New(env.Store, batched.WithQueueObserver(env.Queue),
+					batched.WithLogger(slog.New(slog.DiscardHandler)))
 			}},
 		// Orders are taken by one script in Redis; a writer entity moves
 		// them into the database, a batch a step, between the buyers'
@@ -191,6 +188,17 @@ func allCandidates() []candidate {
 		{name: "redis-lock, fence without version (before the fix)", unsafe: true, faults: lockFaults, stands: []string{},
 			strategy: func(env explore.Env) inventory.Strategy { return fenceOnly{env.Locker} }},
 	}
+	// The safe strategies that only deduct, as the registry builds them:
+	// one transaction per order, whose answer may be lost.
+	var registered []candidate
+	for _, s := range inventory.Strategies() {
+		if s.New == nil || !s.Safe() || slices.ContainsFunc(cs, func(c candidate) bool { return slices.Contains(c.covers(), s.Name) }) {
+			continue
+		}
+		registered = append(registered, candidate{name: s.Name, faults: commitLost,
+			strategy: func(explore.Env) inventory.Strategy { return s.New() }})
+	}
+	return append(registered, cs...)
 }
 
 // TestExplorerCoversEveryStrategy: every strategy of the registry is run
@@ -451,8 +459,8 @@ func TestBatchesFormInTheSchedule(t *testing.T) {
 			x := open(t, engine)
 			sc := explore.Scenario{Name: "batched", Stock: 2, Quantities: []int64{1, 1, 1},
 				Strategy: func(env explore.Env) inventory.Strategy {
-					return inventory.NewBatched(env.Store, inventory.WithQueueObserver(env.Queue),
-						inventory.WithBatchLogger(slog.New(slog.DiscardHandler)))
+					return batched.New(env.Store, batched.WithQueueObserver(env.Queue),
+						batched.WithLogger(slog.New(slog.DiscardHandler)))
 				}}
 			steps := []string{"A: join the batch queue", "B: join the batch queue", "C: join the batch queue",
 				"A: write", "A: commit", "B: write", "B: read for update", "B: write", "B: commit"}

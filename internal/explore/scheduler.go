@@ -204,7 +204,7 @@ func (s *scheduler) apply(ev event) {
 }
 
 // sleep and wake are what a strategy that queues buyers in the process
-// calls (inventory.QueueObserver): a buyer about to wait for another's
+// calls (batched.QueueObserver): a buyer about to wait for another's
 // work, and the one that wakes it, before it does. A buyer asleep is not
 // waited for; one about to wake is, from the moment the waker says so,
 // which comes before the waker's own next step.

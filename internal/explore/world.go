@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 )
 
@@ -51,8 +52,8 @@ func (st *store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx
 }
 
 // InBatchTx is InTx for a strategy that owns its transaction (batched).
-func (st *store) InBatchTx(ctx context.Context, fn func(context.Context, inventory.BatchTx) error) error {
-	batches, ok := st.Store.(inventory.BatchStore)
+func (st *store) InBatchTx(ctx context.Context, fn func(context.Context, batched.Tx) error) error {
+	batches, ok := st.Store.(batched.Store)
 	if !ok {
 		return errors.New("explore: the store does not run batch transactions")
 	}
@@ -60,8 +61,8 @@ func (st *store) InBatchTx(ctx context.Context, fn func(context.Context, invento
 	if e == nil {
 		return batches.InBatchTx(ctx, fn)
 	}
-	return runTx(ctx, st, e, batches.InBatchTx, func(inner inventory.BatchTx, stp *stepper) inventory.BatchTx {
-		return &batchTx{BatchTx: inner, stepper: stp}
+	return runTx(ctx, st, e, batches.InBatchTx, func(inner batched.Tx, stp *stepper) batched.Tx {
+		return &batchTx{Tx: inner, stepper: stp}
 	}, fn)
 }
 
@@ -208,7 +209,7 @@ func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
 // batchTx is tx for the transaction of a batch, which the batch's leader
 // runs for every order in it.
 type batchTx struct {
-	inventory.BatchTx
+	batched.Tx
 	*stepper
 }
 
@@ -216,28 +217,28 @@ func (t *batchTx) DeductIfAvailable(ctx context.Context, sku string, total int64
 	if err := t.step(ctx, stepWrite); err != nil {
 		return false, err
 	}
-	return t.BatchTx.DeductIfAvailable(ctx, sku, total)
+	return t.Tx.DeductIfAvailable(ctx, sku, total)
 }
 
 func (t *batchTx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
 	if err := t.step(ctx, stepLockRead); err != nil {
 		return inventory.Level{}, err
 	}
-	return t.BatchTx.LockLevel(ctx, sku)
+	return t.Tx.LockLevel(ctx, sku)
 }
 
 func (t *batchTx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string]inventory.IdempotencyRecord, error) {
 	if err := t.step(ctx, stepIdemRead); err != nil {
 		return nil, err
 	}
-	return t.BatchTx.FindIdempotencyKeys(ctx, keys)
+	return t.Tx.FindIdempotencyKeys(ctx, keys)
 }
 
 func (t *batchTx) InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (int, error) {
 	if err := t.step(ctx, stepIdemWrite); err != nil {
 		return 0, err
 	}
-	return t.BatchTx.InsertIdempotencyRecords(ctx, records)
+	return t.Tx.InsertIdempotencyRecords(ctx, records)
 }
 
 // InsertOrders notes each order under its buyer: the batch's leader
@@ -249,11 +250,11 @@ func (t *batchTx) InsertOrders(ctx context.Context, orders []inventory.Order) er
 			t.st.noteInsert(int(name[0]-'A'), o.ID)
 		}
 	}
-	return t.BatchTx.InsertOrders(ctx, orders)
+	return t.Tx.InsertOrders(ctx, orders)
 }
 
 // queue tells the scheduler of buyers that wait in the process for a
-// batch's leader (inventory.QueueObserver). A buyer joins its SKU's queue
+// batch's leader (batched.QueueObserver). A buyer joins its SKU's queue
 // only when the scheduler says: whether it lands in the batch being formed
 // or in the next one is a choice of the schedule, not of the Go runtime.
 type queue struct{ s *scheduler }

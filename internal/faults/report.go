@@ -43,10 +43,17 @@ type step struct {
 // safe strategy of the registry is in a kill -9 run at least
 // (TestEverySafeStrategyFacesTheFaults).
 func (e *Env) steps(ctx context.Context) []step {
-	steps := []step{
-		{1, inventory.NameConditional, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameConditional) }},
-		{1, inventory.NameForUpdate, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameForUpdate) }},
-		{1, inventory.NameVersionCAS, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameVersionCAS) }},
+	// Every safe strategy that only deducts (the registry builds it) is
+	// killed mid-load, on the two engines in turn.
+	var steps []step
+	engines := []string{"mysql", "postgres"}
+	for _, s := range inventory.Strategies() {
+		if s.New != nil && s.Safe() {
+			engine := engines[len(steps)%2]
+			steps = append(steps, step{1, s.Name, func() Result { return e.KillRestart(ctx, engine, s.Name) }})
+		}
+	}
+	steps = append(steps, []step{
 		{1, inventory.NameBatched, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameBatched) }},
 		{1, inventory.NameBatched, func() Result { return e.KillRestart(ctx, "mysql", inventory.NameBatched) }},
 		{1, inventory.NameEtcdLock, func() Result { return e.KillRestart(ctx, "postgres", inventory.NameEtcdLock) }},
@@ -80,7 +87,7 @@ func (e *Env) steps(ctx context.Context) []step {
 		{8, inventory.NameRedisReserve, func() Result { return e.ReserveRedisWiped(ctx) }},
 		{8, inventory.NameRedisReserve, func() Result { return e.ReserveDatabaseDown(ctx, e.Postgres, inventory.NameRedisReserve) }},
 		{8, inventory.NameRedisReserve, func() Result { return e.ReserveDatabaseDown(ctx, e.MariaDB, inventory.NameRedisReserve) }},
-	}
+	}...)
 	for _, s := range inventory.ReservedStrategyNames {
 		steps = append(steps, step{9, s, func() Result { return e.CatalogRedisRestart(ctx, s) }})
 	}

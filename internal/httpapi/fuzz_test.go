@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
@@ -42,7 +43,7 @@ func fuzzTargets(f *testing.F, stock int64, strategies []string, opts ...httpapi
 			case inventory.NameBatched:
 				// Its own path from the handler to SQL: the service hands
 				// it the whole order, and it runs the batch's transaction.
-				strategy = inventory.NewBatched(db)
+				strategy = batched.New(db)
 			default:
 				f.Fatalf("no fuzz target for strategy %q", name)
 			}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
@@ -301,7 +302,7 @@ func TestIdempotencyAcrossInstances(t *testing.T) {
 					}
 					var s inventory.Strategy = inventory.NewForUpdate()
 					if strategy == inventory.NameBatched {
-						s = inventory.NewBatched(db)
+						s = batched.New(db)
 					}
 					instances = append(instances, newInstance(t, db, s))
 				}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/history"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/locking/dblock"
@@ -36,15 +37,24 @@ type builder func(t *testing.T, engine string, db store.Store) inventory.Strateg
 // gets a race window, so that its oversell is shown, not hoped for; the
 // lock strategies get servers of their own.
 func strategies() map[string]builder {
+	built := wired()
+	for _, s := range inventory.Strategies() {
+		if _, ok := built[s.Name]; !ok && s.New != nil {
+			built[s.Name] = func(*testing.T, string, store.Store) inventory.Strategy { return s.New() }
+		}
+	}
+	return built
+}
+
+// wired builds the strategies that the registry cannot build alone: those
+// that need servers or a store, and naive with its race window.
+func wired() map[string]builder {
 	return map[string]builder{
 		inventory.NameNaive: func(*testing.T, string, store.Store) inventory.Strategy {
 			return inventory.NewNaive(inventory.WithRaceWindow(20 * time.Millisecond))
 		},
-		inventory.NameForUpdate:   func(*testing.T, string, store.Store) inventory.Strategy { return inventory.NewForUpdate() },
-		inventory.NameVersionCAS:  func(*testing.T, string, store.Store) inventory.Strategy { return inventory.NewVersionCAS() },
-		inventory.NameConditional: func(*testing.T, string, store.Store) inventory.Strategy { return inventory.NewConditional() },
 		inventory.NameBatched: func(_ *testing.T, _ string, db store.Store) inventory.Strategy {
-			return inventory.NewBatched(db)
+			return batched.New(db)
 		},
 		inventory.NameRedisLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategy {
 			locker := redislock.New(testredis.Start(t).Client(t))

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 )
 
@@ -25,12 +26,12 @@ func (p *pingingStrategy) Ping(context.Context) error { return p.down }
 
 // TestWrappersForwardOrRefuse: a wrapper (LimitRowWork, AdmitThrough)
 // passes on every capability of the strategy it wraps, or refuses the
-// strategy when it is built. LimitRowWork(NewBatched(db), n) used to
+// strategy when it is built. LimitRowWork(batched.New(db), n) used to
 // return a gate that the Service saw as a plain deducting strategy: its
 // orders were no longer batched.
 func TestWrappersForwardOrRefuse(t *testing.T) {
 	wholeOrders := map[string]inventory.Strategy{
-		"batched":       inventory.NewBatched(nil),
+		"batched":       batched.New(nil),
 		"redis-reserve": inventory.NewReserved(nil, nil),
 	}
 	for name, s := range wholeOrders {

@@ -3,59 +3,9 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"sync"
+
+	"github.com/flashsale/stock/internal/keygate"
 )
-
-// keyedGate lets at most n holders per key in at once. A key's semaphore
-// exists only while someone holds or waits for it, so a flood of distinct
-// keys costs memory in proportion to the requests in flight, and two keys
-// never share a semaphore (one hot SKU cannot hold up another).
-type keyedGate struct {
-	n     int
-	mu    sync.Mutex
-	slots map[string]*gateSlot
-}
-
-type gateSlot struct {
-	sem  chan struct{}
-	refs int // holders and waiters, under keyedGate.mu
-}
-
-func newKeyedGate(n int) *keyedGate {
-	return &keyedGate{n: n, slots: map[string]*gateSlot{}}
-}
-
-// enter waits for one of key's n places, or until ctx ends, and returns the
-// function that gives the place back.
-func (g *keyedGate) enter(ctx context.Context, key string) (leave func(), err error) {
-	g.mu.Lock()
-	s := g.slots[key]
-	if s == nil {
-		s = &gateSlot{sem: make(chan struct{}, g.n)}
-		g.slots[key] = s
-	}
-	s.refs++
-	g.mu.Unlock()
-
-	select {
-	case s.sem <- struct{}{}:
-		return func() {
-			<-s.sem
-			g.forget(key, s)
-		}, nil
-	case <-ctx.Done():
-		g.forget(key, s)
-		return nil, context.Cause(ctx)
-	}
-}
-
-func (g *keyedGate) forget(key string, s *gateSlot) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if s.refs--; s.refs == 0 {
-		delete(g.slots, key)
-	}
-}
 
 // RowGated is a strategy whose orders on one SKU enter their transaction at
 // most n at a time in this process; the rest wait in the process, holding
@@ -69,7 +19,7 @@ func (g *keyedGate) forget(key string, s *gateSlot) {
 // the rest of the pool.
 type RowGated struct {
 	decorated
-	gate *keyedGate
+	gate *keygate.Gate
 }
 
 // LimitRowWork returns s with at most n orders per SKU in their transaction
@@ -87,7 +37,7 @@ func LimitRowWork(s Strategy, n int) (Strategy, error) {
 	if n <= 0 {
 		return s, nil
 	}
-	return &RowGated{decorated: decorated{s}, gate: newKeyedGate(n)}, nil
+	return &RowGated{decorated: decorated{s}, gate: keygate.New(n)}, nil
 }
 
 // wrappable refuses to wrap a strategy with a capability a wrapper cannot
@@ -115,7 +65,7 @@ func (r *RowGated) Inner() Strategy { return r.inner }
 
 // Deduct implements Strategy.
 func (r *RowGated) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
-	leave, err := r.gate.enter(ctx, sku)
+	leave, err := r.gate.Enter(ctx, sku)
 	if err != nil {
 		return fmt.Errorf("%w: waiting for a place among the orders on %q: %w", ErrBusy, sku, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
@@ -32,7 +33,7 @@ func BenchmarkHotRow(b *testing.B) {
 						b.Fatal(err)
 					}
 					if name == inventory.NameBatched {
-						strategy = inventory.NewBatched(db)
+						strategy = batched.New(db)
 					}
 					svc := inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second))
 					if err := svc.StartSale(ctx, "hot", inventory.MaxInitialStock); err != nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/flashsale/stock/internal/backoff"
 )
 
 // Service takes orders with one strategy over one store.
@@ -158,8 +160,8 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 
 	var err error
 	if taker, ok := s.strategy.(OrderTaker); ok {
-		// The strategy owns the transaction (Batched): it checks the key,
-		// deducts, and records the order and its key itself.
+		// The strategy owns the transaction (batched.Batched): it checks
+		// the key, deducts, and records the order and its key itself.
 		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint})
 		if terr == nil && placed.ID != order.ID {
 			replayed, terr = placed, errReplayed
@@ -252,7 +254,7 @@ func (s *Service) runTx(ctx context.Context, orderID string, fn func(context.Con
 				reason = "key_taken"
 			}
 			s.obs.Retried(s.strategy.Name(), reason)
-			if perr := pause(ctx, jitter(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
+			if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
 				return perr
 			}
 		default:

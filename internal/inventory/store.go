@@ -62,36 +62,3 @@ type Tx interface {
 	// false when that one committed first.
 	InsertIdempotency(ctx context.Context, r IdempotencyRecord) (inserted bool, err error)
 }
-
-// BatchStore is what the batched strategy needs from a database: one
-// transaction for the orders of a batch, and the lookup of an order whose
-// commit answer was lost. Errors are wrapped as Store's are.
-type BatchStore interface {
-	// InBatchTx runs fn in one transaction and commits it when fn returns
-	// nil, as Store.InTx does (ErrOutcomeUnknown when the commit answer was
-	// lost).
-	InBatchTx(ctx context.Context, fn func(ctx context.Context, tx BatchTx) error) error
-	// FindOrder looks an order up by id; found is false when there is none.
-	FindOrder(ctx context.Context, id string) (o Order, found bool, err error)
-}
-
-// BatchTx is the transaction of a batch of orders on one SKU.
-type BatchTx interface {
-	// DeductIfAvailable subtracts total only if at least total is
-	// available, and bumps the version.
-	DeductIfAvailable(ctx context.Context, sku string, total int64) (bool, error)
-	// LockLevel reads the stock row and locks it until the transaction
-	// ends: SELECT … FOR UPDATE (ErrUnknownSKU when there is none).
-	LockLevel(ctx context.Context, sku string) (Level, error)
-	// FindIdempotencyKeys reads the records of the keys that have one.
-	FindIdempotencyKeys(ctx context.Context, keys []string) (map[string]IdempotencyRecord, error)
-	// GetOrder reads an order by id.
-	GetOrder(ctx context.Context, id string) (Order, error)
-	// InsertOrders records accepted orders in one statement.
-	InsertOrders(ctx context.Context, orders []Order) error
-	// InsertIdempotencyRecords stores the records whose key does not exist
-	// yet, in one statement, waiting for concurrent transactions holding
-	// the same keys, and reports how many it inserted: fewer than given
-	// means another request committed one of the keys first.
-	InsertIdempotencyRecords(ctx context.Context, records []IdempotencyRecord) (inserted int, err error)
-}

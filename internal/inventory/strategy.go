@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
 	"time"
+
+	"github.com/flashsale/stock/internal/backoff"
+	"github.com/flashsale/stock/internal/keygate"
 )
 
 // Names of the strategies, as STRATEGY spells them.
@@ -15,6 +16,9 @@ const (
 	NameForUpdate   = "for-update"
 	NameVersionCAS  = "version-cas"
 	NameConditional = "conditional"
+	// NameBatched is the group commit of internal/batched, named here with
+	// the others for the registry.
+	NameBatched = "batched"
 )
 
 // TxRunner runs deduct in the transaction of one order. When deduct returns
@@ -158,7 +162,7 @@ type VersionCAS struct {
 	backoffBase time.Duration
 	backoffMax  time.Duration
 	inFlight    int
-	gates       [gateStripes]chan struct{}
+	gate        *keygate.Gate // nil: attempts not bounded
 }
 
 // CASOption configures VersionCAS.
@@ -195,11 +199,6 @@ func WithMaxInFlight(n int) CASOption {
 	return func(v *VersionCAS) { v.inFlight = max(0, n) }
 }
 
-// gateStripes is how many semaphores the SKUs share, by hash: enough that
-// two hot SKUs rarely share one, and a fixed number, so that a flood of
-// unknown SKUs allocates nothing.
-const gateStripes = 64
-
 // NewVersionCAS returns the version compare-and-set strategy.
 func NewVersionCAS(opts ...CASOption) *VersionCAS {
 	v := &VersionCAS{maxAttempts: 50, backoffBase: time.Millisecond, backoffMax: 25 * time.Millisecond, inFlight: 2}
@@ -207,9 +206,7 @@ func NewVersionCAS(opts ...CASOption) *VersionCAS {
 		o(v)
 	}
 	if v.inFlight > 0 {
-		for i := range v.gates {
-			v.gates[i] = make(chan struct{}, v.inFlight)
-		}
+		v.gate = keygate.New(v.inFlight)
 	}
 	return v
 }
@@ -227,7 +224,7 @@ func (v *VersionCAS) Deduct(ctx context.Context, sku string, quantity int64, inT
 		if attempt+1 >= v.maxAttempts {
 			return fmt.Errorf("%w: %d compare-and-set attempts lost the race", ErrBusy, v.maxAttempts)
 		}
-		if err := pause(ctx, jitter(attempt, v.backoffBase, v.backoffMax)); err != nil {
+		if err := pause(ctx, backoff.Exponential(attempt, v.backoffBase, v.backoffMax)); err != nil {
 			return err
 		}
 	}
@@ -235,13 +232,12 @@ func (v *VersionCAS) Deduct(ctx context.Context, sku string, quantity int64, inT
 
 // try makes one compare-and-set attempt, once the SKU's gate lets it in.
 func (v *VersionCAS) try(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
-	if gate := v.gate(sku); gate != nil {
-		select {
-		case gate <- struct{}{}:
-			defer func() { <-gate }()
-		case <-ctx.Done():
-			return fmt.Errorf("%w: waiting for a compare-and-set slot: %w", ErrBusy, context.Cause(ctx))
+	if v.gate != nil {
+		leave, err := v.gate.Enter(ctx, sku)
+		if err != nil {
+			return fmt.Errorf("%w: waiting for a compare-and-set slot: %w", ErrBusy, err)
 		}
+		defer leave()
 	}
 	return inTx(ctx, func(ctx context.Context, tx Tx) error {
 		level, err := readAvailable(ctx, tx, sku, quantity)
@@ -259,41 +255,14 @@ func (v *VersionCAS) try(ctx context.Context, sku string, quantity int64, inTx T
 	})
 }
 
-// gate returns the semaphore of sku's stripe, or nil when attempts are not
-// bounded.
-func (v *VersionCAS) gate(sku string) chan struct{} {
-	if v.inFlight == 0 {
-		return nil
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(sku))
-	return v.gates[h.Sum32()%gateStripes]
-}
-
-// jitter returns a random wait in [0, min(maxWait, base·2^attempt)].
-func jitter(attempt int, base, maxWait time.Duration) time.Duration {
-	ceiling := maxWait
-	if attempt < 30 && base<<attempt < maxWait {
-		ceiling = base << attempt
-	}
-	if ceiling <= 0 {
-		return 0
-	}
-	return rand.N(ceiling + 1)
-}
-
 // pause waits d, or less if ctx ends first; then it reports ErrBusy with the
-// context's error.
+// context's cause.
 func pause(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrBusy, context.Cause(ctx))
+	if err := backoff.Wait(ctx, d); err != nil {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
 	}
+	return nil
 }

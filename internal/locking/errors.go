@@ -1,13 +1,3 @@
-// Package locking is the family of distributed locks the lock strategies
-// stand on: one package per backend beside it (redislock: one Redis server
-// and Redlock; etcdlock: etcd v3), the local hand-over they share
-// (handoff), the conformance suite each passes against its real server
-// (locktest), and the adapter to the inventory domain (inventorylock).
-//
-// This package holds what every backend says alike: the errors below. A
-// backend's lease has a fencing token that grows with every new holder, a
-// context that ends with ErrLockLost when the lock is lost, and a Release
-// that deletes only its own lock.
 package locking
 
 import (

@@ -29,13 +29,17 @@ func WaitContext(ctx context.Context, wait, fallback time.Duration, closed conte
 }
 
 // NotObtained is a backend's error for a failed acquisition: ErrNotObtained,
-// the wait's error if it ended, ErrClosed if the backend's Close ended it
-// (closed is the backend's close context), and the failures that ended it
-// (a wait's own cancellations left out: the wait's error says it).
+// the wait's error if it ended and the caller's cause of that end, if it
+// gave one (context.WithCancelCause), ErrClosed if the backend's Close
+// ended it (closed is the backend's close context), and the failures that
+// ended it (a wait's own cancellations left out: the wait's error says it).
 func NotObtained(wait, closed context.Context, errs ...error) error {
 	all := []error{ErrNotObtained}
 	if err := wait.Err(); err != nil {
 		all = append(all, err)
+		if cause := context.Cause(wait); cause != err && !errors.Is(cause, ErrClosed) {
+			all = append(all, cause)
+		}
 	}
 	if closed.Err() != nil {
 		all = append(all, ErrClosed)

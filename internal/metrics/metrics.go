@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/connlimit"
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -46,9 +47,9 @@ type Metrics struct {
 }
 
 var (
-	_ inventory.Observer      = (*Metrics)(nil)
-	_ inventory.BatchObserver = (*Metrics)(nil)
-	_ connlimit.Observer      = (*Metrics)(nil)
+	_ inventory.Observer = (*Metrics)(nil)
+	_ batched.Observer   = (*Metrics)(nil)
+	_ connlimit.Observer = (*Metrics)(nil)
 )
 
 // Latency buckets from 0.5 ms to 10 s: a hot row answers in milliseconds,
@@ -221,7 +222,7 @@ func (m *Metrics) Renewed(ok bool) {
 	m.renewals.WithLabelValues(result).Inc()
 }
 
-// BatchDone implements inventory.BatchObserver.
+// BatchDone implements batched.Observer.
 func (m *Metrics) BatchDone(size int, elapsed time.Duration, outcome string) {
 	m.batchSize.WithLabelValues(outcome).Observe(float64(size))
 	m.batchTx.WithLabelValues(outcome).Observe(elapsed.Seconds())

@@ -17,6 +17,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	schema "github.com/flashsale/stock/sql"
 )
@@ -27,10 +28,10 @@ type Store struct {
 }
 
 var (
-	_ inventory.Store      = (*Store)(nil)
-	_ inventory.Tx         = (*tx)(nil)
-	_ inventory.BatchStore = (*Store)(nil)
-	_ inventory.BatchTx    = (*tx)(nil)
+	_ inventory.Store = (*Store)(nil)
+	_ inventory.Tx    = (*tx)(nil)
+	_ batched.Store   = (*Store)(nil)
+	_ batched.Tx      = (*tx)(nil)
 )
 
 // Option configures Open.
@@ -128,8 +129,8 @@ func (s *Store) InTx(ctx context.Context, fn func(context.Context, inventory.Tx)
 	return s.inTx(ctx, func(ctx context.Context, t *tx) error { return fn(ctx, t) })
 }
 
-// InBatchTx implements inventory.BatchStore: a transaction as InTx's.
-func (s *Store) InBatchTx(ctx context.Context, fn func(context.Context, inventory.BatchTx) error) error {
+// InBatchTx implements batched.Store: a transaction as InTx's.
+func (s *Store) InBatchTx(ctx context.Context, fn func(context.Context, batched.Tx) error) error {
 	return s.inTx(ctx, func(ctx context.Context, t *tx) error { return fn(ctx, t) })
 }
 

@@ -26,7 +26,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/flashsale/stock/internal/backoff"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/keygate"
 )
 
 // Group is the consumer group of every SKU's stream.
@@ -74,10 +76,10 @@ type Store struct {
 	// next buyer finds the sale open.
 	checkLimit time.Duration
 	// The optimistic variant (watch.go): attempts per order, and a gate
-	// per stripe of SKUs bounding the attempts in flight.
+	// per SKU bounding the attempts in flight (nil: no bound).
 	optimistic    bool
 	watchAttempts int
-	gates         [gateStripes]chan struct{}
+	gate          *keygate.Gate
 	// pipelines sends the scripts of orders that arrive together in one
 	// pipeline (coalesce.go); nil sends each on its own.
 	pipelines *coalescer
@@ -237,7 +239,7 @@ func (s *Store) runReserve(ctx context.Context, sku string, keys []string, args 
 		case err == nil && len(reply) == 1 && reply[0] == "checking":
 			// Another check of the sale is under way (here or in another
 			// instance): wait for it, within the order's deadline.
-			if pause(ctx, wait) != nil {
+			if backoff.Wait(ctx, wait) != nil {
 				return nil, errUnchecked{fmt.Errorf("sale %q still being checked at the order's deadline", sku)}
 			}
 		case err == nil && len(reply) == 1 && reply[0] == "unchecked":

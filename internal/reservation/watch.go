@@ -5,15 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/stock/internal/backoff"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/keygate"
 )
 
 // The optimistic variant (redis-watch): the textbook WATCH, read, check, then
@@ -32,9 +32,6 @@ var errRecheck = errors.New("redis replication id changed: the sale is not check
 // errChecking: a check of the sale is under way (see Store.recheck).
 var errChecking = errors.New("the sale is being checked")
 
-// gateStripes is how many semaphores the SKUs share, by hash.
-const gateStripes = 64
-
 // WithOptimisticTransactions makes Reserve take orders with WATCH, a read,
 // a check in Go, then MULTI/EXEC (redis-watch), instead of the script. An
 // EXEC that finds a watched key changed takes nothing and the attempt runs
@@ -45,10 +42,9 @@ const gateStripes = 64
 func WithOptimisticTransactions(attempts, inFlight int) Option {
 	return func(s *Store) {
 		s.optimistic, s.watchAttempts = true, max(1, attempts)
+		s.gate = nil
 		if inFlight > 0 {
-			for i := range s.gates {
-				s.gates[i] = make(chan struct{}, inFlight)
-			}
+			s.gate = keygate.New(inFlight)
 		}
 	}
 }
@@ -69,7 +65,7 @@ func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([
 			if time.Since(waitedSince) > 2*time.Second {
 				err = errRecheck
 			} else {
-				if pause(ctx, backoff(attempt)) != nil {
+				if backoff.Wait(ctx, backoff.Exponential(attempt, time.Millisecond, 25*time.Millisecond)) != nil {
 					return nil, errUnchecked{fmt.Errorf("sale %q still being checked at the order's deadline", r.Order.SKU)}
 				}
 				attempt-- // waiting for a check is not a lost race
@@ -88,7 +84,7 @@ func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([
 		case !errors.Is(err, redis.TxFailedErr):
 			return reply, err
 		}
-		if pause(ctx, backoff(attempt)) != nil {
+		if backoff.Wait(ctx, backoff.Exponential(attempt, time.Millisecond, 25*time.Millisecond)) != nil {
 			return []string{"busy"}, nil
 		}
 	}
@@ -97,13 +93,12 @@ func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([
 
 // watchOnce is one attempt, once the SKU's gate lets it in.
 func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]string, error) {
-	if gate := s.gate(r.Order.SKU); gate != nil {
-		select {
-		case gate <- struct{}{}:
-			defer func() { <-gate }()
-		case <-ctx.Done():
+	if s.gate != nil {
+		leave, err := s.gate.Enter(ctx, r.Order.SKU)
+		if err != nil {
 			return []string{"busy"}, nil
 		}
+		defer leave()
 	}
 	k := s.keys(r.Order.SKU)
 	placed := s.placedKey(r.Order.SKU, r.Order.ID)
@@ -232,37 +227,4 @@ func cut(v string) (fp, id string, ok bool) {
 		}
 	}
 	return v, "", false
-}
-
-// gate returns the semaphore of sku's stripe, or nil when attempts are not
-// bounded.
-func (s *Store) gate(sku string) chan struct{} {
-	if s.gates[0] == nil {
-		return nil
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(sku))
-	return s.gates[h.Sum32()%gateStripes]
-}
-
-// backoff is a random wait up to 1ms·2^attempt, capped at 25ms ("full
-// jitter", so that losers do not collide again in step).
-func backoff(attempt int) time.Duration {
-	ceiling := 25 * time.Millisecond
-	if attempt < 5 {
-		ceiling = min(ceiling, time.Millisecond<<attempt)
-	}
-	return rand.N(ceiling + 1)
-}
-
-// pause waits d or until ctx ends (then it returns ctx's error).
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -9,16 +9,17 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/mysql"
 	"github.com/flashsale/stock/internal/postgres"
 )
 
-// Store is an inventory.Store (and an inventory.BatchStore, for the
-// batched strategy) that can also migrate its schema and close.
+// Store is an inventory.Store (and a batched.Store, for the batched
+// strategy) that can also migrate its schema and close.
 type Store interface {
 	inventory.Store
-	inventory.BatchStore
+	batched.Store
 	// StartSaleEpoch and PersistReserved serve the redis-reserve strategy
 	// (inventory.EpochSales, reservation.Sink).
 	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error)

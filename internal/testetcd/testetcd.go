@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -49,6 +50,7 @@ type Member struct {
 	dir        string
 	initial    string // --initial-cluster
 	external   bool   // not started here: never killed
+	opts       Options
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -95,6 +97,31 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 // answers. It returns ErrNoEtcd when the binary is missing. Stop it with
 // Stop; dir stays the caller's to delete.
 func Spawn(dir string, n int) (*Cluster, error) {
+	return SpawnWith(dir, n, Options{})
+}
+
+// Options are the settings of a cluster started with SpawnWith. The zero
+// value is Spawn's: errors only in the members' logs, kept in memory only,
+// the members in the caller's process group.
+type Options struct {
+	// LogFile, when set, receives every member's output too, appended (a
+	// restart adds to it; the members of a cluster share it); "" (the
+	// default) keeps only the first 64 KiB of each in memory, for error
+	// messages.
+	LogFile string
+	// LogLevel is etcd's --log-level (debug, info, warn, error, panic,
+	// fatal); "" (the default) is error.
+	LogLevel string
+	// OwnProcessGroup starts every member in a process group of its own,
+	// so that a Ctrl-C in the terminal reaches only the caller, which stops
+	// the members (by their PIDs) when it chooses; false (the default)
+	// leaves them in the caller's group, where a Ctrl-C ends them with the
+	// caller.
+	OwnProcessGroup bool
+}
+
+// SpawnWith starts n members as Spawn does, with the settings of o.
+func SpawnWith(dir string, n int, o Options) (*Cluster, error) {
 	if _, err := os.Stat(Bin); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoEtcd, err)
 	}
@@ -102,7 +129,7 @@ func Spawn(dir string, n int) (*Cluster, error) {
 	for try := range 3 { // a free port can be taken between the probe and etcd's bind
 		var c *Cluster
 		// A folder per try: a failed try may leave a member's data.
-		if c, err = spawn(filepath.Join(dir, fmt.Sprintf("try%d", try+1)), n); err == nil {
+		if c, err = spawn(filepath.Join(dir, fmt.Sprintf("try%d", try+1)), n, o); err == nil {
 			return c, nil
 		}
 	}
@@ -117,15 +144,15 @@ func SpawnAt(dir string, client, peer int) (*Cluster, error) {
 	if _, err := os.Stat(Bin); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoEtcd, err)
 	}
-	return spawnOn(dir, 1, func(i int) (int, int) { return client, peer })
+	return spawnOn(dir, 1, func(i int) (int, int) { return client, peer }, Options{})
 }
 
-func spawn(dir string, n int) (*Cluster, error) {
-	return spawnOn(dir, n, func(int) (int, int) { return freePort(), freePort() })
+func spawn(dir string, n int, o Options) (*Cluster, error) {
+	return spawnOn(dir, n, func(int) (int, int) { return freePort(), freePort() }, o)
 }
 
 // spawnOn starts n members; ports gives member i's client and peer ports.
-func spawnOn(dir string, n int, ports func(i int) (client, peer int)) (*Cluster, error) {
+func spawnOn(dir string, n int, ports func(i int) (client, peer int), o Options) (*Cluster, error) {
 	c := &Cluster{}
 	var initial []string
 	for i := range n {
@@ -135,6 +162,7 @@ func spawnOn(dir string, n int, ports func(i int) (client, peer int)) (*Cluster,
 			ClientAddr: "127.0.0.1:" + strconv.Itoa(client),
 			peerURL:    "http://127.0.0.1:" + strconv.Itoa(peer),
 			dir:        filepath.Join(dir, fmt.Sprintf("m%d", i+1)),
+			opts:       o,
 		}
 		initial = append(initial, m.Name+"="+m.peerURL)
 		c.Members = append(c.Members, m)
@@ -193,22 +221,58 @@ func (m *Member) start() error {
 		state = "existing"
 	}
 	client := "http://" + m.ClientAddr
+	level := m.opts.LogLevel
+	if level == "" {
+		level = "error"
+	}
 	cmd := exec.Command(Bin,
 		"--name", m.Name, "--data-dir", m.dir,
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", m.peerURL, "--initial-advertise-peer-urls", m.peerURL,
 		"--initial-cluster", m.initial, "--initial-cluster-state", state,
 		"--heartbeat-interval", "10", "--election-timeout", "100",
-		"--logger", "zap", "--log-level", "error", "--log-outputs", "stderr")
+		"--logger", "zap", "--log-level", level, "--log-outputs", "stderr")
 	m.log = &memberLog{}
 	cmd.Stdout, cmd.Stderr = m.log, m.log
+	var log *os.File
+	if m.opts.LogFile != "" {
+		f, err := os.OpenFile(m.opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		log = f
+		w := io.MultiWriter(m.log, lenient{f})
+		cmd.Stdout, cmd.Stderr = w, w
+	}
+	if m.opts.OwnProcessGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
+		if log != nil {
+			_ = log.Close()
+		}
 		return err
 	}
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() {
+		_ = cmd.Wait() // returns once the output is copied
+		if log != nil {
+			_ = log.Close()
+		}
+		close(exited)
+	}()
 	m.cmd, m.exited = cmd, exited
 	return nil
+}
+
+// lenient writes to a log file and ignores its errors, so that a full
+// disk never stops the copying of a member's output (which would block the
+// member on its pipe).
+type lenient struct{ w io.Writer }
+
+func (l lenient) Write(p []byte) (int, error) {
+	_, _ = l.w.Write(p)
+	return len(p), nil
 }
 
 // memberLog keeps the first 64 KiB of a member's log, for error messages.

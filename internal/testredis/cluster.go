@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,27 +40,72 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		}
 		tb.Fatal(err)
 	}
+	c, err := SpawnCluster(tb.TempDir(), n, ClusterOptions{})
+	if errors.Is(err, ErrNoRedis) && os.Getenv("CI") != "true" {
+		tb.Skip(err, "(set CI=true to make this a failure)")
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Stop)
+	return c
+}
+
+// ClusterOptions are the settings of a cluster started with SpawnCluster.
+// The zero value is StartCluster's.
+type ClusterOptions struct {
+	// Args are passed on to every master after the cluster's own
+	// arguments (for example "--maxmemory-policy", "noeviction"); none by
+	// default.
+	Args []string
+	// LogDir, when set, receives master i's output (i from 1) in
+	// node-<i>.log, appended; "" (the default) keeps only the first 64 KiB
+	// of it in memory, for error messages.
+	LogDir string
+	// OwnProcessGroup starts every master in a process group of its own,
+	// as Options.OwnProcessGroup does; false by default.
+	OwnProcessGroup bool
+}
+
+// SpawnCluster starts a cluster of n masters (1, or 3 and more) outside
+// any test, as StartCluster does for a test, master i (from 1) with its
+// data in dir/node-<i>, and returns once every master serves every slot.
+// It returns ErrNoRedis when redis-server is missing. Stop it with Stop;
+// dir stays the caller's to delete.
+func SpawnCluster(dir string, n int, o ClusterOptions) (*Cluster, error) {
+	if _, err := os.Stat(CLI); err != nil {
+		return nil, fmt.Errorf("redis-cli not found (Debian's redis-tools): %w", err)
+	}
 	c := &Cluster{}
-	for range n {
+	for i := range n {
+		node := filepath.Join(dir, fmt.Sprintf("node-%d", i+1))
+		if err := os.MkdirAll(node, 0o755); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		so := Options{
+			Args: append([]string{"--appendonly", "yes", "--appendfsync", "always",
+				"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+				"--cluster-require-full-coverage", "no"}, o.Args...),
+			OwnProcessGroup: o.OwnProcessGroup,
+		}
+		if o.LogDir != "" {
+			so.LogFile = filepath.Join(o.LogDir, fmt.Sprintf("node-%d.log", i+1))
+		}
 		var (
 			s   *Server
 			err error
 		)
 		for range 5 { // a probed port can be taken before redis binds it
-			s, err = Spawn(tb.TempDir(), clusterPort(), "--appendonly", "yes", "--appendfsync", "always",
-				"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-				"--cluster-require-full-coverage", "no")
-			if err == nil {
+			so.Port = clusterPort()
+			if s, err = SpawnWith(node, so); err == nil {
 				break
 			}
 		}
-		if errors.Is(err, ErrNoRedis) && os.Getenv("CI") != "true" {
-			tb.Skip(err, "(set CI=true to make this a failure)")
-		}
 		if err != nil {
-			tb.Fatal(err)
+			c.Stop()
+			return nil, err
 		}
-		tb.Cleanup(s.Stop)
 		c.Masters = append(c.Masters, s)
 	}
 	if n < 3 {
@@ -67,17 +113,30 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		// master takes every slot itself.
 		out, err := exec.Command(CLI, "-h", "127.0.0.1", "-p", strconv.Itoa(c.Masters[0].port), "CLUSTER", "ADDSLOTSRANGE", "0", "16383").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "OK") {
-			tb.Fatalf("CLUSTER ADDSLOTSRANGE: %v %s", err, out)
+			c.Stop()
+			return nil, fmt.Errorf("CLUSTER ADDSLOTSRANGE: %v %s", err, out)
 		}
 	} else {
 		args := append([]string{"--cluster", "create"}, c.Addrs()...)
 		out, err := exec.Command(CLI, append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
 		if err != nil {
-			tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+			c.Stop()
+			return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 		}
 	}
-	c.WaitOK(tb)
-	return c
+	if err := c.waitOK(); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Stop kills every master (by its own PID) and waits for them. It is
+// idempotent.
+func (c *Cluster) Stop() {
+	for _, s := range c.Masters {
+		s.Stop()
+	}
 }
 
 // Addrs returns the masters' addresses.
@@ -93,7 +152,16 @@ func (c *Cluster) Addrs() []string {
 // knows every master, for at most 30 seconds.
 func (c *Cluster) WaitOK(tb testing.TB) {
 	tb.Helper()
+	if err := c.waitOK(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (c *Cluster) waitOK() error {
 	deadline := time.Now().Add(30 * time.Second)
+	// The nodes agree on their own schedule (gossip): poll them.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		ok := true
 		for _, s := range c.Masters {
@@ -103,13 +171,12 @@ func (c *Cluster) WaitOK(tb testing.TB) {
 			}
 		}
 		if ok {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("redis cluster %v not ok after 30s", c.Addrs())
+			return fmt.Errorf("redis cluster %v not ok after 30s", c.Addrs())
 		}
-		// The nodes agree on their own schedule (gossip): poll them.
-		time.Sleep(50 * time.Millisecond)
+		<-tick.C
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -39,6 +40,9 @@ type Server struct {
 	port int
 	dir  string
 	args []string // extra redis-server arguments
+	// logFile and ownGroup are Options.LogFile and OwnProcessGroup.
+	logFile  string
+	ownGroup bool
 
 	mu     sync.Mutex
 	paused bool
@@ -68,6 +72,32 @@ func Start(tb testing.TB, args ...string) *Server {
 // a free one, dir "" a new temporary folder; args as for Start. Stop it
 // with Stop.
 func Spawn(dir string, port int, args ...string) (*Server, error) {
+	return SpawnWith(dir, Options{Port: port, Args: args})
+}
+
+// Options are the settings of a server started with SpawnWith. The zero
+// value is Spawn(dir, 0)'s: a free port, no persistence, the output kept in
+// memory only, in the caller's process group.
+type Options struct {
+	// Port is the server's port; 0 (the default) picks a free one.
+	Port int
+	// Args are passed on to redis-server after the defaults, for every
+	// start of it, as Start's args are; none by default.
+	Args []string
+	// LogFile, when set, receives the server's output too, appended (a
+	// restart adds to it); "" (the default) keeps only the first 64 KiB of
+	// it in memory, for error messages.
+	LogFile string
+	// OwnProcessGroup starts the server in a process group of its own, so
+	// that a Ctrl-C in the terminal reaches only the caller, which stops
+	// the server (by its PID) when it chooses; false (the default) leaves
+	// it in the caller's group, where a Ctrl-C ends it with the caller.
+	OwnProcessGroup bool
+}
+
+// SpawnWith starts a redis-server outside any test, as Spawn does, with
+// the settings of o; dir "" is a new temporary folder. Stop it with Stop.
+func SpawnWith(dir string, o Options) (*Server, error) {
 	if _, err := os.Stat(Bin); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoRedis, err)
 	}
@@ -78,7 +108,8 @@ func Spawn(dir string, port int, args ...string) (*Server, error) {
 		}
 		dir = d
 	}
-	s := &Server{dir: dir, port: port, args: args}
+	port := o.Port
+	s := &Server{dir: dir, port: port, args: o.Args, logFile: o.LogFile, ownGroup: o.OwnProcessGroup}
 	var err error
 	// A free port can be taken between our probe and redis' bind: try again.
 	for range 5 {
@@ -113,11 +144,33 @@ func (s *Server) start() error {
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir}, s.args...)...)
 	out := &readyWriter{ready: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = out, out
+	var log *os.File
+	if s.logFile != "" {
+		f, err := os.OpenFile(s.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		log = f
+		w := io.MultiWriter(out, lenient{f})
+		cmd.Stdout, cmd.Stderr = w, w
+	}
+	if s.ownGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
+		if log != nil {
+			_ = log.Close()
+		}
 		return err
 	}
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() {
+		_ = cmd.Wait() // returns once the output is copied
+		if log != nil {
+			_ = log.Close()
+		}
+		close(exited)
+	}()
 
 	// Wait for the server's own "ready" log line, not for a fixed time.
 	timeout := time.NewTimer(10 * time.Second)
@@ -237,6 +290,16 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialerRetries: 1, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// lenient writes to a log file and ignores its errors, so that a full
+// disk never stops the copying of the server's output (which would block
+// the server on its pipe).
+type lenient struct{ w io.Writer }
+
+func (l lenient) Write(p []byte) (int, error) {
+	_, _ = l.w.Write(p)
+	return len(p), nil
 }
 
 type readyWriter struct {

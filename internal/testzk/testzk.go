@@ -3,8 +3,9 @@
 // free 127.0.0.1 ports with its own data folder, stopped by its own PID. It
 // never touches a ZooKeeper it did not start.
 //
-// The servers tick every 100ms, so the shortest session is 200ms
-// (2 x tickTime) and a test can use sessions of about a second.
+// The servers tick every 100ms (SpawnWith can set another tick), so the
+// shortest session is 200ms (2 x tickTime) and a test can use sessions of
+// about a second.
 //
 // With ZK_SERVERS set (host:port,...), Start starts nothing and returns a
 // Server for the first address; such a Server cannot be restarted (a test
@@ -26,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -36,7 +38,8 @@ const (
 	Jar  = "/usr/share/java/zookeeper.jar"
 )
 
-// TickTime is the servers' tick; sessions last between 2 and 600 ticks.
+// TickTime is the servers' tick unless Options.TickTime says otherwise;
+// sessions last between 2 and 600 ticks (Options.MaxSessionTicks).
 const TickTime = 100 * time.Millisecond
 
 // classPath: zookeeper.jar's manifest names the rest of its dependencies.
@@ -57,6 +60,8 @@ type Server struct {
 	config   string // zoo.cfg
 	heap     string // the JVM's -Xmx; "" is 64m
 	external bool   // from ZK_SERVERS: not ours to stop or restart
+	logFile  string // Options.LogFile
+	ownGroup bool   // Options.OwnProcessGroup
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -108,6 +113,45 @@ func Spawn(dir string, port int) (*Server, error) {
 // a catalog: zk-lock leaves a folder and a fence node per SKU, and 100,000
 // SKUs outgrow 64 MB).
 func SpawnSized(dir string, port int, maxHeap string) (*Server, error) {
+	return SpawnWith(dir, Options{Port: port, MaxHeap: maxHeap})
+}
+
+// Options are the settings of a standalone server started with SpawnWith.
+// The zero value is Spawn(dir, 0)'s: a free port, a 64m heap, TickTime,
+// sessions of 2 to 600 ticks, no fsync, the output kept in memory only, in
+// the caller's process group.
+type Options struct {
+	// Port is the client port; 0 (the default) picks a free one.
+	Port int
+	// MaxHeap is the JVM's -Xmx as java takes it ("1g"); "" (the
+	// default) is 64m (see SpawnSized).
+	MaxHeap string
+	// TickTime is the server's tick; 0 (the default) is TickTime, 100ms.
+	TickTime time.Duration
+	// MaxSessionTicks is the longest session timeout the server grants,
+	// in ticks (the shortest is 2); 0 (the default) is 600. ZooKeeper's own
+	// default is 20.
+	MaxSessionTicks int
+	// ForceSync makes the server fsync its transaction log before it
+	// answers a write, as ZooKeeper does by default; false (the default)
+	// does not (forceSync=no): faster, and enough where the process
+	// crashes but the machine does not.
+	ForceSync bool
+	// LogFile, when set, receives the server's output too, appended (a
+	// restart adds to it); "" (the default) keeps only the last 64 KiB of
+	// it in memory, for Log.
+	LogFile string
+	// OwnProcessGroup starts the server in a process group of its own, so
+	// that a Ctrl-C in the terminal reaches only the caller, which stops
+	// the server (by its PID) when it chooses; false (the default) leaves
+	// it in the caller's group, where a Ctrl-C ends it with the caller.
+	OwnProcessGroup bool
+}
+
+// SpawnWith starts a standalone ZooKeeper outside any test, as Spawn does,
+// with the settings of o: its zoo.cfg and log4j.properties in dir ("" for
+// a new temporary folder), its data in dir/data. Stop it with Stop.
+func SpawnWith(dir string, o Options) (*Server, error) {
 	if err := installed(); err != nil {
 		return nil, err
 	}
@@ -115,7 +159,9 @@ func SpawnSized(dir string, port int, maxHeap string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, port: port, heap: maxHeap, main: "org.apache.zookeeper.server.ZooKeeperServerMain"}
+	port := o.Port
+	s := &Server{dir: dir, port: port, heap: o.MaxHeap, logFile: o.LogFile, ownGroup: o.OwnProcessGroup,
+		main: "org.apache.zookeeper.server.ZooKeeperServerMain"}
 	// A free port can be taken between our probe and the server's bind:
 	// try again with another.
 	for range 5 {
@@ -123,7 +169,7 @@ func SpawnSized(dir string, port int, maxHeap string) (*Server, error) {
 			s.port = freePort()
 		}
 		s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
-		s.config = baseConfig(dir, s.port)
+		s.config = config(dir, s.port, o)
 		if err = s.start(); err == nil {
 			return s, nil
 		}
@@ -147,7 +193,21 @@ func ensureDir(dir string) (string, error) {
 	return dir, os.MkdirAll(dir, 0o755)
 }
 
-func baseConfig(dir string, port int) string {
+func baseConfig(dir string, port int) string { return config(dir, port, Options{}) }
+
+// config is a server's zoo.cfg; of o it reads TickTime, MaxSessionTicks
+// and ForceSync.
+func config(dir string, port int, o Options) string {
+	tick, maxTicks, force := o.TickTime, o.MaxSessionTicks, "no"
+	if tick <= 0 {
+		tick = TickTime
+	}
+	if maxTicks <= 0 {
+		maxTicks = 600
+	}
+	if o.ForceSync {
+		force = "yes"
+	}
 	return fmt.Sprintf(`tickTime=%d
 minSessionTimeout=%d
 maxSessionTimeout=%d
@@ -156,9 +216,9 @@ clientPort=%d
 clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr
-forceSync=no
+forceSync=%s
 preAllocSize=1024
-`, TickTime.Milliseconds(), 2*TickTime.Milliseconds(), 600*TickTime.Milliseconds(), filepath.Join(dir, "data"), port)
+`, tick.Milliseconds(), 2*tick.Milliseconds(), int64(maxTicks)*tick.Milliseconds(), filepath.Join(dir, "data"), port, force)
 }
 
 const log4j = `log4j.rootLogger=WARN, CONSOLE
@@ -206,11 +266,33 @@ func (s *Server) start() error {
 		"-cp", s.dir+":"+classPath, s.main, cfg)
 	out := &tail{}
 	cmd.Stdout, cmd.Stderr = out, out
+	var log *os.File
+	if s.logFile != "" {
+		f, err := os.OpenFile(s.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		log = f
+		w := io.MultiWriter(out, lenient{f})
+		cmd.Stdout, cmd.Stderr = w, w
+	}
+	if s.ownGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
+		if log != nil {
+			_ = log.Close()
+		}
 		return err
 	}
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() {
+		_ = cmd.Wait() // returns once the output is copied
+		if log != nil {
+			_ = log.Close()
+		}
+		close(exited)
+	}()
 
 	if err := s.awaitServing(exited); err != nil {
 		_ = cmd.Process.Kill()
@@ -411,6 +493,16 @@ func (e *Ensemble) Stop() {
 	for _, s := range e.Members {
 		s.Stop()
 	}
+}
+
+// lenient writes to a log file and ignores its errors, so that a full
+// disk never stops the copying of the server's output (which would block
+// the server on its pipe).
+type lenient struct{ w io.Writer }
+
+func (l lenient) Write(p []byte) (int, error) {
+	_, _ = l.w.Write(p)
+	return len(p), nil
 }
 
 // tail keeps the last 64 KiB of a process's output.

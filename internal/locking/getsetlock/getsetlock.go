@@ -28,6 +28,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashsale/stock/internal/backoff"
 	"github.com/flashsale/stock/internal/locking"
 )
 
@@ -103,11 +104,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 		if took {
 			return &Lease{l: l, key: key}, nil
 		}
-		t := time.NewTimer(time.Millisecond + rand.N(9*time.Millisecond))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Wait(ctx, time.Millisecond+rand.N(9*time.Millisecond)) != nil {
 			return nil, errors.Join(locking.ErrNotObtained, ctx.Err())
 		}
 	}

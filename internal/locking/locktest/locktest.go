@@ -1,7 +1,8 @@
 // Package locktest is the conformance suite that every lock backend of
 // internal/locking passes against its real server: mutual exclusion (beside
 // a control without the lock that must see overlap), fencing tokens that
-// grow across holders and across a server restart, a crashed holder's lock
+// grow across holders, in hold order across three processes when a batch of
+// local hand-overs outlives its trust window, and across a server restart, a crashed holder's lock
 // freed within its TTL, loss signalled through the lease's context,
 // cancellation while waiting, reentrancy, owner-checked release, a paused
 // holder fenced off, and no goroutine left behind.
@@ -101,6 +102,7 @@ func newKey(t *testing.T) string {
 func Run(t *testing.T, b Backend) {
 	t.Run("MutualExclusion", func(t *testing.T) { mutualExclusion(t, b) })
 	t.Run("TokensGrow", func(t *testing.T) { tokensGrow(t, b) })
+	t.Run("TokensGrowInHoldOrderPastTheTrustWindow", func(t *testing.T) { tokensGrowInHoldOrderPastTheTrustWindow(t, b) })
 	t.Run("CrashedHolderFreesWithinTTL", func(t *testing.T) { crashedHolder(t, b) })
 	t.Run("LossEndsTheLeaseContext", func(t *testing.T) { lossSignalled(t, b) })
 	t.Run("CancelWhileWaiting", func(t *testing.T) { cancelWhileWaiting(t, b) })

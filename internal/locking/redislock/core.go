@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,17 @@ import (
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/handoff"
 )
+
+// The process side of a lock, the same for Locker and Redlock, is core:
+//
+//	core.go      a key's local state, and acquire: the local queue, then Redis
+//	handover.go  how the turn passes on: a local hand-over, or releaseSlot
+//	lease.go     the hold, its leases and the renewal watchdog
+//	notify.go    the pub/sub wake-ups
+//
+// The Redis side is a backend: single.go (Locker), redlock*.go (Redlock).
+// The fencing tokens are internal/locking's two-part tokens (token.go
+// there): the counter a backend takes from Redis is the epoch.
 
 // Client is what this package needs from one Redis server: scripts and
 // pub/sub. *redis.Client implements it; tests wrap it to inject faults.
@@ -47,88 +59,18 @@ type backend interface {
 	channel(key string) string
 }
 
-// attempt is one acquisition: a token, and once held, its fence and validity.
-type attempt struct {
-	key        string // the Redis key, prefix included
-	token      string
-	deadline   time.Time // end of the wait
-	inbox      *inbox
-	fence      int64           // the fencing token: counter<<placeBits + place (token.go)
-	validUntil time.Time       // written by acquire, then only by the watchdog
-	element    string          // our entry in the server's queue (single node) or in the gate's (Redlock)
-	queueID    string          // Redlock: our name in the gate's queue; token changes after a failed round, this does not
-	gate       int             // Redlock: the node that served as the gate at our last look (quorum.gateFor)
-	gates      []int           // Redlock: every node a gate call with token went to, answered or not (leaveGateQueue retires token there)
-	pending    *sync.WaitGroup // Redlock: calls for this lock still running, shared along a chain of hand-overs
-	batch      int             // local hand-overs left before the lock must go back to all
-	generation int             // keyState.generation when the chain of hand-overs began
-	lost       bool            // set by Release: the hold was lost, do not hand it on
+// nodeName names the i-th server in NodeErrors: its address, when the
+// client tells it.
+func nodeName(client Client, i int) string {
+	if o, ok := client.(interface{ Options() *redis.Options }); ok {
+		return o.Options().Addr
+	}
+	return "node" + strconv.Itoa(i)
 }
 
-// grantKind says how the key's local slot reached the next goroutine.
-type grantKind uint8
-
-const (
-	// The zero value: the goroutine takes the lock from Redis like a
-	// newcomer.
-	_ grantKind = iota
-	// grantHandedOn: the predecessor passed its lock on inside this process,
-	// without Redis (core.handOver); the slot carries the lock's value.
-	grantHandedOn
-	// grantGiven: Locker only. The predecessor's release script gave the
-	// lock to this goroutine in Redis.
-	grantGiven
-	// grantQueued: Locker only. The predecessor's release script put this
-	// goroutine in the server's queue (element).
-	grantQueued
-	// grantReleased: Redlock only. The predecessor released the lock to
-	// everyone; the goroutine listens for the announcement before it tries,
-	// like the other processes' waiters.
-	grantReleased
-)
-
-// slotGrant is what the releasing holder passes to the next local waiter.
-type slotGrant struct {
-	kind       grantKind
-	fence      int64     // handedOn, given: the new holder's token
-	validUntil time.Time // handedOn, given
-	chain      chainLock // handedOn: the lock in Redis that the batch shares
-	generation int       // given: keyState.generation before the release that gave it
-	element    string    // queued: our place in the server's queue
-	notBefore  time.Time // queued: the lock cannot have reached us before this
-	// armed (queued, released): our inbox listened on confirmed
-	// subscriptions before the predecessor's release could wake us; else
-	// we look at once rather than wait for a message that may not come.
-	armed bool
-}
-
-// chainLock is what a chain of local hand-overs shares: the lock's value in
-// Redis, the calls for that value still running, the hand-overs left, and
-// the keyState.generation the chain began in.
-type chainLock struct {
-	token      string
-	pending    *sync.WaitGroup
-	batch      int
-	generation int
-}
-
-// keyState is the process-local state of one key, guarded by core.mu. The
-// order in which this process's goroutines take the key is core.queue's.
-type keyState struct {
-	key string
-	// users counts the attempts of this process that take part in the key
-	// (the one whose turn it is, the ones queued behind it): the keyState
-	// and its subscriptions are dropped when it falls to 0.
-	users int
-	hold  *hold // the hold of the attempt whose turn it is, once it has the lock
-	// fenceFloor: tokens handed over must exceed it (AdvanceFence).
-	fenceFloor int64
-	// generation counts Resets: a chain of hand-overs begun before one
-	// stops.
-	generation int
-	subs       []*subscription // one per server, while someone waits
-}
-
+// core is the process side of a Locker or a Redlock: the local line of
+// goroutines per key, their holds, and the pub/sub notifiers, one per
+// server. be is the Redis side.
 type core struct {
 	cfg       config
 	be        backend
@@ -164,24 +106,57 @@ func newCore(cfg config, be backend, notifiers []*notifier) *core {
 	}
 }
 
+// keyState is the process-local state of one key, guarded by core.mu. The
+// order in which this process's goroutines take the key is core.queue's.
+type keyState struct {
+	key string
+	// users counts the attempts of this process that take part in the key
+	// (the one whose turn it is, the ones queued behind it): the keyState
+	// and its subscriptions are dropped when it falls to 0.
+	users int
+	hold  *hold // the hold of the attempt whose turn it is, once it has the lock
+	// fenceFloor: tokens handed over must exceed it (AdvanceFence).
+	fenceFloor int64
+	// generation counts Resets: a chain of hand-overs begun before one
+	// stops.
+	generation int
+	subs       []*subscription // one per server, while someone waits
+}
+
+// attempt is one acquisition: a token, and once held, its fence and validity.
+type attempt struct {
+	key        string // the Redis key, prefix included
+	token      string
+	deadline   time.Time // end of the wait
+	inbox      *inbox
+	fence      int64           // the fencing token: counter<<locking.PlaceBits + place
+	validUntil time.Time       // written by acquire, then only by the watchdog
+	element    string          // our entry in the server's queue (single node) or in the gate's (Redlock)
+	gateEntry                  // Redlock only: our standing at the key's gate (redlock_gate.go)
+	pending    *sync.WaitGroup // Redlock: calls for this lock still running, shared along a chain of hand-overs
+	batch      int             // local hand-overs left before the lock must go back to all
+	generation int             // keyState.generation when the chain of hand-overs began
+	lost       bool            // set by Release: the hold was lost, do not hand it on
+}
+
 func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// holdKey marks a lease's context with the hold, for reentrancy.
-type holdKey struct {
-	c   *core
-	key string
-}
-
+// acquire is the recipe Locker and Redlock share. A context that carries a
+// hold of the key re-enters it. Otherwise the goroutine queues behind this
+// process's others for the key; with its turn, it takes the lock its
+// predecessor handed on, if any, or asks the backend for it. A lock whose
+// validity ended on the way, or whose token an AdvanceFence has passed,
+// goes back to Redis and is taken again, within the wait.
 func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 	key := c.cfg.prefix + name
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(locking.ErrNotObtained, err)
 	}
-	if h, ok := ctx.Value(holdKey{c, key}).(*hold); ok {
+	if h, ok := locking.HoldOf[*hold](ctx, c, key); ok {
 		if l := c.reenter(ctx, h); l != nil {
 			return l, nil
 		}
@@ -265,7 +240,7 @@ func (c *core) acquire(ctx context.Context, name string) (*Lease, error) {
 		// Serve the goroutines of this process that wait now, by
 		// hand-over, then give the lock back to all (see handOver).
 		a.generation = generation
-		a.batch = min(c.queue.Waiting(key), maxPlace)
+		a.batch = min(c.queue.Waiting(key), locking.Places-1)
 		if c.aboveFloor(ks, a) {
 			l, err := c.newHold(ctx, ks, a)
 			if !errors.Is(err, errExpired) {
@@ -295,7 +270,7 @@ func (c *core) aboveFloor(ks *keyState, a *attempt) bool {
 	if a.fence > ks.fenceFloor {
 		return true
 	}
-	if up := ks.fenceFloor + 1; sameChain(up, a.fence) {
+	if up := ks.fenceFloor + 1; locking.SameEpoch(up, a.fence) {
 		a.fence = up
 		return true
 	}
@@ -323,24 +298,11 @@ func (c *core) waitContext(ctx context.Context) (context.Context, context.Cancel
 
 // notObtained is the error of a wait that ended: locking.ErrNotObtained, the
 // context's error, locking.ErrClosed if Close ended it, and the last node errors.
+// The node errors are joined here, not passed to locking.NotObtained, which
+// drops errors that wrap a context error: the NodeError of a node that hung
+// until its node timeout is one, and it belongs in the answer.
 func (c *core) notObtained(wctx context.Context, errs ...error) error {
-	all := []error{locking.ErrNotObtained, wctx.Err()}
-	if c.closeCtx.Err() != nil {
-		all = append(all, locking.ErrClosed)
-	}
-	return errors.Join(append(all, errs...)...)
-}
-
-func (a *attempt) apply(g slotGrant) {
-	switch g.kind {
-	case grantQueued:
-		a.element = g.element
-	case grantGiven:
-		a.fence, a.validUntil = g.fence, g.validUntil
-	case grantHandedOn:
-		a.fence, a.validUntil = g.fence, g.validUntil
-		a.token, a.pending, a.batch, a.generation = g.chain.token, g.chain.pending, g.chain.batch, g.chain.generation
-	}
+	return errors.Join(append([]error{locking.NotObtained(wctx, c.closeCtx)}, errs...)...)
 }
 
 // leaveKey ends a's part in ks (see keyState.users): the last attempt to
@@ -376,411 +338,6 @@ func (c *core) watchLocked(ks *keyState) []*subscription {
 		}
 	}
 	return ks.subs
-}
-
-// handOver passes a's lock to the next goroutine of this process that waits
-// for the key, without letting go of it in Redis: the successor inherits
-// the lock's value and its validity, and takes the next place in the
-// chain's block of tokens (token.go). It does so only for the goroutines
-// that waited when the process took the lock (a.batch), and then gives the
-// lock back to everyone: cheap hand-overs, without starving other
-// processes.
-//
-// Every later acquisition from Redis takes a greater counter than the one
-// that began the chain, so a token above the whole block: tokens still grow
-// with every new holder, and a hand-over needs no call to Redis (doc.go).
-// Nothing is handed on once the validity has ended; the lock is confirmed
-// in Redis (an extend, within the validity) whenever its last confirmation
-// is older than a renewal interval, so a chain of short holds notices a
-// lost lock as soon as one long hold would; a Reset in this process ends
-// the chain, and so does an AdvanceFence that leaves no token of the block
-// above what it was given.
-func (c *core) handOver(ctx context.Context, ks *keyState, a *attempt) bool {
-	if a.fence == 0 || a.lost || a.batch <= 0 || !time.Now().Before(a.validUntil) {
-		return false
-	}
-	c.mu.Lock()
-	current := !c.closed && a.generation == ks.generation
-	fence := max(a.fence, ks.fenceFloor) + 1
-	c.mu.Unlock()
-	if !current || c.queue.Waiting(ks.key) == 0 || !sameChain(fence, a.fence) {
-		return false
-	}
-	// Go back to Redis when the lock was last confirmed there more than a
-	// renewal interval ago: a chain of short holds must not outlive a lock
-	// lost to Reset or to a server that restarted empty for longer than
-	// one hold would.
-	if time.Until(a.validUntil) < c.cfg.ttl-c.cfg.drift()-c.cfg.renewInterval() {
-		// Within the validity, like a renewal: Redlock's extend takes back
-		// nodes that lost the key, which is safe only while we hold a
-		// majority.
-		ectx, cancel := context.WithDeadline(context.WithoutCancel(ctx), a.validUntil)
-		until, err := c.be.extend(ectx, a)
-		cancel()
-		if err != nil || !time.Now().Before(until) {
-			return false // the lock may be lost: leave reports it
-		}
-		a.validUntil = until
-	}
-	// a waits for nothing any more: an inbox left in the subscriptions
-	// would stay there, one per batch, until the key goes idle, and be
-	// scanned by every message.
-	c.disarm(ks, a.inbox)
-	// Pass finds nobody if the waiters gave up meanwhile: the lock then
-	// goes back to Redis.
-	return c.queue.Pass(ks.key, slotGrant{
-		kind: grantHandedOn, fence: fence, validUntil: a.validUntil,
-		// A renewal's call that a slow node answers late may still be
-		// running: whoever finally releases the lock must wait for it, or
-		// it could put the lock back on that node after the release.
-		chain: chainLock{token: a.token, pending: a.pending, batch: a.batch - 1, generation: a.generation},
-	})
-}
-
-// raiseFenceFloor makes the hand-overs of key's current chain take tokens
-// above atLeast (AdvanceFence raised the counters in Redis; the places left
-// in the chain's block may be below it).
-func (c *core) raiseFenceFloor(key string, atLeast int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ks := c.keys[key]; ks != nil {
-		ks.fenceFloor = max(ks.fenceFloor, atLeast)
-	}
-}
-
-// endChain stops key's current chain of hand-overs (Reset): its lock is
-// gone, and the holder learns it at its next renewal or release.
-func (c *core) endChain(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ks := c.keys[key]; ks != nil {
-		ks.generation++
-	}
-}
-
-// releaseSlot gives up a's claim in Redis and passes the key's turn in this
-// process to the next goroutine that waits for it, or ends it. It ends a's
-// part in ks.
-func (c *core) releaseSlot(ctx context.Context, ks *keyState, a *attempt) error {
-	defer c.leaveKey(ks)
-	if c.handOver(ctx, ks, a) {
-		return nil
-	}
-	c.disarm(ks, a.inbox)
-	// The next goroutine is named to Redis with the release (single node:
-	// the release script gives it the lock or queues it), so it is taken
-	// out of the local line first, and its inbox listens before the script
-	// can send it the hand-over.
-	next := c.queue.Claim(ks.key)
-	var na *attempt
-	armed := false
-	c.mu.Lock()
-	generation := ks.generation // before the release script can give next the lock
-	c.mu.Unlock()
-	if next != nil {
-		na = next.Who().(*attempt)
-		c.mu.Lock()
-		armed = len(ks.subs) > 0
-		for _, s := range ks.subs {
-			s.arm(na.inbox)
-			select {
-			case <-s.readyC():
-			default:
-				armed = false
-			}
-		}
-		c.mu.Unlock()
-	}
-	g, err := c.be.leave(context.WithoutCancel(ctx), a, na)
-	if next == nil {
-		// A goroutine that queued while we were in Redis takes the lock
-		// from Redis itself.
-		c.queue.Done(ks.key)
-		return err
-	}
-	g.armed = g.armed && armed
-	g.generation = generation
-	next.Give(handoff.Turn[slotGrant]{Hold: g, Handed: true})
-	return err
-}
-
-// disarm removes b from key's subscriptions.
-func (c *core) disarm(ks *keyState, b *inbox) {
-	for _, s := range ks.subsSnapshot(c) {
-		s.disarm(b)
-	}
-}
-
-func (ks *keyState) subsSnapshot(c *core) []*subscription {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return ks.subs
-}
-
-// hold is one holder's possession of a lock, shared by its reentrant leases.
-type hold struct {
-	c      *core
-	ks     *keyState
-	a      *attempt
-	count  int   // leases not yet released; guarded by c.mu
-	lost   error // why the lock was lost; guarded by c.mu
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	expiry *time.Timer // fires when validity runs out unrenewed
-
-	// The watchdog is a timer whose function renews the lock and re-arms
-	// it, rather than a goroutine per hold that mostly sleeps: a short hold
-	// then costs no goroutine start and no wake-ups to stop it.
-	wmu      sync.Mutex
-	idle     *sync.Cond // signalled when a renewal finishes
-	renewal  *time.Timer
-	running  bool               // a renewal is in progress
-	stopped  bool               // no more renewals
-	stopCtx  context.Context    // cancelled to cut an in-flight renewal short
-	stopCall context.CancelFunc //
-}
-
-// Lease is one holder's claim on a lock. Release it when done; until then
-// the watchdog renews the lock and Context is cancelled if it is lost.
-type Lease struct {
-	h        *hold
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	released atomic.Bool
-}
-
-// newHold makes a's lock a hold with a lease. It refuses (errExpired, with
-// nothing changed) a lock whose validity has ended: a lease must never
-// start without a lock behind it.
-func (c *core) newHold(ctx context.Context, ks *keyState, a *attempt) (*Lease, error) {
-	if !time.Now().Before(a.validUntil) {
-		return nil, errExpired
-	}
-	h := &hold{c: c, ks: ks, a: a, count: 1}
-	h.ctx, h.cancel = context.WithCancelCause(context.WithValue(ctx, holdKey{c, ks.key}, h))
-	h.idle = sync.NewCond(&h.wmu)
-	h.stopCtx, h.stopCall = context.WithCancel(context.Background())
-	// The expiry timer does not depend on renewals running: if they stall,
-	// the work is still stopped when validity ends. It is armed only once
-	// h.expiry is set: a validity that ends within microseconds would
-	// otherwise run lose, which stops h.expiry, before the assignment.
-	h.expiry = time.AfterFunc(time.Hour, func() {
-		h.lose(fmt.Errorf("%w: %s: validity ended before a renewal succeeded", locking.ErrLockLost, ks.key))
-	})
-	h.expiry.Reset(time.Until(a.validUntil))
-
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		h.expiry.Stop()
-		h.cancel(locking.ErrClosed)
-		_ = c.releaseSlot(ctx, ks, a)
-		return nil, errors.Join(locking.ErrNotObtained, locking.ErrClosed)
-	}
-	ks.hold = h
-	c.holds[h] = struct{}{}
-	c.mu.Unlock()
-
-	h.wmu.Lock()
-	h.renewal = time.AfterFunc(h.nextRenewal(), h.renew)
-	h.wmu.Unlock()
-	lctx, cancel := context.WithCancelCause(h.ctx)
-	return &Lease{h: h, ctx: lctx, cancel: cancel}, nil
-}
-
-func (c *core) reenter(ctx context.Context, h *hold) *Lease {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if h.count == 0 || h.lost != nil {
-		return nil
-	}
-	h.count++
-	lctx, cancel := context.WithCancelCause(ctx)
-	return &Lease{h: h, ctx: lctx, cancel: cancel}
-}
-
-// lose cancels the protected work with cause, which wraps locking.ErrLockLost.
-func (h *hold) lose(cause error) {
-	h.c.mu.Lock()
-	if h.lost == nil {
-		h.lost = cause
-	}
-	h.c.mu.Unlock()
-	h.expiry.Stop()
-	h.cancel(cause)
-}
-
-// nextRenewal is the renewal interval, or half the remaining validity if
-// that is shorter (a lock received with little validity left).
-func (h *hold) nextRenewal() time.Duration {
-	d := h.c.cfg.renewInterval()
-	if half := time.Until(h.a.validUntil) / 2; half < d {
-		d = max(half, 0)
-	}
-	return d
-}
-
-// renew is the watchdog: it renews the lock and re-arms itself. A failed
-// renewal stops the work at once: the holder learns it from its context,
-// never from a log line.
-func (h *hold) renew() {
-	h.wmu.Lock()
-	if h.stopped {
-		h.wmu.Unlock()
-		return
-	}
-	h.running = true
-	h.wmu.Unlock()
-
-	ok := h.renewOnce()
-
-	h.wmu.Lock()
-	h.running = false
-	if ok && !h.stopped {
-		h.renewal.Reset(h.nextRenewal())
-	}
-	h.idle.Broadcast()
-	h.wmu.Unlock()
-}
-
-func (h *hold) renewOnce() bool {
-	c, a, ctx := h.c, h.a, h.stopCtx
-	if hook := c.renewHook.Load(); hook != nil {
-		if err := (*hook)(ctx, a.key); err != nil {
-			if ctx.Err() == nil {
-				h.lose(lostCause(a.key, err))
-			}
-			return false
-		}
-	}
-	if !time.Now().Before(a.validUntil) {
-		return false // the expiry timer has cancelled the work
-	}
-	rctx, cancel := context.WithDeadline(ctx, a.validUntil)
-	until, err := c.be.extend(rctx, a)
-	cancel()
-	if ctx.Err() != nil {
-		return false // released meanwhile
-	}
-	if err != nil {
-		// The work stops before the observer hears of the failure: whoever
-		// sees the failed renewal may rely on the context being cancelled.
-		h.lose(lostCause(a.key, err))
-	}
-	if c.cfg.onRenew != nil {
-		c.cfg.onRenew(a.key, err)
-	}
-	if err != nil {
-		return false
-	}
-	if !h.expiry.Stop() {
-		return false // validity ended while we renewed: already lost
-	}
-	a.validUntil = until
-	h.expiry.Reset(time.Until(until))
-	return true
-}
-
-// stopRenewal stops the watchdog and waits for a renewal in progress: after
-// it returns, nothing touches the lock on the holder's behalf.
-func (h *hold) stopRenewal() {
-	h.stopCall()
-	h.wmu.Lock()
-	h.stopped = true
-	if h.renewal != nil {
-		h.renewal.Stop()
-	}
-	for h.running {
-		h.idle.Wait()
-	}
-	h.wmu.Unlock()
-}
-
-func lostCause(key string, err error) error {
-	if errors.Is(err, locking.ErrLockLost) {
-		return err
-	}
-	return fmt.Errorf("%w: %s: renewal failed: %w", locking.ErrLockLost, key, err)
-}
-
-// Token returns the fencing token: it grows strictly with every new holder
-// of the key (see the package documentation). Pass it to the resource the
-// lock protects, which should reject tokens lower than one it has seen.
-func (l *Lease) Token() int64 { return l.h.a.fence }
-
-// Context returns a context derived from the one given to Acquire. It is
-// cancelled when the lock is lost, with a cause wrapping locking.ErrLockLost
-// (context.Cause), and when the lease is released. Do the protected work
-// under it, and pass it to Acquire to take the same key again (reentrancy).
-func (l *Lease) Context() context.Context { return l.ctx }
-
-// Release gives the lease up. The last lease of a hold stops the watchdog,
-// waits for it, and releases the lock in Redis under
-// context.WithoutCancel(ctx) with the node timeout, so a cancelled request
-// never strands a lock; a waiter is woken at once. It returns locking.ErrNotHeld for
-// a second Release, and an error wrapping locking.ErrLockLost when the lock had been
-// lost (expired, taken, or no longer confirmed by a majority): the work done
-// under it was not protected to the end.
-func (l *Lease) Release(ctx context.Context) error {
-	if !l.released.CompareAndSwap(false, true) {
-		return locking.ErrNotHeld
-	}
-	l.cancel(context.Canceled)
-	h := l.h
-	c := h.c
-	c.mu.Lock()
-	h.count--
-	last := h.count == 0
-	lost := h.lost
-	c.mu.Unlock()
-	if !last {
-		return lost
-	}
-	h.stopRenewal()
-	h.expiry.Stop()
-	c.mu.Lock()
-	lost = h.lost
-	h.ks.hold = nil
-	delete(c.holds, h)
-	c.mu.Unlock()
-	h.cancel(context.Canceled)
-	h.a.lost = lost != nil
-	err := c.releaseSlot(ctx, h.ks, h.a)
-	if lost != nil {
-		return lost
-	}
-	return err
-}
-
-func (c *core) setRenewHook(f func(ctx context.Context, key string) error) {
-	if f == nil {
-		c.renewHook.Store(nil)
-		return
-	}
-	c.renewHook.Store(&f)
-}
-
-func (c *core) setWaitHook(f func(key string)) {
-	if f == nil {
-		c.waitHook.Store(nil)
-		return
-	}
-	c.waitHook.Store(&f)
-}
-
-func (c *core) setGrantHook(f func(key string)) {
-	if f == nil {
-		c.grantHook.Store(nil)
-		return
-	}
-	c.grantHook.Store(&f)
-}
-
-// waiting tells the test hook that the slot owner for key is about to block.
-func (c *core) waiting(key string) {
-	if hook := c.waitHook.Load(); hook != nil {
-		(*hook)(key)
-	}
 }
 
 func (c *core) close() error {

@@ -33,8 +33,9 @@
 //
 // # Tokens: a counter and a place
 //
-// A fencing token has two parts: counter<<16 + place (token.go). The
-// counter K:fence grows by one with every acquisition from Redis; the
+// A fencing token has two parts: counter<<16 + place (the two-part tokens
+// of internal/locking, with the counter as the epoch). The counter K:fence
+// grows by one with every acquisition from Redis; the
 // place is 0 for the holder that took the counter and 1, 2, … for the
 // goroutines of its process it hands the lock on to (see Hand-overs
 // inside a process). The sections below argue that each acquisition from

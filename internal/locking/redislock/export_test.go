@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
 )
 
 // Test hooks: compiled into the tests only.
@@ -107,11 +109,11 @@ func NewRedlockClients(clients []Client, opts ...Option) (*Redlock, error) {
 }
 
 // TokenCounter is the counter in Redis (K:fence) of the chain token belongs
-// to (token.go).
-func TokenCounter(token int64) int64 { return counterOf(token) }
+// to (its epoch, internal/locking's token.go).
+func TokenCounter(token int64) int64 { return locking.EpochOf(token) }
 
 // ChainStart is the token of the holder that took counter from Redis.
-func ChainStart(counter int64) int64 { return chainStart(counter) }
+func ChainStart(counter int64) int64 { return counter << locking.PlaceBits }
 
 // KeysKept counts the keys the Locker keeps state for (keyState).
 func (l *Locker) KeysKept() int { return l.c.keysKept() }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/backoff"
 )
 
 // notifier owns one pub/sub connection to one Redis server and routes the
@@ -242,7 +244,7 @@ func (n *notifier) call(f func(ctx context.Context) error) {
 // confirmation makes the subscription ready again.
 func (n *notifier) read() {
 	defer n.wg.Done()
-	backoff := 5 * time.Millisecond
+	wait := 5 * time.Millisecond
 	for {
 		msg, err := n.ps.ReceiveTimeout(n.ctx, 10*time.Second)
 		if n.ctx.Err() != nil {
@@ -256,17 +258,13 @@ func (n *notifier) read() {
 				continue
 			}
 			n.lost()
-			t := time.NewTimer(backoff)
-			select {
-			case <-n.ctx.Done():
-				t.Stop()
+			if backoff.Wait(n.ctx, wait) != nil {
 				return
-			case <-t.C:
 			}
-			backoff = min(2*backoff, 500*time.Millisecond)
+			wait = min(2*wait, 500*time.Millisecond)
 			continue
 		}
-		backoff = 5 * time.Millisecond
+		wait = 5 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {

@@ -2,8 +2,12 @@ package redislock
 
 import (
 	_ "embed"
+	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/locking"
 )
 
 // Keys of one lock named K (after the prefix):
@@ -195,5 +199,39 @@ var advanceFenceSource string
 
 // advanceFence: KEYS fence; ARGV n. Set-if-greater of the fencing counter,
 // whoever holds the lock: the next acquisition then takes a counter above n
-// (AdvanceFence passes counterFloor of the token it was given).
+// (AdvanceFence passes locking.EpochAbove of the token it was given).
 var advanceFence = redis.NewScript(advanceFenceSource)
+
+// Arguments and replies of the scripts.
+
+func lockKeys(key string) []string { return []string{key, key + ":fence", key + ":queue"} }
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// unknownElement marks an attempt whose last queueing script may have run
+// without us seeing the answer: leave then finds our entry by token.
+const unknownElement = "?"
+
+// triple parses the {integer, integer, string} reply of the scripts.
+func triple(v []any) (int64, int64, string, error) {
+	if len(v) == 3 {
+		a, ok1 := v[0].(int64)
+		b, ok2 := v[1].(int64)
+		s, ok3 := v[2].(string)
+		if ok1 && ok2 && ok3 {
+			return a, b, s, nil
+		}
+	}
+	return 0, 0, "", fmt.Errorf("locking: unexpected script reply %v", v)
+}
+
+// startOf is the token of the holder that took counter from K:fence: the
+// first of the chain that counter begins (locking.BatchStart, with fence
+// base 0). A counter outside 1..locking.MaxEpoch can only come from
+// something other than this package writing K:fence.
+func startOf(counter int64) (int64, error) {
+	if counter < 1 {
+		return 0, fmt.Errorf("%w: counter %d is below 1", locking.ErrTokensExhausted, counter)
+	}
+	return locking.BatchStart(0, counter)
+}

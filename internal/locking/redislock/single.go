@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashsale/stock/internal/locking"
 )
 
@@ -67,12 +65,13 @@ func (l *Locker) Reset(ctx context.Context, key string) error {
 // its data (a restart without persistence), its counter started again from
 // 1, and without this every new holder would be refused until the counter
 // caught up. It never lowers the counter, and it refuses, with
-// ErrTokensExhausted, an atLeast that no token can exceed.
+// locking.ErrTokensExhausted, an atLeast that no token can exceed.
 func (l *Locker) AdvanceFence(ctx context.Context, key string, atLeast int64) error {
-	if err := checkAdvance(atLeast); err != nil {
+	floor, err := locking.EpochAbove(atLeast)
+	if err != nil {
 		return err
 	}
-	if err := advanceFence.Run(ctx, l.s.client, []string{l.c.cfg.prefix + key + ":fence"}, counterFloor(atLeast)).Err(); err != nil {
+	if err := advanceFence.Run(ctx, l.s.client, []string{l.c.cfg.prefix + key + ":fence"}, floor).Err(); err != nil {
 		return l.s.nodeErr(err)
 	}
 	// After the counter: a chain that took its counter before the write
@@ -100,40 +99,12 @@ type single struct {
 
 func (s *single) channel(key string) string { return key + ":wake:" + s.id }
 
-func nodeName(client Client, i int) string {
-	if o, ok := client.(interface{ Options() *redis.Options }); ok {
-		return o.Options().Addr
-	}
-	return "node" + strconv.Itoa(i)
-}
-
-func lockKeys(key string) []string { return []string{key, key + ":fence", key + ":queue"} }
-
-func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
-
-// unknownElement marks an attempt whose last queueing script may have run
-// without us seeing the answer: leave then finds our entry by token.
-const unknownElement = "?"
-
 func (s *single) nodeErr(err error) error { return &locking.NodeError{Node: s.node, Err: err} }
 
 type acquireReply struct {
 	fence   int64
 	pttl    time.Duration
 	element string
-}
-
-// triple parses the {integer, integer, string} reply of the scripts.
-func triple(v []any) (int64, int64, string, error) {
-	if len(v) == 3 {
-		a, ok1 := v[0].(int64)
-		b, ok2 := v[1].(int64)
-		s, ok3 := v[2].(string)
-		if ok1 && ok2 && ok3 {
-			return a, b, s, nil
-		}
-	}
-	return 0, 0, "", fmt.Errorf("locking: unexpected script reply %v", v)
 }
 
 // try runs the acquire script once: take the lock or keep our place in line.

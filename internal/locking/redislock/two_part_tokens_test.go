@@ -1,6 +1,6 @@
 package redislock_test
 
-// The two-part fencing tokens (token.go) and the grants: AdvanceFence
+// The two-part fencing tokens (internal/locking/token.go) and the grants: AdvanceFence
 // reaches a chain that begins or hands over while it runs, tokens never
 // overflow past an AdvanceFence near the top, a one-server wake message
 // carries a counter of any size, and a Redlock successor without confirmed

@@ -38,13 +38,14 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/backoff"
 )
 
 // ErrNotAdmitted: the wait ended before a place freed. It is joined with
@@ -244,7 +245,7 @@ func (s *Semaphore) Acquire(ctx context.Context, name string) (*Permit, error) {
 			done()
 			return p, nil
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		t := time.NewTimer(backoff.Jitter(wait))
 		select {
 		case <-woken:
 		case <-t.C:

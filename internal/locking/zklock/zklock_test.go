@@ -553,7 +553,8 @@ func TestBatchHandsOnPlaces(t *testing.T) {
 
 // TestPlacesAtOrBelowTheFenceAreNotHandedOn: after AdvanceFence in
 // this process, a hand-over does not take a place at or below the new
-// fence: its holder makes a token write, above it.
+// fence: its holder takes the batch's first place above it (here: the
+// fence is inside the batch), or makes a token write if there is none.
 func TestPlacesAtOrBelowTheFenceAreNotHandedOn(t *testing.T) {
 	srv := testzk.Start(t)
 	name := uniqueName(t)

@@ -1,9 +1,11 @@
-package inventory
+package batched
 
 import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // TestBatcherPanicAnswersBatchAndHandsOn: a batch whose run panics answers
@@ -21,7 +23,7 @@ func TestBatcherPanicAnswersBatchAndHandsOn(t *testing.T) {
 	x := h.submit(context.Background(), "x", 1)
 	wantBatch(t, g, "x")
 	// A leads the next batch [A, B] on a goroutine that recovers.
-	a := newBatchOrder(context.Background(), Order{ID: "A", SKU: "s", Quantity: 1}, "", nil)
+	a := newBatchOrder(context.Background(), inventory.Order{ID: "A", SKU: "s", Quantity: 1}, "", nil)
 	recovered := make(chan any, 1)
 	go func() {
 		defer func() { recovered <- recover() }()
@@ -37,7 +39,7 @@ func TestBatcherPanicAnswersBatchAndHandsOn(t *testing.T) {
 	}
 	// B and C were in A's batch; C's position makes no difference.
 	for _, s := range []submitted{b, c} {
-		if r := <-s.answer; !errors.Is(r.err, ErrUnavailable) {
+		if r := <-s.answer; !errors.Is(r.err, inventory.ErrUnavailable) {
 			t.Errorf("%s: %v, want unavailable", s.o.order.ID, r.err)
 		}
 	}

@@ -1,4 +1,4 @@
-package inventory
+package batched
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // batchOrder is one order waiting in a SKU's queue, as the batch former
@@ -17,7 +19,7 @@ type batchOrder struct {
 	quantity    int64
 	key         string
 	fingerprint []byte
-	order       Order
+	order       inventory.Order
 	done        chan batchResult
 	lead        chan struct{}
 	// answered: done has its answer. Only the goroutine that answers o
@@ -27,11 +29,11 @@ type batchOrder struct {
 
 // batchResult is one order's answer from its batch.
 type batchResult struct {
-	order Order
+	order inventory.Order
 	err   error
 }
 
-func newBatchOrder(ctx context.Context, order Order, key string, fingerprint []byte) *batchOrder {
+func newBatchOrder(ctx context.Context, order inventory.Order, key string, fingerprint []byte) *batchOrder {
 	return &batchOrder{
 		ctx: ctx, sku: order.SKU, quantity: order.Quantity, key: key, fingerprint: fingerprint, order: order,
 		done: make(chan batchResult, 1), lead: make(chan struct{}, 1),
@@ -85,9 +87,10 @@ func newBatcher(maxSize int, wait time.Duration, run batchRunner) *batcher {
 // submit queues o and returns its answer. It waits on o.done (the answer)
 // and o.lead (the turn to take and run the next batch on this goroutine).
 // An order whose deadline passes while queued is taken out of the queue and
-// answers ErrBusy; one already in a batch waits for the batch, which runs
-// under the earliest deadline of its orders, so no longer than its own.
-func (b *batcher) submit(o *batchOrder) (Order, error) {
+// answers inventory.ErrBusy; one already in a batch waits for the batch,
+// which runs under the earliest deadline of its orders, so no longer than
+// its own.
+func (b *batcher) submit(o *batchOrder) (inventory.Order, error) {
 	b.observe.Joining(o.ctx)
 	b.mu.Lock()
 	q := b.queues[o.sku]
@@ -123,7 +126,7 @@ func (b *batcher) submit(o *batchOrder) (Order, error) {
 		case <-expired:
 			b.observe.Woken(o.ctx) // by its own deadline
 			if b.withdraw(q, o) {
-				return Order{}, busyQueued(o.ctx)
+				return inventory.Order{}, busyQueued(o.ctx)
 			}
 			// In a batch, or told to lead: the answer comes on done, or
 			// the lead, which gives up at once (see lead).
@@ -133,7 +136,7 @@ func (b *batcher) submit(o *batchOrder) (Order, error) {
 }
 
 func busyQueued(ctx context.Context) error {
-	return fmt.Errorf("%w: deadline passed while queued for a batch: %w", ErrBusy, context.Cause(ctx))
+	return fmt.Errorf("%w: deadline passed while queued for a batch: %w", inventory.ErrBusy, context.Cause(ctx))
 }
 
 // withdraw takes o out of the queue if it is still only queued (neither in
@@ -155,17 +158,17 @@ func (b *batcher) withdraw(q *skuQueue, o *batchOrder) bool {
 // lead takes the next batch of q on self's goroutine, runs it, answers its
 // orders and hands the lead on. self is the oldest queued order. A leader
 // whose own deadline has passed, before it takes the batch or while it
-// drops the expired orders from it, answers itself ErrBusy and hands the
-// lead (and the rest of the batch, back at the head of the queue) to the
-// next order without running anything, so it waits for no batch past its
-// deadline: a batch runs on the goroutine of one of its own orders, under
-// the earliest deadline among them.
+// drops the expired orders from it, answers itself inventory.ErrBusy and
+// hands the lead (and the rest of the batch, back at the head of the
+// queue) to the next order without running anything, so it waits for no
+// batch past its deadline: a batch runs on the goroutine of one of its own
+// orders, under the earliest deadline among them.
 //
 // A panic while the batch runs answers every order of it not yet answered
-// ErrUnavailable and hands the lead on before it goes on up self's stack
-// (net/http recovers a handler's panic and the process lives on): the
-// batch's other orders do not wait forever, and the SKU is not left led
-// by no one.
+// inventory.ErrUnavailable and hands the lead on before it goes on up
+// self's stack (net/http recovers a handler's panic and the process lives
+// on): the batch's other orders do not wait forever, and the SKU is not
+// left led by no one.
 func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 	if b.wait > 0 {
 		b.waitForMore(q, self)
@@ -196,7 +199,7 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 		// handed on.
 		for _, o := range taken {
 			if !o.answered {
-				b.answer(o, batchResult{err: fmt.Errorf("%w: the batch's leader panicked", ErrUnavailable)})
+				b.answer(o, batchResult{err: fmt.Errorf("%w: the batch's leader panicked", inventory.ErrUnavailable)})
 			}
 		}
 		b.handOff(q)

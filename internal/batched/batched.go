@@ -1,4 +1,10 @@
-package inventory
+// Package batched is the batched strategy (STRATEGY=batched, named
+// inventory.NameBatched): group commit. Each instance takes the concurrent
+// orders of one SKU together, one transaction per batch. It owns its orders
+// (inventory.OrderTaker): it checks their idempotency keys, deducts and
+// records them itself, through the Store it declares here, which the
+// database adapters implement.
+package batched
 
 import (
 	"bytes"
@@ -10,53 +16,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/flashsale/stock/internal/backoff"
+	"github.com/flashsale/stock/internal/inventory"
 )
 
-// NameBatched is the batched strategy's STRATEGY value.
-const NameBatched = "batched"
-
-// BatchObserver hears about the batches of the batched strategy, for
-// metrics. It is called on an order's goroutine: cheap and safe for
-// concurrent use.
-type BatchObserver interface {
-	// BatchDone reports a batch's size, how long its transaction took
-	// (retries included) and its outcome (see Outcome).
-	BatchDone(size int, elapsed time.Duration, outcome string)
-}
-
-// QueueObserver hears of the orders that wait in the process for another
-// order's goroutine: the batch's leader runs the transaction of every order
-// in the batch. A scheduler that lets one order move at a time
-// (internal/explore) needs to know that such an order is not stuck but
-// waiting for another; production passes none.
-type QueueObserver interface {
-	// Joining is called on the order's goroutine before it joins its
-	// SKU's queue. It may block: a scheduler holds the order there until
-	// its turn.
-	Joining(ctx context.Context)
-	// Waiting is called on the order's goroutine before it waits for its
-	// answer or its turn to lead.
-	Waiting(ctx context.Context)
-	// Woken is called, with the waiting order's context, by the goroutine
-	// that is about to hand it its answer or its turn to lead.
-	Woken(ctx context.Context)
-}
-
-type nopQueueObserver struct{}
-
-func (nopQueueObserver) Joining(context.Context) {}
-func (nopQueueObserver) Waiting(context.Context) {}
-func (nopQueueObserver) Woken(context.Context)   {}
-
-// retryObserver is the part of Observer a BatchObserver may also have:
-// the batch's retries are then counted with the other strategies'.
-type retryObserver interface {
-	Retried(strategy, reason string)
-}
-
-type nopBatchObserver struct{}
-
-func (nopBatchObserver) BatchDone(int, time.Duration, string) {}
+// errKeyTaken: a concurrent request committed one of the batch's keys
+// first; the next attempt finds its record and replays it. It never leaves
+// the package.
+var errKeyTaken = errors.New("idempotency key taken concurrently")
 
 // Batched takes the concurrent orders of one SKU in this process together:
 // while one transaction for the SKU is in flight, new orders queue; when it
@@ -70,66 +38,16 @@ func (nopBatchObserver) BatchDone(int, time.Duration, string) {}
 // order while each order fits), so no schedule can take more than is there,
 // whatever other strategies or instances write the same SKU.
 type Batched struct {
-	store    BatchStore
+	store    Store
 	batches  *batcher
 	attempts int
 	log      *slog.Logger
-	obs      BatchObserver
+	obs      Observer
 }
 
-type batchedConfig struct {
-	max      int
-	wait     time.Duration
-	attempts int
-	log      *slog.Logger
-	obs      BatchObserver
-	queue    QueueObserver
-}
-
-// BatchOption configures Batched.
-type BatchOption func(*batchedConfig)
-
-// WithBatchMax bounds the orders of one batch. Default 256.
-func WithBatchMax(n int) BatchOption {
-	return func(c *batchedConfig) { c.max = max(1, n) }
-}
-
-// WithBatchWait makes the leader of a batch wait up to d for more orders
-// (less if the batch fills, and at most half the time the leader's
-// deadline leaves) before it takes the queue. Default 0: no wait; the batch is what queued while the
-// previous transaction of the SKU ran.
-func WithBatchWait(d time.Duration) BatchOption {
-	return func(c *batchedConfig) { c.wait = max(0, d) }
-}
-
-// WithBatchTxAttempts bounds how often a batch's transaction runs again
-// after a conflict (deadlock, serialisation failure). Default 5; then its
-// orders are busy. A retry after a concurrent commit of one of its
-// idempotency keys (which the next run replays) counts only once the batch
-// has had as many of those as it has keyed orders.
-func WithBatchTxAttempts(n int) BatchOption {
-	return func(c *batchedConfig) { c.attempts = max(1, n) }
-}
-
-// WithBatchLogger sets the logger of failed batches. Default slog.Default().
-func WithBatchLogger(l *slog.Logger) BatchOption {
-	return func(c *batchedConfig) { c.log = l }
-}
-
-// WithBatchObserver sets who hears about batches. Default: nobody.
-func WithBatchObserver(o BatchObserver) BatchOption {
-	return func(c *batchedConfig) { c.obs = o }
-}
-
-// WithQueueObserver sets who hears of orders waiting for their batch.
-// Default: nobody.
-func WithQueueObserver(o QueueObserver) BatchOption {
-	return func(c *batchedConfig) { c.queue = o }
-}
-
-// NewBatched returns the batched strategy over store.
-func NewBatched(store BatchStore, opts ...BatchOption) *Batched {
-	c := batchedConfig{max: 256, attempts: 5, log: slog.Default(), obs: nopBatchObserver{}, queue: nopQueueObserver{}}
+// New returns the batched strategy over store.
+func New(store Store, opts ...Option) *Batched {
+	c := config{max: 256, attempts: 5, log: slog.Default(), obs: nopObserver{}, queue: nopQueueObserver{}}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -139,24 +57,26 @@ func NewBatched(store BatchStore, opts ...BatchOption) *Batched {
 	return b
 }
 
-// Name implements Strategy.
-func (*Batched) Name() string { return NameBatched }
+// Name implements inventory.Strategy: inventory.NameBatched.
+func (*Batched) Name() string { return inventory.NameBatched }
 
-// Deduct implements Strategy for a caller that runs the order's transaction
-// itself (a Service hands Batched whole orders instead, see TakeOrder):
-// with no batch to join, it deducts as Conditional does.
-func (*Batched) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
-	return NewConditional().Deduct(ctx, sku, quantity, inTx)
+// Deduct implements inventory.Strategy for a caller that runs the order's
+// transaction itself (a Service hands Batched whole orders instead, see
+// TakeOrder): with no batch to join, it deducts as inventory.Conditional
+// does.
+func (*Batched) Deduct(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
+	return inventory.NewConditional().Deduct(ctx, sku, quantity, inTx)
 }
 
-// TakeOrder implements OrderTaker: it queues o for its SKU's next batch and
-// returns its answer: the order (its own, or the one its idempotency key
-// created before), or the error of this package that answers it.
-func (b *Batched) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
+// TakeOrder implements inventory.OrderTaker: it queues o for its SKU's next
+// batch and returns its answer: the order (its own, or the one its
+// idempotency key created before), or the error of package inventory that
+// answers it.
+func (b *Batched) TakeOrder(ctx context.Context, o inventory.PendingOrder) (inventory.Order, error) {
 	return b.batches.submit(newBatchOrder(ctx, o.Order, o.IdempotencyKey, o.Fingerprint))
 }
 
-var _ OrderTaker = (*Batched)(nil)
+var _ inventory.OrderTaker = (*Batched)(nil)
 
 // runBatch runs one batch's transaction under ctx (the earliest deadline of
 // its orders), again after a conflict, and answers every order.
@@ -183,19 +103,19 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 	for attempt := 0; ; attempt++ {
 		results = make([]batchResult, len(batch))
 		decided = false
-		err = b.store.InBatchTx(ctx, func(ctx context.Context, tx BatchTx) error {
+		err = b.store.InBatchTx(ctx, func(ctx context.Context, tx Tx) error {
 			var err error
 			createdID, err = decideBatch(ctx, tx, batch, results)
 			decided = err == nil
 			return err
 		})
-		if !errors.Is(err, ErrConflict) && !errors.Is(err, errKeyTaken) {
+		if !errors.Is(err, inventory.ErrConflict) && !errors.Is(err, errKeyTaken) {
 			break
 		}
 		if errors.Is(err, errKeyTaken) && keyRetries > 0 {
 			keyRetries--
 		} else if aborted++; aborted >= b.attempts {
-			err = fmt.Errorf("%w: batch transaction aborted %d times: %w", ErrBusy, b.attempts, err)
+			err = fmt.Errorf("%w: batch transaction aborted %d times: %w", inventory.ErrBusy, b.attempts, err)
 			break
 		}
 		if r, ok := b.obs.(retryObserver); ok {
@@ -203,32 +123,32 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 			if errors.Is(err, errKeyTaken) {
 				reason = "key_taken"
 			}
-			r.Retried(NameBatched, reason)
+			r.Retried(inventory.NameBatched, reason)
 		}
-		if perr := pause(ctx, jitter(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
+		if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
 			err = perr
 			break
 		}
 	}
 	switch {
-	case errors.Is(err, ErrOutcomeUnknown) && decided && createdID == "":
+	case errors.Is(err, inventory.ErrOutcomeUnknown) && decided && createdID == "":
 		// The batch wrote nothing (it only replayed keys or refused sold
 		// out): what it read was committed by others, so its answers
 		// stand whether its own commit landed or not.
 		b.log.Debug("commit answer of a batch that wrote nothing lost", "sku", batch[0].sku, "err", err)
 		err = nil
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, inventory.ErrOutcomeUnknown):
 		err = b.resolveUnknownCommit(ctx, createdID, err)
 	}
 	if err != nil {
-		if !errors.Is(err, ErrUnknownSKU) {
-			b.log.Warn("batch failed", "sku", batch[0].sku, "size", len(batch), "strategy", NameBatched, "err", err)
+		if !errors.Is(err, inventory.ErrUnknownSKU) {
+			b.log.Warn("batch failed", "sku", batch[0].sku, "size", len(batch), "strategy", inventory.NameBatched, "err", err)
 		}
 		for i := range results {
 			results[i] = batchResult{err: err}
 		}
 	}
-	b.obs.BatchDone(len(batch), time.Since(began), Outcome(err))
+	b.obs.BatchDone(len(batch), time.Since(began), inventory.Outcome(err))
 	return results
 }
 
@@ -255,7 +175,7 @@ func (b *Batched) resolveUnknownCommit(ctx context.Context, createdID string, co
 // left), and inserts the accepted orders and their idempotency records. It
 // fills results and returns the id of one created order, "" when it wrote
 // nothing.
-func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, results []batchResult) (string, error) {
+func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batchResult) (string, error) {
 	sku := batch[0].sku
 	var keys []string
 	for _, o := range batch {
@@ -263,7 +183,7 @@ func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, results [
 			keys = append(keys, o.key)
 		}
 	}
-	var known map[string]IdempotencyRecord
+	var known map[string]inventory.IdempotencyRecord
 	if len(keys) > 0 {
 		var err error
 		if known, err = tx.FindIdempotencyKeys(ctx, keys); err != nil {
@@ -295,21 +215,21 @@ func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, results [
 		}
 	}
 
-	var orders []Order
-	var records []IdempotencyRecord
-	priors := map[string]Order{} // by key
+	var orders []inventory.Order
+	var records []inventory.IdempotencyRecord
+	priors := map[string]inventory.Order{} // by key
 	for i, o := range batch {
 		switch d := plan[i]; d.verdict {
 		case accepted:
 			orders = append(orders, o.order)
 			results[i].order = o.order
 			if o.key != "" {
-				records = append(records, IdempotencyRecord{Key: o.key, SKU: sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
+				records = append(records, inventory.IdempotencyRecord{Key: o.key, SKU: sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
 			}
 		case soldOut:
-			results[i].err = ErrSoldOut
+			results[i].err = inventory.ErrSoldOut
 		case conflicting:
-			results[i].err = fmt.Errorf("%w: key %q", ErrIdempotencyConflict, o.key)
+			results[i].err = fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, o.key)
 		case follows:
 			results[i] = results[d.of] // d.of < i: decided already
 		case replays:
@@ -333,7 +253,7 @@ func decideBatch(ctx context.Context, tx BatchTx, batch []*batchOrder, results [
 	if len(records) > 0 {
 		// In key order, so two batches that share keys never wait for
 		// each other's in opposite orders.
-		slices.SortFunc(records, func(a, b IdempotencyRecord) int { return strings.Compare(a.Key, b.Key) })
+		slices.SortFunc(records, func(a, b inventory.IdempotencyRecord) int { return strings.Compare(a.Key, b.Key) })
 		n, err := tx.InsertIdempotencyRecords(ctx, records)
 		if err != nil {
 			return "", err
@@ -379,7 +299,7 @@ type decision struct {
 // earlier one with it may have been sold out) is a fresh request, accepted
 // while it fits in what the accepted ones before it left. It returns the
 // decisions and the total of the accepted orders.
-func planBatch(batch []*batchOrder, known map[string]IdempotencyRecord, available int64) ([]decision, int64) {
+func planBatch(batch []*batchOrder, known map[string]inventory.IdempotencyRecord, available int64) ([]decision, int64) {
 	plan := make([]decision, len(batch))
 	claimed := map[string]int{} // key -> the accepted order that holds it
 	fit := fitter{available: available}
@@ -427,4 +347,16 @@ func (f *fitter) take(q int64) bool {
 	}
 	f.total += q
 	return true
+}
+
+// pause waits d, or less if ctx ends first; then it reports
+// inventory.ErrBusy with the context's cause.
+func pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if err := backoff.Wait(ctx, d); err != nil {
+		return fmt.Errorf("%w: %w", inventory.ErrBusy, err)
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package inventory
+package batched
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // expiresAfterOneLookCtx is an order's context whose deadline passes right
@@ -49,7 +51,7 @@ func TestBatcherDroppedLeaderHandsOn(t *testing.T) {
 		t.Errorf("L's deadline has passed and it is out of the batch, yet the batch runs on its goroutine and its caller waits for the others' transaction")
 		g.release <- struct{}{}
 	}
-	if r := <-l.answer; !errors.Is(r.err, ErrBusy) {
+	if r := <-l.answer; !errors.Is(r.err, inventory.ErrBusy) {
 		t.Errorf("L: %v, want busy", r.err)
 	}
 	if leader == "F" {

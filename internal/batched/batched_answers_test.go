@@ -1,4 +1,4 @@
-package inventory_test
+package batched_test
 
 // Each order of a batch gets the answer it would get on its own: an
 // idempotency key decided against the database's record only, answers
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
@@ -55,7 +56,7 @@ type gatedBatchStore struct {
 	loseAt  int
 }
 
-func (g *gatedBatchStore) InBatchTx(ctx context.Context, fn func(context.Context, inventory.BatchTx) error) error {
+func (g *gatedBatchStore) InBatchTx(ctx context.Context, fn func(context.Context, batched.Tx) error) error {
 	g.mu.Lock()
 	g.calls++
 	n := g.calls
@@ -98,7 +99,7 @@ func newBatchRig(t *testing.T, engine string, opts ...inventory.ServiceOption) *
 	obs := waitingObserver{waiting: make(chan string, 100)}
 	return &batchRig{
 		t: t, db: db, gs: gs, obs: obs,
-		svc:   inventory.NewService(db, inventory.NewBatched(gs, inventory.WithQueueObserver(obs)), opts...),
+		svc:   inventory.NewService(db, batched.New(gs, batched.WithQueueObserver(obs)), opts...),
 		plain: inventory.NewService(db, inventory.NewConditional()),
 	}
 }
@@ -308,7 +309,7 @@ func TestBatchedWaitLeavesTimeToRun(t *testing.T) {
 		t.Run(engine, func(t *testing.T) {
 			db := testdb.New(t, engine, 4)
 			ctx := context.Background()
-			svc := inventory.NewService(db, inventory.NewBatched(db, inventory.WithBatchWait(time.Hour)),
+			svc := inventory.NewService(db, batched.New(db, batched.WithWait(time.Hour)),
 				inventory.WithOrderTimeout(200*time.Millisecond))
 			if err := svc.StartSale(ctx, "bx-wait", 10); err != nil {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package inventory
+package batched
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // gatedRunner is a batchRunner that records each batch and holds it until
@@ -60,7 +62,7 @@ func newHarness(t *testing.T, maxSize int, run batchRunner) *harness {
 
 func (h *harness) submit(ctx context.Context, id string, quantity int64) submitted {
 	h.t.Helper()
-	o := newBatchOrder(ctx, Order{ID: id, SKU: "s", Quantity: quantity}, "", nil)
+	o := newBatchOrder(ctx, inventory.Order{ID: id, SKU: "s", Quantity: quantity}, "", nil)
 	s := submitted{o: o, answer: make(chan batchResult, 1)}
 	h.wg.Add(1)
 	go func() {
@@ -165,7 +167,7 @@ func TestBatcherDeadlines(t *testing.T) {
 	o3 := h.submit(early, "o3", 1)
 
 	cancel()
-	if r := <-quitter.answer; !errors.Is(r.err, ErrBusy) || !errors.Is(r.err, context.Canceled) {
+	if r := <-quitter.answer; !errors.Is(r.err, inventory.ErrBusy) || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("an order that gave up while queued answered %v, want busy", r.err)
 	}
 	g.release <- struct{}{}
@@ -202,7 +204,7 @@ func TestBatcherExpiredInBatchIsDropped(t *testing.T) {
 	g.release <- struct{}{}
 	wantOwnOrder(t, o1)
 	wantOwnOrder(t, o3)
-	if r := <-expired.answer; !errors.Is(r.err, ErrBusy) {
+	if r := <-expired.answer; !errors.Is(r.err, inventory.ErrBusy) {
 		t.Errorf("expired order answered %v, want busy", r.err)
 	}
 }
@@ -214,7 +216,7 @@ func TestBatcherSKUsAreIndependent(t *testing.T) {
 	h := newHarness(t, 256, g.run)
 	first := h.submit(context.Background(), "o0", 1)
 	wantBatch(t, g, "o0")
-	other := newBatchOrder(context.Background(), Order{ID: "other", SKU: "t", Quantity: 1}, "", nil)
+	other := newBatchOrder(context.Background(), inventory.Order{ID: "other", SKU: "t", Quantity: 1}, "", nil)
 	answered := make(chan error, 1)
 	h.wg.Add(1)
 	go func() {
@@ -276,12 +278,12 @@ type fakeBatchStore struct {
 
 type fakeState struct {
 	available int64
-	orders    map[string]Order
-	keys      map[string]IdempotencyRecord
+	orders    map[string]inventory.Order
+	keys      map[string]inventory.IdempotencyRecord
 }
 
 func (s fakeState) clone() fakeState {
-	c := fakeState{available: s.available, orders: map[string]Order{}, keys: map[string]IdempotencyRecord{}}
+	c := fakeState{available: s.available, orders: map[string]inventory.Order{}, keys: map[string]inventory.IdempotencyRecord{}}
 	for k, v := range s.orders {
 		c.orders[k] = v
 	}
@@ -292,10 +294,10 @@ func (s fakeState) clone() fakeState {
 }
 
 func newFakeBatchStore(available int64) *fakeBatchStore {
-	return &fakeBatchStore{st: fakeState{available: available, orders: map[string]Order{}, keys: map[string]IdempotencyRecord{}}}
+	return &fakeBatchStore{st: fakeState{available: available, orders: map[string]inventory.Order{}, keys: map[string]inventory.IdempotencyRecord{}}}
 }
 
-func (s *fakeBatchStore) InBatchTx(ctx context.Context, fn func(context.Context, BatchTx) error) error {
+func (s *fakeBatchStore) InBatchTx(ctx context.Context, fn func(context.Context, Tx) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tx := &fakeBatchTx{st: s.st.clone()}
@@ -311,7 +313,7 @@ func (s *fakeBatchStore) InBatchTx(ctx context.Context, fn func(context.Context,
 	return nil
 }
 
-func (s *fakeBatchStore) FindOrder(_ context.Context, id string) (Order, bool, error) {
+func (s *fakeBatchStore) FindOrder(_ context.Context, id string) (inventory.Order, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o, ok := s.st.orders[id]
@@ -328,12 +330,12 @@ func (t *fakeBatchTx) DeductIfAvailable(_ context.Context, _ string, total int64
 	return true, nil
 }
 
-func (t *fakeBatchTx) LockLevel(context.Context, string) (Level, error) {
-	return Level{Available: t.st.available}, nil
+func (t *fakeBatchTx) LockLevel(context.Context, string) (inventory.Level, error) {
+	return inventory.Level{Available: t.st.available}, nil
 }
 
-func (t *fakeBatchTx) FindIdempotencyKeys(_ context.Context, keys []string) (map[string]IdempotencyRecord, error) {
-	out := map[string]IdempotencyRecord{}
+func (t *fakeBatchTx) FindIdempotencyKeys(_ context.Context, keys []string) (map[string]inventory.IdempotencyRecord, error) {
+	out := map[string]inventory.IdempotencyRecord{}
 	for _, k := range keys {
 		if r, ok := t.st.keys[k]; ok {
 			out[k] = r
@@ -342,22 +344,22 @@ func (t *fakeBatchTx) FindIdempotencyKeys(_ context.Context, keys []string) (map
 	return out, nil
 }
 
-func (t *fakeBatchTx) GetOrder(_ context.Context, id string) (Order, error) {
+func (t *fakeBatchTx) GetOrder(_ context.Context, id string) (inventory.Order, error) {
 	o, ok := t.st.orders[id]
 	if !ok {
-		return Order{}, fmt.Errorf("no order %s", id)
+		return inventory.Order{}, fmt.Errorf("no order %s", id)
 	}
 	return o, nil
 }
 
-func (t *fakeBatchTx) InsertOrders(_ context.Context, orders []Order) error {
+func (t *fakeBatchTx) InsertOrders(_ context.Context, orders []inventory.Order) error {
 	for _, o := range orders {
 		t.st.orders[o.ID] = o
 	}
 	return nil
 }
 
-func (t *fakeBatchTx) InsertIdempotencyRecords(_ context.Context, records []IdempotencyRecord) (int, error) {
+func (t *fakeBatchTx) InsertIdempotencyRecords(_ context.Context, records []inventory.IdempotencyRecord) (int, error) {
 	n := 0
 	for _, r := range records {
 		if _, ok := t.st.keys[r.Key]; !ok {
@@ -370,9 +372,12 @@ func (t *fakeBatchTx) InsertIdempotencyRecords(_ context.Context, records []Idem
 
 func batchOf(orders ...*batchOrder) []*batchOrder { return orders }
 
+// order is an order on SKU s. Its fingerprint stands in for the one the
+// Service computes from the request: the same for the same quantity and
+// body, different otherwise.
 func order(id string, quantity int64, key, body string) *batchOrder {
-	req := Request{SKU: "s", Quantity: quantity, UserID: body, IdempotencyKey: key}
-	return newBatchOrder(context.Background(), Order{ID: id, SKU: "s", Quantity: quantity, UserID: body}, key, req.fingerprint())
+	fingerprint := fmt.Appendf(nil, "s/%d/%s", quantity, body)
+	return newBatchOrder(context.Background(), inventory.Order{ID: id, SKU: "s", Quantity: quantity, UserID: body}, key, fingerprint)
 }
 
 // TestBatchSoldOutAcceptsInArrivalOrderWhileTheyFit: when the stock cannot
@@ -380,10 +385,10 @@ func order(id string, quantity int64, key, body string) *batchOrder {
 // the rest are sold out, and the stock deducted is what the orders hold.
 func TestBatchSoldOutAcceptsInArrivalOrderWhileTheyFit(t *testing.T) {
 	store := newFakeBatchStore(4)
-	b := NewBatched(store)
+	b := New(store)
 	batch := batchOf(order("a", 3, "", "u"), order("b", 2, "", "u"), order("c", 1, "", "u"), order("d", 2, "", "u"))
 	results := b.runBatch(context.Background(), batch)
-	for i, want := range []error{nil, ErrSoldOut, nil, ErrSoldOut} {
+	for i, want := range []error{nil, inventory.ErrSoldOut, nil, inventory.ErrSoldOut} {
 		if got := results[i].err; !errors.Is(got, want) || (want == nil && got != nil) {
 			t.Errorf("order %s: %v, want %v", batch[i].order.ID, got, want)
 		}
@@ -398,9 +403,9 @@ func TestBatchSoldOutAcceptsInArrivalOrderWhileTheyFit(t *testing.T) {
 // an idempotency conflict. A key the database knows is replayed.
 func TestBatchDuplicateKeys(t *testing.T) {
 	store := newFakeBatchStore(10)
-	store.st.orders["old"] = Order{ID: "old", SKU: "s", Quantity: 1, UserID: "u"}
-	store.st.keys["known"] = IdempotencyRecord{Key: "known", SKU: "s", RequestHash: order("", 1, "known", "u").fingerprint, OrderID: "old"}
-	b := NewBatched(store)
+	store.st.orders["old"] = inventory.Order{ID: "old", SKU: "s", Quantity: 1, UserID: "u"}
+	store.st.keys["known"] = inventory.IdempotencyRecord{Key: "known", SKU: "s", RequestHash: order("", 1, "known", "u").fingerprint, OrderID: "old"}
+	b := New(store)
 	batch := batchOf(
 		order("a", 2, "k", "u"),
 		order("b", 2, "k", "u"),     // a retry of a
@@ -415,7 +420,7 @@ func TestBatchDuplicateKeys(t *testing.T) {
 	if results[1].err != nil || results[1].order.ID != "a" {
 		t.Errorf("b should get a's order: %+v", results[1])
 	}
-	if !errors.Is(results[2].err, ErrIdempotencyConflict) {
+	if !errors.Is(results[2].err, inventory.ErrIdempotencyConflict) {
 		t.Errorf("c: %v, want an idempotency conflict", results[2].err)
 	}
 	if results[3].err != nil || results[3].order.ID != "old" {
@@ -440,13 +445,13 @@ func TestBatchKeyTakenConcurrently(t *testing.T) {
 		once.Do(func() {
 			// The other instance's order, committed first.
 			st.available--
-			st.orders["theirs"] = Order{ID: "theirs", SKU: "s", Quantity: 1, UserID: "u"}
-			st.keys["k"] = IdempotencyRecord{Key: "k", SKU: "s", RequestHash: order("", 1, "k", "u").fingerprint, OrderID: "theirs"}
+			st.orders["theirs"] = inventory.Order{ID: "theirs", SKU: "s", Quantity: 1, UserID: "u"}
+			st.keys["k"] = inventory.IdempotencyRecord{Key: "k", SKU: "s", RequestHash: order("", 1, "k", "u").fingerprint, OrderID: "theirs"}
 			err = fmt.Errorf("%w: the insert of key k conflicted", errKeyTaken)
 		})
 		return err
 	}
-	b := NewBatched(store)
+	b := New(store)
 	batch := batchOf(order("mine", 1, "k", "u"), order("e", 1, "", "u"))
 	results := b.runBatch(context.Background(), batch)
 	if results[0].err != nil || results[0].order.ID != "theirs" {
@@ -466,7 +471,7 @@ func TestBatchCommitOutcomeUnknown(t *testing.T) {
 	for _, landed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
 			store := newFakeBatchStore(10)
-			b := NewBatched(store)
+			b := New(store)
 			wrapped := &lostCommit{fakeBatchStore: store, landed: landed}
 			b.store = wrapped
 			results := b.runBatch(context.Background(), batchOf(order("a", 1, "", "u"), order("b", 1, "", "u")))
@@ -474,7 +479,7 @@ func TestBatchCommitOutcomeUnknown(t *testing.T) {
 				if landed && r.err != nil {
 					t.Errorf("the commit landed, yet %v", r.err)
 				}
-				if !landed && !errors.Is(r.err, ErrOutcomeUnknown) {
+				if !landed && !errors.Is(r.err, inventory.ErrOutcomeUnknown) {
 					t.Errorf("the commit did not land, yet %+v", r)
 				}
 			}
@@ -488,7 +493,7 @@ type lostCommit struct {
 	landed bool
 }
 
-func (l *lostCommit) InBatchTx(ctx context.Context, fn func(context.Context, BatchTx) error) error {
+func (l *lostCommit) InBatchTx(ctx context.Context, fn func(context.Context, Tx) error) error {
 	l.beforeCommit = func(*fakeState) error {
 		if l.landed {
 			return nil
@@ -496,8 +501,8 @@ func (l *lostCommit) InBatchTx(ctx context.Context, fn func(context.Context, Bat
 		return errors.New("connection reset")
 	}
 	err := l.fakeBatchStore.InBatchTx(ctx, fn)
-	if err == nil || !errors.Is(err, ErrConflict) {
-		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	if err == nil || !errors.Is(err, inventory.ErrConflict) {
+		return fmt.Errorf("%w: %v", inventory.ErrOutcomeUnknown, err)
 	}
 	return err
 }
@@ -528,7 +533,7 @@ func TestBatcherWaitingLeaderGivesUp(t *testing.T) {
 	gone, cancel := context.WithCancel(context.Background())
 	leader := h.submit(gone, "leader", 1)
 	cancel()
-	if r := <-leader.answer; !errors.Is(r.err, ErrBusy) {
+	if r := <-leader.answer; !errors.Is(r.err, inventory.ErrBusy) {
 		t.Fatalf("leader answered %v, want busy", r.err)
 	}
 	// The SKU is idle again: the next order leads, and two fill its batch.
@@ -597,7 +602,7 @@ func TestBatcherExpiredNextLeaderHandsOn(t *testing.T) {
 	}
 	// doomed has its answer while that batch is still held: it waits for no
 	// batch past its deadline.
-	if r := <-doomed.answer; !errors.Is(r.err, ErrBusy) || !errors.Is(r.err, context.Canceled) {
+	if r := <-doomed.answer; !errors.Is(r.err, inventory.ErrBusy) || !errors.Is(r.err, context.Canceled) {
 		t.Errorf("an order told to lead after its deadline answered %+v, %v; want busy", r.order, r.err)
 	}
 	if leader == "o2" {
@@ -619,9 +624,9 @@ func TestBatcherExpiredNextLeaderHandsOn(t *testing.T) {
 // holds is followed by the same request and refused to another.
 func TestBatchKeyBelongsToFirstAcceptedOrder(t *testing.T) {
 	store := newFakeBatchStore(3)
-	store.st.orders["old"] = Order{ID: "old", SKU: "s", Quantity: 2, UserID: "u"}
-	store.st.keys["known"] = IdempotencyRecord{Key: "known", SKU: "s", RequestHash: order("", 2, "known", "u").fingerprint, OrderID: "old"}
-	b := NewBatched(store)
+	store.st.orders["old"] = inventory.Order{ID: "old", SKU: "s", Quantity: 2, UserID: "u"}
+	store.st.keys["known"] = inventory.IdempotencyRecord{Key: "known", SKU: "s", RequestHash: order("", 2, "known", "u").fingerprint, OrderID: "old"}
+	b := New(store)
 	batch := batchOf(
 		order("a", 1, "known", "u"), // the known key, another body: 422
 		order("b", 2, "known", "u"), // the known key's own body: replay
@@ -636,7 +641,7 @@ func TestBatchKeyBelongsToFirstAcceptedOrder(t *testing.T) {
 	want := []struct {
 		id  string
 		err error
-	}{{"", ErrIdempotencyConflict}, {"old", nil}, {"", ErrSoldOut}, {"d", nil}, {"d", nil}, {"", ErrIdempotencyConflict}, {"g", nil}, {"", ErrSoldOut}}
+	}{{"", inventory.ErrIdempotencyConflict}, {"old", nil}, {"", inventory.ErrSoldOut}, {"d", nil}, {"d", nil}, {"", inventory.ErrIdempotencyConflict}, {"g", nil}, {"", inventory.ErrSoldOut}}
 	for i, w := range want {
 		r := results[i]
 		if (w.err == nil && r.err != nil) || !errors.Is(r.err, w.err) || r.order.ID != w.id {
@@ -664,11 +669,11 @@ func TestBatchKeysTakenOneAfterAnotherDoNotMakeBatchBusy(t *testing.T) {
 		taken++
 		id := "theirs-" + k
 		st.available--
-		st.orders[id] = Order{ID: id, SKU: "s", Quantity: 1, UserID: "u"}
-		st.keys[k] = IdempotencyRecord{Key: k, SKU: "s", RequestHash: order("", 1, k, "u").fingerprint, OrderID: id}
+		st.orders[id] = inventory.Order{ID: id, SKU: "s", Quantity: 1, UserID: "u"}
+		st.keys[k] = inventory.IdempotencyRecord{Key: k, SKU: "s", RequestHash: order("", 1, k, "u").fingerprint, OrderID: id}
 		return fmt.Errorf("%w: the insert of key %s conflicted", errKeyTaken, k)
 	}
-	b := NewBatched(store, WithBatchTxAttempts(2))
+	b := New(store, WithTxAttempts(2))
 	var batch []*batchOrder
 	for _, k := range keys {
 		batch = append(batch, order("mine-"+k, 1, k, "u"))

@@ -1,4 +1,4 @@
-package inventory_test
+package batched_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
@@ -23,8 +24,8 @@ func TestBatchedIdempotencyAcrossInstances(t *testing.T) {
 			db := testdb.New(t, engine, 16)
 			ctx := context.Background()
 			instances := []*inventory.Service{
-				inventory.NewService(db, inventory.NewBatched(db)),
-				inventory.NewService(db, inventory.NewBatched(db)),
+				inventory.NewService(db, batched.New(db)),
+				inventory.NewService(db, batched.New(db)),
 			}
 			const sku, keys, tries = "idem", 20, 6
 			if err := instances[0].StartSale(ctx, sku, 1000); err != nil {
@@ -91,9 +92,9 @@ func TestBatchedNextToOtherStrategies(t *testing.T) {
 			db := testdb.New(t, engine, 16)
 			ctx := context.Background()
 			instances := []*inventory.Service{
-				inventory.NewService(db, inventory.NewBatched(db)),
+				inventory.NewService(db, batched.New(db)),
 				inventory.NewService(db, inventory.NewConditional()),
-				inventory.NewService(db, inventory.NewBatched(db)),
+				inventory.NewService(db, batched.New(db)),
 				inventory.NewService(db, inventory.NewForUpdate()),
 			}
 			const sku, initial, buyers = "mixed", 50, 200
@@ -148,7 +149,7 @@ type scriptedBatchStore struct {
 
 var errLostAfterCommit = errors.New("commit for real, then lose the answer")
 
-func (s *scriptedBatchStore) InBatchTx(ctx context.Context, fn func(context.Context, inventory.BatchTx) error) error {
+func (s *scriptedBatchStore) InBatchTx(ctx context.Context, fn func(context.Context, batched.Tx) error) error {
 	s.mu.Lock()
 	s.calls++
 	var next error
@@ -178,7 +179,7 @@ func TestBatchedFailures(t *testing.T) {
 			db := testdb.New(t, engine, 4)
 			ctx := context.Background()
 			fake := &scriptedBatchStore{Store: db}
-			svc := inventory.NewService(db, inventory.NewBatched(fake, inventory.WithBatchTxAttempts(3)))
+			svc := inventory.NewService(db, batched.New(fake, batched.WithTxAttempts(3)))
 			if err := svc.StartSale(ctx, "s-1", 5); err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,41 @@
+package batched
+
+import (
+	"context"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// Store is what the batched strategy needs from a database: one
+// transaction for the orders of a batch, and the lookup of an order whose
+// commit answer was lost. Errors are wrapped as inventory.Store's are.
+type Store interface {
+	// InBatchTx runs fn in one transaction and commits it when fn returns
+	// nil, as inventory.Store.InTx does (inventory.ErrOutcomeUnknown when
+	// the commit answer was lost).
+	InBatchTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+	// FindOrder looks an order up by id; found is false when there is none.
+	FindOrder(ctx context.Context, id string) (o inventory.Order, found bool, err error)
+}
+
+// Tx is the transaction of a batch of orders on one SKU.
+type Tx interface {
+	// DeductIfAvailable subtracts total only if at least total is
+	// available, and bumps the version.
+	DeductIfAvailable(ctx context.Context, sku string, total int64) (bool, error)
+	// LockLevel reads the stock row and locks it until the transaction
+	// ends: SELECT … FOR UPDATE (inventory.ErrUnknownSKU when there is
+	// none).
+	LockLevel(ctx context.Context, sku string) (inventory.Level, error)
+	// FindIdempotencyKeys reads the records of the keys that have one.
+	FindIdempotencyKeys(ctx context.Context, keys []string) (map[string]inventory.IdempotencyRecord, error)
+	// GetOrder reads an order by id.
+	GetOrder(ctx context.Context, id string) (inventory.Order, error)
+	// InsertOrders records accepted orders in one statement.
+	InsertOrders(ctx context.Context, orders []inventory.Order) error
+	// InsertIdempotencyRecords stores the records whose key does not exist
+	// yet, in one statement, waiting for concurrent transactions holding
+	// the same keys, and reports how many it inserted: fewer than given
+	// means another request committed one of the keys first.
+	InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (inserted int, err error)
+}
