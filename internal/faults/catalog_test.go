@@ -2,14 +2,12 @@ package faults_test
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/flashsale/stock/internal/faults"
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/testredis"
 )
 
 // TestShortCatalogFaults runs the short forms of scenario 9 with 1,000 SKUs
@@ -26,19 +24,7 @@ import (
 // faults` runs the full forms (10,000 SKUs, and each fault on redis-watch,
 // batched and conditional too).
 func TestShortCatalogFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real service processes and servers")
-	}
-	if _, err := os.Stat(testredis.Bin); err != nil {
-		unavailable(t, "redis-server: %v", err)
-	}
-	env := &faults.Env{
-		Binary:       buildService(t),
-		Dir:          t.TempDir(),
-		Short:        true,
-		CheckTimeout: 5 * time.Second,
-		Logf:         t.Logf,
-	}
+	env := shortEnv(t)
 	ctx := context.Background()
 	// Every run's database is on a PostgreSQL of the test's own, as in
 	// cmd/faults: the database crash must never hit the machine's server,

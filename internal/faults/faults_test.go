@@ -16,6 +16,25 @@ import (
 	"github.com/flashsale/stock/internal/testredis"
 )
 
+// shortEnv is the environment of a short fault run, or t skipped under
+// -short (the runs start real service processes and servers).
+func shortEnv(t *testing.T) *faults.Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts real service processes and servers")
+	}
+	if _, err := os.Stat(testredis.Bin); err != nil {
+		unavailable(t, "redis-server: %v", err)
+	}
+	return &faults.Env{
+		Binary:       buildService(t),
+		Dir:          t.TempDir(),
+		Short:        true,
+		CheckTimeout: 5 * time.Second,
+		Logf:         t.Logf,
+	}
+}
+
 // TestShortFaults runs the short forms of scenarios 1 (conditional and
 // batched, on PostgreSQL), 2 (on redis-lock;
 // scenario 3 exercises redlock), 3 and 7's etcd leader kill (a few seconds
@@ -24,19 +43,7 @@ import (
 // configurations must come out exact; FENCING=off may oversell (that is
 // what it demonstrates) but must run. `make faults` runs the full forms.
 func TestShortFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real service processes and servers")
-	}
-	if _, err := os.Stat(testredis.Bin); err != nil {
-		unavailable(t, "redis-server: %v", err)
-	}
-	env := &faults.Env{
-		Binary:       buildService(t),
-		Dir:          t.TempDir(),
-		Short:        true,
-		CheckTimeout: 5 * time.Second,
-		Logf:         t.Logf,
-	}
+	env := shortEnv(t)
 	ctx := context.Background()
 	runs := []struct {
 		name string

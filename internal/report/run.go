@@ -1,0 +1,251 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// Run is one k6 scenario against the instances of one strategy on one
+// backend.
+type Run struct {
+	Backend  string `json:"backend"`
+	Strategy string `json:"strategy"`
+	Scenario string `json:"scenario"`
+	SKU      string `json:"sku"`
+	// The load offered: Stock units; for burst Buyers buyers on VUs
+	// virtual users; for steady Rate orders/s for Duration with up to VUs
+	// in flight.
+	Stock    int64         `json:"stock"`
+	Buyers   int           `json:"buyers,omitempty"`
+	VUs      int           `json:"vus"`
+	Rate     int           `json:"rate,omitempty"`
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	// Instances is how many service processes shared the load.
+	Instances int `json:"instances"`
+	// Round numbers the repetitions of a scenario (1, 2, …); the runner
+	// interleaves the strategies round by round, so that a slow spell of
+	// the machine does not land on one strategy's every run.
+	Round int `json:"round,omitempty"`
+	// Command is the exact k6 command line.
+	Command string `json:"command"`
+	// Dir holds the run's files, relative to the report's directory:
+	// summary.json, summary.txt, dashboard.html, k6.log, metrics-*.txt.
+	Dir       string   `json:"dir"`
+	Dashboard string   `json:"dashboard,omitempty"`
+	Metrics   []string `json:"metrics,omitempty"`
+	// Batches sums the batched strategy's batch histograms from Metrics.
+	Batches *Batches `json:"batches,omitempty"`
+	// Reserve is a redis-reserve or redis-watch burst's way to the
+	// database.
+	Reserve  *Reservations `json:"reserve,omitempty"`
+	ExitCode int           `json:"exit_code"`
+	// Error is set when the runner could not complete the run (an
+	// instance died, k6 did not start, the audit did not answer).
+	Error string        `json:"error,omitempty"`
+	Wall  time.Duration `json:"wall_ns"`
+	// Audit is GET /admin/audit/{sku} after the load stopped.
+	Audit *Audit `json:"audit,omitempty"`
+	// Summary is the k6 summary (Dir/summary.json), not serialised.
+	Summary *Summary `json:"-"`
+}
+
+// Audit is the service's bookkeeping of a sale.
+type Audit struct {
+	SKU        string `json:"sku"`
+	Initial    int64  `json:"initial"`
+	Available  int64  `json:"available"`
+	Ordered    int64  `json:"ordered"`
+	Orders     int64  `json:"orders"`
+	Consistent bool   `json:"consistent"`
+	// Pending counts accepted orders not yet in the database
+	// (redis-reserve, redis-watch).
+	Pending int64 `json:"pending,omitempty"`
+	// Drift says how the database disagrees with where the stock is
+	// counted (redis-reserve, redis-watch), "" when it does not.
+	Drift string `json:"drift,omitempty"`
+}
+
+// IsControl reports whether a strategy is the unsafe control, whose
+// oversell is the point of the demonstration rather than a failure.
+func IsControl(strategy string) bool { return inventory.IsControl(strategy) }
+
+// Stats are the numbers of one run, from its k6 summary.
+type Stats struct {
+	Requests, Orders, SoldOut, Busy, Errors int64
+	// Dropped are steady iterations that found no free VU: load the
+	// service was offered but could not even be sent.
+	Dropped int64
+	// SellWindow runs from the start of the load to the last 201,
+	// AnswerWindow to the last answer of any kind.
+	SellWindow, AnswerWindow time.Duration
+	// OrdersPerSec = Orders / SellWindow; RequestsPerSec = Requests /
+	// AnswerWindow.
+	OrdersPerSec, RequestsPerSec float64
+	// Latency of POST /orders, every answer.
+	P50, P95, P99 time.Duration
+	HasLatency    bool
+}
+
+func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// Stats computes the run's numbers; the zero Stats when there is no summary.
+func (r *Run) Stats() Stats {
+	var st Stats
+	s := r.Summary
+	if s == nil {
+		return st
+	}
+	st.Orders, st.SoldOut, st.Busy, st.Errors = s.Count("orders"), s.Count("sold_out"), s.Count("busy"), s.Count("errors")
+	st.Dropped = s.Count("dropped_iterations")
+	// Requests to /orders only: http_reqs also counts setup's and
+	// teardown's admin calls.
+	if n, ok := s.Value("order_latency", "count"); ok {
+		st.Requests = int64(n)
+	} else {
+		st.Requests = st.Orders + st.SoldOut + st.Busy + st.Errors
+	}
+	if v, ok := s.Value("sold_at", "max"); ok {
+		st.SellWindow = ms(v)
+	}
+	if v, ok := s.Value("answered_at", "max"); ok {
+		st.AnswerWindow = ms(v)
+	} else if s.State.TestRunDurationMs > 0 {
+		st.AnswerWindow = ms(s.State.TestRunDurationMs)
+	}
+	if st.SellWindow <= 0 {
+		st.SellWindow = st.AnswerWindow
+	}
+	// A window under 10 ms says more about the clock than about the
+	// service: leave the rate unknown rather than print a huge number.
+	if st.SellWindow >= 10*time.Millisecond {
+		st.OrdersPerSec = float64(st.Orders) / st.SellWindow.Seconds()
+	}
+	if st.AnswerWindow >= 10*time.Millisecond {
+		st.RequestsPerSec = float64(st.Requests) / st.AnswerWindow.Seconds()
+	}
+	if p50, ok := s.Value("order_latency", "med"); ok {
+		st.HasLatency = true
+		st.P50 = ms(p50)
+		p95, _ := s.Value("order_latency", "p(95)")
+		p99, _ := s.Value("order_latency", "p(99)")
+		st.P95, st.P99 = ms(p95), ms(p99)
+	}
+	return st
+}
+
+// Status is the verdict on one run.
+type Status string
+
+const (
+	// StatusOK: a safe strategy sold no unit twice and lost no order.
+	StatusOK Status = "ok"
+	// StatusFail: a safe strategy oversold or lost an order.
+	StatusFail Status = "fail"
+	// StatusError: the run did not complete; nothing can be concluded.
+	StatusError Status = "error"
+	// StatusControlOversold: the unsafe control oversold, as it should.
+	StatusControlOversold Status = "control-oversold"
+	// StatusControlHeld: the control happened not to oversell this time.
+	StatusControlHeld Status = "control-held"
+)
+
+// Verdict judges a run from the service's audit and the answers k6 saw.
+type Verdict struct {
+	Status Status
+	// Oversold is units sold beyond the stock: the larger of ordered −
+	// initial and −available, when positive.
+	Oversold int64
+	// Unrecorded is units that left the stock without an order row:
+	// initial − available − ordered, when positive.
+	Unrecorded int64
+	// Unconfirmed is 201 answers that have no order row: buyers told
+	// they bought, with nothing in the database. A lost order.
+	Unconfirmed int64
+	// Untold is order rows beyond the 201s that k6 saw (a buyer whose
+	// answer was lost, e.g. 503 unavailable after a commit): allowed by
+	// the contract, shown for completeness.
+	Untold int64
+	// Conserved: initial == available + ordered.
+	Conserved bool
+	// Problems explain a fail or an error, one sentence each.
+	Problems []string
+}
+
+// Judge returns the verdict on a run.
+func (r *Run) Judge() Verdict {
+	var v Verdict
+	switch {
+	case r.Error != "":
+		// The runner's error says why the rest is missing.
+		v.Problems = append(v.Problems, "run failed: "+r.Error)
+	case r.Summary == nil && r.Audit == nil:
+		v.Problems = append(v.Problems, "no k6 summary and no audit")
+	case r.Summary == nil:
+		v.Problems = append(v.Problems, "no k6 summary")
+	case r.Audit == nil:
+		v.Problems = append(v.Problems, "no audit")
+	}
+	if len(v.Problems) > 0 {
+		v.Status = StatusError
+		return v
+	}
+	a, st := r.Audit, r.Stats()
+	v.Oversold = max(a.Ordered-a.Initial, -a.Available, 0)
+	v.Unrecorded = max(a.Initial-a.Available-a.Ordered, 0)
+	v.Unconfirmed = max(st.Orders-a.Orders, 0)
+	v.Untold = max(a.Orders-st.Orders, 0)
+	v.Conserved = a.Initial == a.Available+a.Ordered
+
+	var violations []string
+	if v.Oversold > 0 {
+		violations = append(violations, fmt.Sprintf("oversold %d units", v.Oversold))
+	}
+	if v.Unrecorded > 0 {
+		violations = append(violations, fmt.Sprintf("%d units left the stock without an order", v.Unrecorded))
+	}
+	if v.Unconfirmed > 0 {
+		violations = append(violations, fmt.Sprintf("%d buyers got 201 but have no order row", v.Unconfirmed))
+	}
+	if !v.Conserved && v.Unrecorded == 0 && v.Oversold == 0 {
+		violations = append(violations, fmt.Sprintf("initial %d ≠ available %d + ordered %d", a.Initial, a.Available, a.Ordered))
+	}
+	crossed := r.Summary.CrossedThresholds()
+	var k6Problems []string
+	switch {
+	case r.ExitCode == 99 && len(crossed) > 0:
+		// A threshold crossed: the teardown saw a violation. The audit
+		// above says which; if it saw none, the two disagree.
+		if len(violations) == 0 {
+			k6Problems = append(k6Problems, "k6 thresholds crossed ("+strings.Join(crossed, ", ")+") but the audit shows no violation")
+		}
+	case r.ExitCode != 0:
+		k6Problems = append(k6Problems, fmt.Sprintf("k6 exited with status %d", r.ExitCode))
+	}
+
+	if IsControl(r.Strategy) {
+		// The control is expected to violate the invariant; only a run
+		// that did not work is a problem.
+		v.Problems = append(violations, k6Problems...)
+		if len(k6Problems) > 0 && len(violations) == 0 {
+			v.Status = StatusError
+		} else if v.Oversold > 0 {
+			v.Status = StatusControlOversold
+		} else {
+			v.Status = StatusControlHeld
+		}
+		return v
+	}
+	v.Problems = append(violations, k6Problems...)
+	switch {
+	case len(violations) > 0:
+		v.Status = StatusFail
+	case len(k6Problems) > 0:
+		v.Status = StatusError
+	default:
+		v.Status = StatusOK
+	}
+	return v
+}
