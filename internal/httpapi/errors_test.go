@@ -35,6 +35,9 @@ func (f failingInventory) Audit(context.Context, string) (inventory.Audit, error
 	return inventory.Audit{}, f.err
 }
 func (f failingInventory) Ready(context.Context) error { return f.err }
+func (f failingInventory) FindOrder(context.Context, string, string) (inventory.Order, error) {
+	return inventory.Order{}, f.err
+}
 
 func TestErrorTable(t *testing.T) {
 	backendDetail := "dial tcp 10.0.0.7:5432: secret-host"

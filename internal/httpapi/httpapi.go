@@ -38,6 +38,7 @@ const MaxBodyBytes = 64 << 10
 // Inventory is what the handlers need from the domain.
 type Inventory interface {
 	PlaceOrder(ctx context.Context, req inventory.Request) (inventory.Order, error)
+	FindOrder(ctx context.Context, id, userID string) (inventory.Order, error)
 	Level(ctx context.Context, sku string) (inventory.Level, error)
 	StartSale(ctx context.Context, sku string, n int64) error
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
@@ -119,6 +120,7 @@ func New(inv Inventory, opts ...Option) http.Handler {
 	}
 
 	r.POST("/orders", s.placeOrder)
+	r.GET("/orders/:id", s.getOrder)
 	r.GET("/stock/:sku", s.getStock)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
@@ -144,6 +146,7 @@ var errorStatus = []struct {
 	{errTooManyConnections, http.StatusServiceUnavailable, "too_many_connections", "the instance holds as many connections as it may; nothing was done, retry later"},
 	{inventory.ErrInvalid, http.StatusBadRequest, "invalid_request", ""},
 	{inventory.ErrUnknownSKU, http.StatusNotFound, "unknown_sku", ""},
+	{inventory.ErrOrderNotFound, http.StatusNotFound, "order_not_found", ""},
 	{inventory.ErrSoldOut, http.StatusConflict, "sold_out", ""},
 	{inventory.ErrIdempotencyConflict, http.StatusUnprocessableEntity, "idempotency_conflict", ""},
 	{inventory.ErrBusy, http.StatusServiceUnavailable, "busy", "the order could not be taken in time; nothing was deducted, retry later"},
@@ -431,6 +434,32 @@ func (s *server) placeOrder(c *gin.Context) {
 	}
 	c.JSON(http.StatusCreated, orderResponse{
 		OrderID: order.ID, SKU: order.SKU, Quantity: order.Quantity, UserID: order.UserID, Strategy: order.Strategy,
+	})
+}
+
+// foundOrderResponse is an order as GET /orders/{id} shows it: its state
+// is "final" while orders cannot come back (HOLD_TTL is not built yet).
+type foundOrderResponse struct {
+	orderResponse
+	State string `json:"state"`
+}
+
+// getOrder answers GET /orders/{id}?user_id=U: the order, to its buyer
+// only (any other user_id gets 404, as an unknown id does).
+func (s *server) getOrder(c *gin.Context) {
+	userID, ok := c.GetQuery("user_id")
+	if !ok {
+		s.fail(c, fmt.Errorf("%w: missing query parameter user_id", inventory.ErrInvalid))
+		return
+	}
+	order, err := s.inv.FindOrder(c.Request.Context(), c.Param("id"), userID)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, foundOrderResponse{
+		orderResponse: orderResponse{OrderID: order.ID, SKU: order.SKU, Quantity: order.Quantity, UserID: order.UserID, Strategy: order.Strategy},
+		State:         inventory.OrderFinal,
 	})
 }
 

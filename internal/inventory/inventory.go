@@ -24,6 +24,9 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrUnknownSKU: no sale has been started for the SKU.
 	ErrUnknownSKU = errors.New("unknown sku")
+	// ErrOrderNotFound: no order has that id, or it is another buyer's
+	// (a buyer never learns that someone else's order exists).
+	ErrOrderNotFound = errors.New("order not found")
 	// ErrSoldOut: fewer units are available than asked for; nothing deducted.
 	ErrSoldOut = errors.New("sold out")
 	// ErrIdempotencyConflict: an Idempotency-Key was reused for another request.

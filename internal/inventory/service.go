@@ -293,6 +293,32 @@ func (s *Service) classify(ctx context.Context, err error) error {
 	return err
 }
 
+// OrderFinal is the state of every order while orders cannot come back:
+// sold, and nothing changes it.
+const OrderFinal = "final"
+
+// FindOrder returns the order id of buyer userID: ErrInvalid for a
+// malformed id or user, ErrOrderNotFound when there is no such order or it
+// is another buyer's. An order of the reservation strategies is found once
+// the stream has written it to the database (usually within milliseconds
+// of its 201).
+func (s *Service) FindOrder(ctx context.Context, id, userID string) (Order, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return Order{}, fmt.Errorf("%w: order id %q is not a UUID", ErrInvalid, id)
+	}
+	if err := ValidateUserID(userID); err != nil {
+		return Order{}, err
+	}
+	o, found, err := s.store.FindOrder(ctx, id)
+	if err != nil {
+		return Order{}, err
+	}
+	if !found || o.UserID != userID {
+		return Order{}, fmt.Errorf("%w: %s", ErrOrderNotFound, id)
+	}
+	return o, nil
+}
+
 // Level returns a SKU's stock.
 func (s *Service) Level(ctx context.Context, sku string) (Level, error) {
 	if err := ValidateSKU(sku); err != nil {
