@@ -116,11 +116,21 @@ func (b *Batch) Begin(base, epoch int64, sent time.Time) (int64, error) {
 // one hold would. false: the next holder goes to the server and begins a
 // new batch.
 func (b *Batch) Next(floor int64, trust time.Duration) (int64, bool) {
-	token := max(b.next, floor+1)
-	if b.next == 0 || token > b.top || time.Since(b.began) >= trust {
+	// floor >= top first: floor+1 cannot overflow past it.
+	if b.next == 0 || floor >= b.top || time.Since(b.began) >= trust {
 		return 0, false
 	}
-	b.next = token + 1
+	token := max(b.next, floor+1)
+	if token > b.top {
+		return 0, false
+	}
+	if token == b.top {
+		// The last place: the one after it may not exist (a batch can end
+		// at MaxInt64, and token+1 would wrap below every token).
+		b.End()
+	} else {
+		b.next = token + 1
+	}
 	return token, true
 }
 

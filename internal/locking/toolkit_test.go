@@ -180,3 +180,32 @@ func TestNotObtainedSaysWhyTheWaitEnded(t *testing.T) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestTheLastBatchEndsAtItsLastPlace: a batch whose last place is the
+// largest token there is hands out that place and then nothing: the place
+// after it would wrap to the smallest int64, and a Next that computed it
+// handed the next holder a token below every earlier one (found by review:
+// a fence advanced near MaxInt64 puts a batch there).
+func TestTheLastBatchEndsAtItsLastPlace(t *testing.T) {
+	var b locking.Batch
+	prev, err := b.Begin(0, locking.MaxEpoch, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range locking.Places - 1 {
+		tok, ok := b.Next(0, time.Hour)
+		if !ok || tok <= prev {
+			t.Fatalf("token %d (ok=%v) after %d", tok, ok, prev)
+		}
+		prev = tok
+	}
+	if prev != math.MaxInt64 {
+		t.Fatalf("the last place is %d, want MaxInt64", prev)
+	}
+	if tok, ok := b.Next(0, time.Hour); ok {
+		t.Fatalf("after the last place the batch handed out %d", tok)
+	}
+	if tok, ok := b.Next(math.MaxInt64-1, time.Hour); ok {
+		t.Fatalf("with the floor just below the last place the ended batch handed out %d", tok)
+	}
+}

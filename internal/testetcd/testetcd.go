@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -29,6 +28,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/flashsale/stock/internal/testproc"
 )
 
 // Bin is where Debian's etcd-server package puts the server.
@@ -54,7 +55,7 @@ type Member struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	log    *memberLog
 }
 
@@ -233,46 +234,12 @@ func (m *Member) start() error {
 		"--heartbeat-interval", "10", "--election-timeout", "100",
 		"--logger", "zap", "--log-level", level, "--log-outputs", "stderr")
 	m.log = &memberLog{}
-	cmd.Stdout, cmd.Stderr = m.log, m.log
-	var log *os.File
-	if m.opts.LogFile != "" {
-		f, err := os.OpenFile(m.opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		log = f
-		w := io.MultiWriter(m.log, lenient{f})
-		cmd.Stdout, cmd.Stderr = w, w
-	}
-	if m.opts.OwnProcessGroup {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
-	if err := cmd.Start(); err != nil {
-		if log != nil {
-			_ = log.Close()
-		}
+	exited, err := testproc.Start(cmd, m.log, m.opts.LogFile, m.opts.OwnProcessGroup)
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // returns once the output is copied
-		if log != nil {
-			_ = log.Close()
-		}
-		close(exited)
-	}()
 	m.cmd, m.exited = cmd, exited
 	return nil
-}
-
-// lenient writes to a log file and ignores its errors, so that a full
-// disk never stops the copying of a member's output (which would block the
-// member on its pipe).
-type lenient struct{ w io.Writer }
-
-func (l lenient) Write(p []byte) (int, error) {
-	_, _ = l.w.Write(p)
-	return len(p), nil
 }
 
 // memberLog keeps the first 64 KiB of a member's log, for error messages.

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -25,6 +24,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/testproc"
 )
 
 // Bin is where Debian's redis-server package puts the server.
@@ -47,7 +48,7 @@ type Server struct {
 	mu     sync.Mutex
 	paused bool
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	out    *readyWriter
 }
 
@@ -143,34 +144,10 @@ func (s *Server) start() error {
 	cmd := exec.Command(Bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir}, s.args...)...)
 	out := &readyWriter{ready: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = out, out
-	var log *os.File
-	if s.logFile != "" {
-		f, err := os.OpenFile(s.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		log = f
-		w := io.MultiWriter(out, lenient{f})
-		cmd.Stdout, cmd.Stderr = w, w
-	}
-	if s.ownGroup {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
-	if err := cmd.Start(); err != nil {
-		if log != nil {
-			_ = log.Close()
-		}
+	exited, err := testproc.Start(cmd, out, s.logFile, s.ownGroup)
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // returns once the output is copied
-		if log != nil {
-			_ = log.Close()
-		}
-		close(exited)
-	}()
 
 	// Wait for the server's own "ready" log line, not for a fixed time.
 	timeout := time.NewTimer(10 * time.Second)
@@ -187,7 +164,6 @@ func (s *Server) start() error {
 	s.cmd, s.exited, s.out = cmd, exited, out
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.port)})
 	defer c.Close()
-	var err error
 	for range 50 { // bounded: the log line says it listens already
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err = c.Ping(ctx).Err()
@@ -290,16 +266,6 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialerRetries: 1, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// lenient writes to a log file and ignores its errors, so that a full
-// disk never stops the copying of the server's output (which would block
-// the server on its pipe).
-type lenient struct{ w io.Writer }
-
-func (l lenient) Write(p []byte) (int, error) {
-	_, _ = l.w.Write(p)
-	return len(p), nil
 }
 
 type readyWriter struct {

@@ -27,9 +27,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flashsale/stock/internal/testproc"
 )
 
 // Where Debian's zookeeper package and JDK put things.
@@ -65,7 +66,7 @@ type Server struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	out    *tail
 }
 
@@ -265,34 +266,10 @@ func (s *Server) start() error {
 		"-Dzookeeper.jmx.log4j.disable=true",
 		"-cp", s.dir+":"+classPath, s.main, cfg)
 	out := &tail{}
-	cmd.Stdout, cmd.Stderr = out, out
-	var log *os.File
-	if s.logFile != "" {
-		f, err := os.OpenFile(s.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			return err
-		}
-		log = f
-		w := io.MultiWriter(out, lenient{f})
-		cmd.Stdout, cmd.Stderr = w, w
-	}
-	if s.ownGroup {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
-	if err := cmd.Start(); err != nil {
-		if log != nil {
-			_ = log.Close()
-		}
+	exited, err := testproc.Start(cmd, out, s.logFile, s.ownGroup)
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // returns once the output is copied
-		if log != nil {
-			_ = log.Close()
-		}
-		close(exited)
-	}()
 
 	if err := s.awaitServing(exited); err != nil {
 		_ = cmd.Process.Kill()
@@ -493,16 +470,6 @@ func (e *Ensemble) Stop() {
 	for _, s := range e.Members {
 		s.Stop()
 	}
-}
-
-// lenient writes to a log file and ignores its errors, so that a full
-// disk never stops the copying of the server's output (which would block
-// the server on its pipe).
-type lenient struct{ w io.Writer }
-
-func (l lenient) Write(p []byte) (int, error) {
-	_, _ = l.w.Write(p)
-	return len(p), nil
 }
 
 // tail keeps the last 64 KiB of a process's output.
