@@ -171,7 +171,8 @@ func startService(bin string, env []string, logPath string) (*service, error) {
 // serviceVars are dropped from the inherited environment: the run sets
 // what it needs, and nothing else of the caller's reaches the instance.
 var serviceVars = []string{"STRATEGY", "DATABASE_URL", "HTTP_ADDR", "ADMIN_TOKEN", "REDIS_ADDRS", "ETCD_ENDPOINTS",
-	"ZK_SERVERS", "LOG_LEVEL", "AUDIT_EVERY", "RESERVE_RECONCILE_EVERY", "ADMISSION_LIMIT"}
+	"ZK_SERVERS", "LOG_LEVEL", "AUDIT_EVERY", "RESERVE_RECONCILE_EVERY", "ADMISSION_LIMIT",
+	"HOLD_TTL", "HOLD_SWEEP_EVERY"}
 
 func childEnv() []string {
 	var env []string

@@ -46,6 +46,12 @@ type config struct {
 	LockTTL        time.Duration
 	LockWait       time.Duration
 	LockRenewEvery time.Duration
+	// HoldTTL holds each new order that long for payment (0: orders are
+	// final at once); HoldSweepEvery is the period of the job that expires
+	// lapsed holds and returns their units (0: off; holds then expire only
+	// when read).
+	HoldTTL        time.Duration
+	HoldSweepEvery time.Duration
 	// AuditEvery is the audit job's period (0: off); one instance a
 	// period runs it, under the job lock of the lock table.
 	AuditEvery time.Duration
@@ -144,6 +150,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ReservePipelines: integer("RESERVE_PIPELINES", 4, 0, 64),
 		ReconcileEvery:   duration("RESERVE_RECONCILE_EVERY", 30*time.Second, true),
 		AuditEvery:       duration("AUDIT_EVERY", 30*time.Second, true),
+		HoldTTL:          duration("HOLD_TTL", 0, true),
+		// The sweep runs whatever HOLD_TTL is, so that holds placed under
+		// an earlier setting still come back; with none held it is one
+		// indexed query a period.
+		HoldSweepEvery: duration("HOLD_SWEEP_EVERY", time.Second, true),
 		AdmissionLimit:   integer("ADMISSION_LIMIT", 0, 0, 1000),
 		JobLock:          str("JOB_LOCK", "table"),
 	}
@@ -228,6 +239,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.AdmissionLimit > 0 && !slices.Contains(inventory.SQLStrategyNames, c.Strategy) {
 		bad("ADMISSION_LIMIT applies only to the SQL strategies (%s): the others bound their database work themselves", strings.Join(inventory.SQLStrategyNames, ", "))
 	}
+	if c.HoldTTL > 0 && isReservedStrategy(c.Strategy) {
+		bad("HOLD_TTL is not supported by STRATEGY=%s yet: its returns must go through Redis with the order's state (issue 25); use HOLD_TTL=0 or a database or lock strategy", c.Strategy)
+	}
+	if c.HoldTTL > 0 && c.HoldTTL < time.Second {
+		bad("HOLD_TTL=%s is shorter than a second: a buyer could not pay in time", c.HoldTTL)
+	}
 	if c.NaiveRaceWindow > 0 && c.Strategy != inventory.NameNaive {
 		bad("NAIVE_RACE_WINDOW only applies to STRATEGY=naive")
 	}
@@ -281,6 +298,8 @@ func (c config) logAttrs() []any {
 		"lock_wait", c.LockWait.String(),
 		"lock_renew_every", c.LockRenewEvery.String(),
 		"audit_every", c.AuditEvery.String(),
+		"hold_ttl", c.HoldTTL.String(),
+		"hold_sweep_every", c.HoldSweepEvery.String(),
 		"admission_limit", c.AdmissionLimit,
 		"job_lock", c.JobLock,
 		"fencing", c.Fencing,

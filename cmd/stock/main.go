@@ -160,9 +160,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	defer closeStrategy()
 	svc := inventory.NewService(db, strategy,
-		inventory.WithOrderTimeout(cfg.OrderTimeout), inventory.WithLogger(log), inventory.WithObserver(m))
+		inventory.WithOrderTimeout(cfg.OrderTimeout), inventory.WithLogger(log), inventory.WithObserver(m),
+		inventory.WithHoldTTL(cfg.HoldTTL))
 	if cfg.AuditEvery > 0 {
 		if err := sched.Add(jobs.AuditJob(cfg.AuditEvery, db, svc, log, m)); err != nil {
+			return err
+		}
+	}
+	if cfg.HoldSweepEvery > 0 {
+		if err := sched.Add(jobs.SweepJob(cfg.HoldSweepEvery, svc, log)); err != nil {
 			return err
 		}
 	}

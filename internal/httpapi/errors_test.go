@@ -38,6 +38,12 @@ func (f failingInventory) Ready(context.Context) error { return f.err }
 func (f failingInventory) FindOrder(context.Context, string, string) (inventory.Order, error) {
 	return inventory.Order{}, f.err
 }
+func (f failingInventory) PayOrder(context.Context, string, string) (inventory.Order, error) {
+	return inventory.Order{}, f.err
+}
+func (f failingInventory) CancelOrder(context.Context, string, string) (inventory.Order, error) {
+	return inventory.Order{}, f.err
+}
 
 func TestErrorTable(t *testing.T) {
 	backendDetail := "dial tcp 10.0.0.7:5432: secret-host"
@@ -50,6 +56,11 @@ func TestErrorTable(t *testing.T) {
 		{fmt.Errorf("%w: too many", inventory.ErrSoldOut), 409, "sold_out", false},
 		{fmt.Errorf("%w: \"x\"", inventory.ErrUnknownSKU), 404, "unknown_sku", false},
 		{fmt.Errorf("%w: key", inventory.ErrIdempotencyConflict), 422, "idempotency_conflict", false},
+		{fmt.Errorf("%w: id", inventory.ErrOrderNotFound), 404, "order_not_found", false},
+		{fmt.Errorf("%w: id", inventory.ErrOrderPaid), 409, "paid", false},
+		{fmt.Errorf("%w: id", inventory.ErrOrderCancelled), 409, "cancelled", false},
+		{fmt.Errorf("%w: id", inventory.ErrOrderExpired), 409, "expired", false},
+		{fmt.Errorf("%w: id", inventory.ErrOrderFinal), 409, "final", false},
 		{fmt.Errorf("%w: %w", inventory.ErrBusy, context.DeadlineExceeded), 503, "busy", true},
 		{fmt.Errorf("%w: %w", inventory.ErrBusy, fmt.Errorf("%w: %s", inventory.ErrUnavailable, backendDetail)), 503, "busy", true},
 		{fmt.Errorf("%w: %s", inventory.ErrUnavailable, backendDetail), 503, "unavailable", true},

@@ -39,6 +39,8 @@ const MaxBodyBytes = 64 << 10
 type Inventory interface {
 	PlaceOrder(ctx context.Context, req inventory.Request) (inventory.Order, error)
 	FindOrder(ctx context.Context, id, userID string) (inventory.Order, error)
+	PayOrder(ctx context.Context, id, userID string) (inventory.Order, error)
+	CancelOrder(ctx context.Context, id, userID string) (inventory.Order, error)
 	Level(ctx context.Context, sku string) (inventory.Level, error)
 	StartSale(ctx context.Context, sku string, n int64) error
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
@@ -121,6 +123,8 @@ func New(inv Inventory, opts ...Option) http.Handler {
 
 	r.POST("/orders", s.placeOrder)
 	r.GET("/orders/:id", s.getOrder)
+	r.POST("/orders/:id/pay", s.payOrder)
+	r.POST("/orders/:id/cancel", s.cancelOrder)
 	r.GET("/stock/:sku", s.getStock)
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", s.ready)
@@ -148,6 +152,10 @@ var errorStatus = []struct {
 	{inventory.ErrUnknownSKU, http.StatusNotFound, "unknown_sku", ""},
 	{inventory.ErrOrderNotFound, http.StatusNotFound, "order_not_found", ""},
 	{inventory.ErrSoldOut, http.StatusConflict, "sold_out", ""},
+	{inventory.ErrOrderPaid, http.StatusConflict, "paid", ""},
+	{inventory.ErrOrderCancelled, http.StatusConflict, "cancelled", ""},
+	{inventory.ErrOrderExpired, http.StatusConflict, "expired", ""},
+	{inventory.ErrOrderFinal, http.StatusConflict, "final", ""},
 	{inventory.ErrIdempotencyConflict, http.StatusUnprocessableEntity, "idempotency_conflict", ""},
 	{inventory.ErrBusy, http.StatusServiceUnavailable, "busy", "the order could not be taken in time; nothing was deducted, retry later"},
 	{inventory.ErrOutcomeUnknown, http.StatusServiceUnavailable, "unavailable", "the database stopped answering while committing: the order may exist; retry with the same Idempotency-Key to learn its fate"},
@@ -413,12 +421,26 @@ type orderRequest struct {
 	UserID   *string         `json:"user_id"`
 }
 
+// orderResponse is an order as the API shows it: a new order's 201, and
+// GET, pay and cancel (which add expires_at once the database has set it).
 type orderResponse struct {
 	OrderID  string `json:"order_id"`
 	SKU      string `json:"sku"`
 	Quantity int64  `json:"quantity"`
 	UserID   string `json:"user_id"`
 	Strategy string `json:"strategy"`
+	// State is "final" (HOLD_TTL=0) or "held", "paid", "cancelled",
+	// "expired".
+	State     string     `json:"state"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+func orderJSON(o inventory.Order) orderResponse {
+	r := orderResponse{OrderID: o.ID, SKU: o.SKU, Quantity: o.Quantity, UserID: o.UserID, Strategy: o.Strategy, State: o.State}
+	if !o.ExpiresAt.IsZero() {
+		r.ExpiresAt = &o.ExpiresAt
+	}
+	return r
 }
 
 func (s *server) placeOrder(c *gin.Context) {
@@ -432,35 +454,7 @@ func (s *server) placeOrder(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, orderResponse{
-		OrderID: order.ID, SKU: order.SKU, Quantity: order.Quantity, UserID: order.UserID, Strategy: order.Strategy,
-	})
-}
-
-// foundOrderResponse is an order as GET /orders/{id} shows it: its state
-// is "final" while orders cannot come back (HOLD_TTL is not built yet).
-type foundOrderResponse struct {
-	orderResponse
-	State string `json:"state"`
-}
-
-// getOrder answers GET /orders/{id}?user_id=U: the order, to its buyer
-// only (any other user_id gets 404, as an unknown id does).
-func (s *server) getOrder(c *gin.Context) {
-	userID, ok := c.GetQuery("user_id")
-	if !ok {
-		s.fail(c, fmt.Errorf("%w: missing query parameter user_id", inventory.ErrInvalid))
-		return
-	}
-	order, err := s.inv.FindOrder(c.Request.Context(), c.Param("id"), userID)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, foundOrderResponse{
-		orderResponse: orderResponse{OrderID: order.ID, SKU: order.SKU, Quantity: order.Quantity, UserID: order.UserID, Strategy: order.Strategy},
-		State:         inventory.OrderFinal,
-	})
+	c.JSON(http.StatusCreated, orderJSON(order))
 }
 
 func decodeOrder(c *gin.Context) (inventory.Request, error) {

@@ -63,13 +63,22 @@ const (
 )
 
 // Order is one accepted purchase: the proof that Quantity units of SKU were
-// deducted.
+// deducted (and, once it is cancelled or expired, that they came back).
 type Order struct {
 	ID       string
 	SKU      string
 	Quantity int64
 	UserID   string
 	Strategy string
+	// State is OrderFinal when orders are final at once (HOLD_TTL=0);
+	// otherwise OrderHeld until it is paid, cancelled or expires.
+	State string
+	// ExpiresAt is when a held order lapses, on the database's clock; zero
+	// for a final order (and on a new order's answer: the database sets it).
+	ExpiresAt time.Time
+	// Hold, on a new order only, is how long its units are held for
+	// payment: the store sets expires_at to the database's now() + Hold.
+	Hold time.Duration
 }
 
 // Request asks for Quantity units of SKU for UserID. IdempotencyKey, when set,
@@ -191,9 +200,18 @@ type Audit struct {
 	SKU       string
 	Initial   int64
 	Available int64
-	// Ordered is the sum of the order quantities, Orders their count.
+	// Ordered is the units of the orders that hold stock (final, held or
+	// paid), Orders their count.
 	Ordered int64
 	Orders  int64
+	// Held and Paid split Ordered by state (a final order counts as paid).
+	Held int64
+	Paid int64
+	// Returned is the units that cancelled and expired orders gave back;
+	// Cancelled and Expired count those orders.
+	Returned  int64
+	Cancelled int64
+	Expired   int64
 	// Sale is the number of the SKU's current sale in the database
 	// (sale_epoch): it grows with every StartSale.
 	Sale int64

@@ -23,6 +23,9 @@ type Observer interface {
 	// FencedOff reports a write refused because a newer lock holder had
 	// written the row: a holder that lost its lock without knowing.
 	FencedOff(strategy string)
+	// OrderSettled reports an order moved out of held by this instance:
+	// to is OrderPaid, OrderCancelled or OrderExpired.
+	OrderSettled(strategy, to string)
 }
 
 // NopObserver ignores everything.
@@ -33,6 +36,7 @@ func (NopObserver) Retried(string, string)                   {}
 func (NopObserver) LockAcquired(string, time.Duration)       {}
 func (NopObserver) LockReleased(string, time.Duration, bool) {}
 func (NopObserver) FencedOff(string)                         {}
+func (NopObserver) OrderSettled(string, string)              {}
 
 // Outcome names the result of an order for metrics and logs: "created",
 // "sold_out", "unknown_sku", "invalid", "idempotency_conflict", "busy",
@@ -53,6 +57,16 @@ func Outcome(err error) string {
 		return "busy"
 	case errors.Is(err, ErrUnavailable):
 		return "unavailable"
+	case errors.Is(err, ErrOrderNotFound):
+		return "order_not_found"
+	case errors.Is(err, ErrOrderPaid):
+		return "paid"
+	case errors.Is(err, ErrOrderCancelled):
+		return "cancelled"
+	case errors.Is(err, ErrOrderExpired):
+		return "expired"
+	case errors.Is(err, ErrOrderFinal):
+		return "final"
 	}
 	return "error"
 }

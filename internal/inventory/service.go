@@ -22,6 +22,7 @@ type Service struct {
 	txAttempts int
 	newID      func() string
 	obs        Observer
+	hold       time.Duration
 }
 
 // ServiceOption configures a Service.
@@ -49,6 +50,14 @@ func WithLogger(l *slog.Logger) ServiceOption {
 // NopObserver.
 func WithObserver(o Observer) ServiceOption {
 	return func(s *Service) { s.obs = o }
+}
+
+// WithHoldTTL makes every new order held for d, on the database's clock,
+// until its buyer pays or cancels it (PayOrder, CancelOrder); a hold that
+// lapses gives its units back (ExpireHolds, or lazily when the order is
+// read). Default 0: orders are final at once.
+func WithHoldTTL(d time.Duration) ServiceOption {
+	return func(s *Service) { s.hold = max(0, d) }
 }
 
 // NewService returns a Service.
@@ -113,6 +122,10 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		Quantity: req.Quantity,
 		UserID:   req.UserID,
 		Strategy: s.strategy.Name(),
+		State:    OrderFinal,
+	}
+	if s.hold > 0 {
+		order.State, order.Hold = OrderHeld, s.hold
 	}
 	fingerprint := req.fingerprint()
 	var replayed Order
@@ -293,13 +306,10 @@ func (s *Service) classify(ctx context.Context, err error) error {
 	return err
 }
 
-// OrderFinal is the state of every order while orders cannot come back:
-// sold, and nothing changes it.
-const OrderFinal = "final"
-
 // FindOrder returns the order id of buyer userID: ErrInvalid for a
 // malformed id or user, ErrOrderNotFound when there is no such order or it
-// is another buyer's. An order of the reservation strategies is found once
+// is another buyer's. A held order whose hold has lapsed is expired on the
+// spot (its units go back) and answered expired. An order of the reservation strategies is found once
 // the stream has written it to the database (usually within milliseconds
 // of its 201).
 func (s *Service) FindOrder(ctx context.Context, id, userID string) (Order, error) {
@@ -316,7 +326,7 @@ func (s *Service) FindOrder(ctx context.Context, id, userID string) (Order, erro
 	if !found || o.UserID != userID {
 		return Order{}, fmt.Errorf("%w: %s", ErrOrderNotFound, id)
 	}
-	return o, nil
+	return s.expireIfLapsed(ctx, o)
 }
 
 // Level returns a SKU's stock.

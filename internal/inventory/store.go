@@ -61,4 +61,25 @@ type Tx interface {
 	// waits for a concurrent transaction holding the same key and reports
 	// false when that one committed first.
 	InsertIdempotency(ctx context.Context, r IdempotencyRecord) (inserted bool, err error)
+
+	// The order lifecycle (lifecycle.go). Each transition is one
+	// conditional statement on the order row, judged by the database's
+	// clock; the units come back only in the transaction whose transition
+	// changed the row.
+
+	// SettleOrder moves order id of userID out of OrderHeld to to:
+	// OrderPaid or OrderCancelled only while its hold has not lapsed
+	// (expires_at > now()), OrderExpired only once it has. False when the
+	// row did not match (another state, the other side of expires_at,
+	// another buyer, no such order).
+	SettleOrder(ctx context.Context, id, userID, to string) (bool, error)
+	// ReturnUnits adds quantity back to sku's available stock. It leaves
+	// the version alone: a return only adds, so a read that saw enough
+	// stock stays true after it, and every deduction subtracts from the
+	// row as it is (available = available - q).
+	ReturnUnits(ctx context.Context, sku string, quantity int64) error
+	// ExpireLapsed moves at most limit held orders whose hold has lapsed to
+	// OrderExpired, skipping rows another transaction has locked, and
+	// returns them (ID, SKU, Quantity).
+	ExpireLapsed(ctx context.Context, limit int) ([]Order, error)
 }

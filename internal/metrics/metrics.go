@@ -28,6 +28,7 @@ type Metrics struct {
 	lockHold      *prometheus.HistogramVec
 	locksLost     *prometheus.CounterVec
 	fencedOff     *prometheus.CounterVec
+	settled       *prometheus.CounterVec
 	renewals      *prometheus.CounterVec
 	backendErrors *prometheus.CounterVec
 	batchSize     *prometheus.HistogramVec
@@ -92,6 +93,10 @@ func New() *Metrics {
 			Name: "stock_fenced_off_writes_total",
 			Help: "Writes refused because a newer lock holder had written the row.",
 		}, []string{"strategy"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stock_orders_settled_total",
+			Help: "Held orders this instance moved out of held, by strategy and new state (paid; cancelled and expired gave their units back).",
+		}, []string{"strategy", "state"}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stock_lock_renewals_total",
 			Help: "Watchdog renewals of held locks, by result (ok, failed).",
@@ -167,7 +172,7 @@ func New() *Metrics {
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.orders, m.deduction, m.retries, m.lockWait, m.lockHold, m.locksLost, m.fencedOff, m.renewals, m.backendErrors,
+		m.orders, m.deduction, m.retries, m.lockWait, m.lockHold, m.locksLost, m.fencedOff, m.settled, m.renewals, m.backendErrors,
 		m.batchSize, m.batchTx, m.reserveLag, m.reserveWrites, m.driftSKUs, m.reconciles,
 		m.jobRuns, m.jobFailures, m.jobLastRun, m.jobLastDuration, m.inconsistentSKUs,
 		m.connsOpen, m.connsEvicted, m.connsRefused,
@@ -206,6 +211,11 @@ func (m *Metrics) LockReleased(strategy string, held time.Duration, lost bool) {
 	if lost {
 		m.locksLost.WithLabelValues(strategy).Inc()
 	}
+}
+
+// OrderSettled implements inventory.Observer.
+func (m *Metrics) OrderSettled(strategy, to string) {
+	m.settled.WithLabelValues(strategy, to).Inc()
 }
 
 // FencedOff implements inventory.Observer.

@@ -306,7 +306,15 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 		if err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(quantity), 0), COUNT(*) FROM orders WHERE sku = ?`, sku).Scan(&a.Ordered, &a.Orders)
+		return tx.QueryRowContext(ctx, `
+			SELECT COALESCE(SUM(IF(state IN ('final', 'held', 'paid'), quantity, 0)), 0),
+			       COALESCE(SUM(state IN ('final', 'held', 'paid')), 0),
+			       COALESCE(SUM(IF(state = 'held', quantity, 0)), 0),
+			       COALESCE(SUM(IF(state IN ('final', 'paid'), quantity, 0)), 0),
+			       COALESCE(SUM(IF(state IN ('cancelled', 'expired'), quantity, 0)), 0),
+			       COALESCE(SUM(state = 'cancelled'), 0),
+			       COALESCE(SUM(state = 'expired'), 0)
+			FROM orders WHERE sku = ?`, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired)
 	})
 	return a, wrap(ctx, err)
 }
@@ -460,9 +468,12 @@ func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, re
 }
 
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
+	// A held order's hold runs from the database's clock, never an
+	// instance's (NULL when there is none).
 	_, err := t.tx.ExecContext(ctx, `
-		INSERT INTO orders (id, sku, quantity, user_id, strategy)
-		VALUES (?, ?, ?, ?, ?)`, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy)
+		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL))`,
+		o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds(), o.Hold.Microseconds())
 	return wrap(ctx, err)
 }
 
@@ -516,13 +527,13 @@ func (t *tx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string
 }
 
 func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
-	args := make([]any, 0, 5*len(orders))
+	args := make([]any, 0, 8*len(orders))
 	for _, o := range orders {
-		args = append(args, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy)
+		args = append(args, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds(), o.Hold.Microseconds())
 	}
 	_, err := t.tx.ExecContext(ctx, `
-		INSERT INTO orders (id, sku, quantity, user_id, strategy)
-		VALUES `+placeholders(len(orders), "(?, ?, ?, ?, ?)"), args...)
+		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
+		VALUES `+placeholders(len(orders), "(?, ?, ?, ?, ?, ?, IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL))"), args...)
 	return wrap(ctx, err)
 }
 
@@ -561,9 +572,15 @@ func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Lev
 
 func getOrder(ctx context.Context, q querier, id string) (inventory.Order, error) {
 	o := inventory.Order{ID: id}
+	var expires sql.NullTime
 	err := q.QueryRowContext(ctx, `
-		SELECT sku, quantity, user_id, strategy FROM orders
-		WHERE id = ?`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy)
+		SELECT sku, quantity, user_id, strategy, state, expires_at FROM orders
+		WHERE id = ?`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires)
+	if expires.Valid {
+		// DATETIME in UTC (UTC_TIMESTAMP), read back as UTC: the
+		// driver's default loc.
+		o.ExpiresAt = expires.Time.UTC()
+	}
 	return o, err
 }
 

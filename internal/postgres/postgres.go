@@ -233,7 +233,15 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 		if err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `SELECT COALESCE(SUM(quantity), 0), COUNT(*) FROM orders WHERE sku = $1`, sku).Scan(&a.Ordered, &a.Orders)
+		return tx.QueryRow(ctx, `
+			SELECT COALESCE(SUM(quantity) FILTER (WHERE state IN ('final', 'held', 'paid')), 0),
+			       COUNT(*) FILTER (WHERE state IN ('final', 'held', 'paid')),
+			       COALESCE(SUM(quantity) FILTER (WHERE state = 'held'), 0),
+			       COALESCE(SUM(quantity) FILTER (WHERE state IN ('final', 'paid')), 0),
+			       COALESCE(SUM(quantity) FILTER (WHERE state IN ('cancelled', 'expired')), 0),
+			       COUNT(*) FILTER (WHERE state = 'cancelled'),
+			       COUNT(*) FILTER (WHERE state = 'expired')
+			FROM orders WHERE sku = $1`, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired)
 	})
 	return a, wrap(ctx, err)
 }
@@ -308,10 +316,22 @@ func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, re
 }
 
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
+	// A held order's hold runs from the database's now(), never an
+	// instance's clock.
 	_, err := t.tx.Exec(ctx, `
-		INSERT INTO orders (id, sku, quantity, user_id, strategy)
-		VALUES ($1, $2, $3, $4, $5)`, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy)
+		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' END)`,
+		o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds())
 	return wrap(ctx, err)
+}
+
+// stateOf is the state a new order is written with: final unless it says
+// otherwise.
+func stateOf(o inventory.Order) string {
+	if o.State == "" {
+		return inventory.OrderFinal
+	}
+	return o.State
 }
 
 func (t *tx) GetOrder(ctx context.Context, id string) (inventory.Order, error) {
@@ -361,15 +381,20 @@ func (t *tx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string
 // InsertOrders inserts the rows of arrays (unnest), so the statement's text
 // is the same for any number of orders and its plan is cached.
 func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
-	ids, skus, users, strategies := make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders))
-	quantities := make([]int64, len(orders))
+	n := len(orders)
+	ids, skus, users, strategies, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	quantities, holds := make([]int64, n), make([]int64, n)
 	for i, o := range orders {
 		ids[i], skus[i], quantities[i], users[i], strategies[i] = o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy
+		states[i], holds[i] = stateOf(o), o.Hold.Microseconds()
 	}
 	_, err := t.tx.Exec(ctx, `
-		INSERT INTO orders (id, sku, quantity, user_id, strategy)
-		SELECT * FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[])`,
-		ids, skus, quantities, users, strategies)
+		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
+		SELECT id, sku, quantity, user_id, strategy, state,
+		       CASE WHEN hold > 0 THEN now() + hold * interval '1 microsecond' END
+		FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+		     AS o (id, sku, quantity, user_id, strategy, state, hold)`,
+		ids, skus, quantities, users, strategies, states, holds)
 	return wrap(ctx, err)
 }
 
@@ -403,9 +428,13 @@ func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Lev
 
 func getOrder(ctx context.Context, q querier, id string) (inventory.Order, error) {
 	o := inventory.Order{ID: id}
+	var expires *time.Time
 	err := q.QueryRow(ctx, `
-		SELECT sku, quantity, user_id, strategy FROM orders
-		WHERE id = $1`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy)
+		SELECT sku, quantity, user_id, strategy, state, expires_at FROM orders
+		WHERE id = $1`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires)
+	if expires != nil {
+		o.ExpiresAt = expires.UTC()
+	}
 	return o, err
 }
 

@@ -1,0 +1,253 @@
+package inventory
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/flashsale/stock/internal/backoff"
+)
+
+// The states of an order. With a hold (WithHoldTTL) a new order is held
+// until it is paid, cancelled or its hold lapses:
+//
+//	held ──pay──▶ paid
+//	  ├──cancel──▶ cancelled   (units returned)
+//	  └──expiry (sweep or lazy)──▶ expired   (units returned)
+//
+// Without one it is final at once and never changes.
+const (
+	// OrderFinal: sold, and nothing changes it (HOLD_TTL=0).
+	OrderFinal     = "final"
+	OrderHeld      = "held"
+	OrderPaid      = "paid"
+	OrderCancelled = "cancelled"
+	OrderExpired   = "expired"
+)
+
+// Errors of a transition the order's state does not allow. Each says what
+// the order is now, so the buyer learns which of a racing pay and expiry
+// won.
+var (
+	ErrOrderPaid      = errors.New("order already paid")
+	ErrOrderCancelled = errors.New("order cancelled")
+	ErrOrderExpired   = errors.New("order expired: its hold lapsed and the units went back on sale")
+	ErrOrderFinal     = errors.New("order is final: it was placed without a hold (HOLD_TTL=0), so it can be neither paid nor cancelled")
+)
+
+// The lifecycle's invariant, in one sentence: a unit comes back only in the
+// transaction whose conditional UPDATE moved its order out of held, and an
+// order leaves held once. The schedule it forbids: a cancel and the sweep
+// (or a retried cancel, two sweepers, a lazy expiry racing the sweep) both
+// read held and both return the unit, +1 twice. Returns leave the stock's
+// version alone (Tx.ReturnUnits): they only add, so no strategy's read
+// goes wrong through one, and a lock holder's fenced write is not refused
+// because a buyer cancelled meanwhile.
+
+// returnsUnits reports whether moving an order to state gives its units back.
+func returnsUnits(state string) bool { return state == OrderCancelled || state == OrderExpired }
+
+// settleAttempts bounds how often one transition looks again after losing
+// a race; each loss moves the order to a state that ends the loop, so more
+// than one more look means something else is wrong.
+const settleAttempts = 3
+
+// PayOrder pays the held order id of buyer userID and returns it, paid. A
+// repeated pay answers the paid order again. ErrOrderExpired when the hold
+// lapsed first (by the database's clock; the units go back at once if no
+// sweep returned them yet), ErrOrderCancelled after a cancel, ErrOrderFinal
+// for an order placed without a hold, ErrOrderNotFound for an unknown id or
+// another buyer's order.
+func (s *Service) PayOrder(ctx context.Context, id, userID string) (Order, error) {
+	return s.settle(ctx, id, userID, OrderPaid)
+}
+
+// CancelOrder cancels the held order id of buyer userID, gives its units
+// back, and returns it, cancelled. A repeated cancel answers the cancelled
+// order again. ErrOrderPaid after a pay, ErrOrderExpired when the hold
+// lapsed first, ErrOrderFinal and ErrOrderNotFound as for PayOrder.
+func (s *Service) CancelOrder(ctx context.Context, id, userID string) (Order, error) {
+	return s.settle(ctx, id, userID, OrderCancelled)
+}
+
+func (s *Service) settle(ctx context.Context, id, userID, to string) (Order, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	for range settleAttempts {
+		o, err := s.FindOrder(ctx, id, userID)
+		if err != nil {
+			return Order{}, err
+		}
+		if o.State != OrderHeld {
+			return answerSettled(o, to)
+		}
+		moved, err := s.transition(ctx, o, to)
+		if err != nil {
+			return Order{}, err
+		}
+		if moved {
+			o.State = to
+			return o, nil
+		}
+		// Lost: another transition moved it first, or the hold lapsed
+		// (the database said so by refusing); the next look answers.
+	}
+	return Order{}, fmt.Errorf("%w: order %s kept changing under %d attempts to mark it %s", ErrBusy, id, settleAttempts, to)
+}
+
+// answerSettled answers a transition to want of an order no longer held:
+// the same state again is the idempotent repeat, any other says who won.
+func answerSettled(o Order, want string) (Order, error) {
+	if o.State == want {
+		return o, nil
+	}
+	switch o.State {
+	case OrderPaid:
+		return Order{}, fmt.Errorf("%w: %s", ErrOrderPaid, o.ID)
+	case OrderCancelled:
+		return Order{}, fmt.Errorf("%w: %s", ErrOrderCancelled, o.ID)
+	case OrderExpired:
+		return Order{}, fmt.Errorf("%w: %s", ErrOrderExpired, o.ID)
+	case OrderFinal:
+		return Order{}, fmt.Errorf("%w: %s", ErrOrderFinal, o.ID)
+	}
+	return Order{}, fmt.Errorf("order %s is in state %q, which this version does not know", o.ID, o.State)
+}
+
+// transition runs one conditional move of o out of held, with the return of
+// its units in the same transaction when to gives them back, and reports
+// whether this call moved it. A commit whose answer was lost is resolved by
+// reading the order: the move and the return committed together or not at
+// all, so the state tells which.
+func (s *Service) transition(ctx context.Context, o Order, to string) (bool, error) {
+	var err error
+	for attempt := 0; attempt < s.txAttempts; attempt++ {
+		var moved bool
+		err = s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+			var terr error
+			moved, terr = tx.SettleOrder(ctx, o.ID, o.UserID, to)
+			if terr != nil || !moved || !returnsUnits(to) {
+				return terr
+			}
+			return tx.ReturnUnits(ctx, o.SKU, o.Quantity)
+		})
+		switch {
+		case err == nil:
+			if moved {
+				s.obs.OrderSettled(s.strategy.Name(), to)
+			}
+			return moved, nil
+		case errors.Is(err, ErrOutcomeUnknown):
+			// Whether this call or another moved it, the state answers.
+			now, found, ferr := s.store.FindOrder(ctx, o.ID)
+			if ferr != nil || !found || now.State == OrderHeld {
+				return false, err
+			}
+			return false, nil
+		case errors.Is(err, ErrConflict):
+			s.obs.Retried(s.strategy.Name(), "conflict")
+			if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
+				return false, perr
+			}
+		default:
+			return false, s.classify(ctx, err)
+		}
+	}
+	return false, fmt.Errorf("%w: transaction aborted %d times: %w", ErrBusy, s.txAttempts, err)
+}
+
+// expireIfLapsed is the lazy expiry: a held order that is read is expired
+// on the spot when its hold has lapsed by the database's clock (the
+// statement's own condition), so its buyer never sees a hold that can no
+// longer be paid, and its units go back without waiting for the sweep.
+func (s *Service) expireIfLapsed(ctx context.Context, o Order) (Order, error) {
+	if o.State != OrderHeld {
+		return o, nil
+	}
+	moved, err := s.transition(ctx, o, OrderExpired)
+	if err != nil {
+		return Order{}, err
+	}
+	if !moved {
+		// Not lapsed, or another expiry, pay or cancel came first: read
+		// what it is now.
+		now, found, err := s.store.FindOrder(ctx, o.ID)
+		if err != nil {
+			return Order{}, err
+		}
+		if !found {
+			return Order{}, fmt.Errorf("%w: %s", ErrOrderNotFound, o.ID)
+		}
+		return now, nil
+	}
+	o.State = OrderExpired
+	return o, nil
+}
+
+// DefaultSweepBatch is how many lapsed holds one sweep transaction expires.
+const DefaultSweepBatch = 500
+
+// ExpireHolds is the sweep: it expires lapsed holds, batch orders a
+// transaction (at most; rows another transaction holds are skipped and
+// left to it), each batch's units returned in its own transaction, until
+// none is left or ctx ends. It returns how many orders it expired. Two
+// sweepers at once take disjoint orders, and an order a pay or cancel is
+// moving meanwhile is left to that transition.
+func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
+	if batch <= 0 {
+		batch = DefaultSweepBatch
+	}
+	total := 0
+	for {
+		var expired []Order
+		err := s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+			var err error
+			expired, err = tx.ExpireLapsed(ctx, batch)
+			if err != nil {
+				return err
+			}
+			// One UPDATE per SKU, in SKU order: two sweepers that took
+			// orders of the same SKUs lock their stock rows in the same
+			// order and cannot deadlock.
+			for _, r := range unitsBySKU(expired) {
+				if err := tx.ReturnUnits(ctx, r.SKU, r.Quantity); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			// A lost commit answer is not retried here: the next sweep
+			// finds whatever is still held, and what committed moved its
+			// orders and their units together.
+			return total, fmt.Errorf("sweep: %w", s.classify(ctx, err))
+		}
+		total += len(expired)
+		for range expired {
+			s.obs.OrderSettled(s.strategy.Name(), OrderExpired)
+		}
+		if len(expired) < batch {
+			return total, nil
+		}
+		if ctx.Err() != nil {
+			return total, context.Cause(ctx)
+		}
+	}
+}
+
+// unitsBySKU sums the orders' quantities per SKU, in SKU order.
+func unitsBySKU(orders []Order) []Order {
+	sum := map[string]int64{}
+	for _, o := range orders {
+		sum[o.SKU] += o.Quantity
+	}
+	out := make([]Order, 0, len(sum))
+	for sku, q := range sum {
+		out = append(out, Order{SKU: sku, Quantity: q})
+	}
+	slices.SortFunc(out, func(a, b Order) int { return cmp.Compare(a.SKU, b.SKU) })
+	return out
+}

@@ -1,0 +1,31 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// Sweeper expires lapsed holds and returns their units
+// (inventory.Service.ExpireHolds).
+type Sweeper interface {
+	ExpireHolds(ctx context.Context, batch int) (int, error)
+}
+
+// SweepJob expires the lapsed holds every period, on one instance a period
+// (the scheduler's lock). The lock is for economy, not safety: each expiry
+// is a conditional UPDATE that skips rows another transaction holds, so two
+// sweepers (a run that outlived its "at most", a lazy expiry) never return
+// a unit twice. A run goes on until no lapsed hold is left or its "at
+// most" (the period) ends; what it leaves, the next run takes.
+func SweepJob(every time.Duration, sweep Sweeper, log *slog.Logger) Job {
+	return Job{Name: "hold-sweep", Every: every, Run: func(ctx context.Context) error {
+		n, err := sweep.ExpireHolds(ctx, inventory.DefaultSweepBatch)
+		if n > 0 {
+			log.Info("expired lapsed holds", "orders", n)
+		}
+		return err
+	}}
+}
