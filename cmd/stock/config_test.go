@@ -289,3 +289,32 @@ func TestDefaultHTTPMaxConns(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldConfig: HOLD_TTL defaults to 0 (orders final at once) and the
+// sweep to every second; a hold shorter than a second, and a hold with the
+// reservation strategies (whose returns do not go through Redis yet), are
+// refused with a line that names the variable.
+func TestHoldConfig(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db"}))
+	if err != nil || c.HoldTTL != 0 || c.HoldSweepEvery != time.Second {
+		t.Fatalf("defaults: HOLD_TTL %v, HOLD_SWEEP_EVERY %v, %v", c.HoldTTL, c.HoldSweepEvery, err)
+	}
+	c, err = loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "HOLD_TTL": "15m", "HOLD_SWEEP_EVERY": "0", "STRATEGY": "redis-lock"}))
+	if err != nil || c.HoldTTL != 15*time.Minute || c.HoldSweepEvery != 0 {
+		t.Fatalf("HOLD_TTL=15m HOLD_SWEEP_EVERY=0: %v, %v, %v", c.HoldTTL, c.HoldSweepEvery, err)
+	}
+	for _, bad := range []map[string]string{
+		{"HOLD_TTL": "500ms"},
+		{"HOLD_TTL": "-1s"},
+		{"HOLD_TTL": "later"},
+		{"HOLD_SWEEP_EVERY": "often"},
+		{"HOLD_TTL": "15m", "STRATEGY": "redis-reserve"},
+		{"HOLD_TTL": "15m", "STRATEGY": "redis-watch"},
+	} {
+		bad["DATABASE_URL"] = "postgres://u@h/db"
+		_, err := loadConfig(env(bad))
+		if err == nil || !strings.Contains(err.Error(), "HOLD_") {
+			t.Errorf("%v: %v, want a refusal naming the variable", bad, err)
+		}
+	}
+}

@@ -102,3 +102,65 @@ func TestAuditJobOncePerPeriodAcrossInstances(t *testing.T) {
 		t.Fatalf("stock_audit_inconsistent_skus = %v on the instances that ran the audit, want 1", inconsistent)
 	}
 }
+
+// TestSweepReturnsLapsedHoldsAcrossInstances: two instances with HOLD_TTL
+// hold three orders; nobody reads, pays or cancels them, so only the sweep
+// job (HOLD_SWEEP_EVERY, one instance a period) can give their units back.
+// The expiry itself is under test: the test waits for it, polling the
+// audit, which reads without expiring anything.
+func TestSweepReturnsLapsedHoldsAcrossInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real service processes")
+	}
+	for _, engine := range []string{"postgres", "mysql"} {
+		t.Run(engine, func(t *testing.T) {
+			url := testdb.URL(t, engine)
+			var instances []*process
+			for range 2 {
+				instances = append(instances, startInstance(t, "DATABASE_URL="+url, "STRATEGY=conditional",
+					"HOLD_TTL=1s", "HOLD_SWEEP_EVERY=200ms"))
+			}
+			adminJSON(t, http.MethodPut, instances[0].url+"/admin/stock/lapse", `{"available":3}`, nil)
+			for i := range 3 {
+				if status, err := postOrder(instances[i%2].url, "lapse", "u"+strconv.Itoa(i)); err != nil || status != http.StatusCreated {
+					t.Fatalf("order %d: %d %v", i, status, err)
+				}
+			}
+			if status, _ := postOrder(instances[0].url, "lapse", "late"); status != http.StatusConflict {
+				t.Fatalf("an order while every unit is held: %d, want 409", status)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+			defer cancel()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				var a struct {
+					Available, Held, Expired, Returned int64
+					Consistent                         bool
+				}
+				adminJSON(t, http.MethodGet, instances[1].url+"/admin/audit/lapse", "", &a)
+				if a.Expired == 3 {
+					if !a.Consistent || a.Available != 3 || a.Held != 0 || a.Returned != 3 {
+						t.Fatalf("after the sweep: %+v, want the 3 units back once", a)
+					}
+					break
+				}
+				select {
+				case <-tick.C: // the sweep runs in other processes: nothing to wait on but the rows
+				case <-ctx.Done():
+					t.Fatalf("the sweep did not expire the lapsed holds: %+v", a)
+				}
+			}
+			if status, err := postOrder(instances[0].url, "lapse", "late"); err != nil || status != http.StatusCreated {
+				t.Fatalf("an order after the sweep returned the units: %d %v", status, err)
+			}
+			swept := 0.0
+			for _, p := range instances {
+				swept += metricValue(t, p, `stock_orders_settled_total{state="expired",strategy="conditional"}`)
+			}
+			if swept != 3 {
+				t.Errorf("stock_orders_settled_total{state=\"expired\"} = %v over the instances, want 3", swept)
+			}
+		})
+	}
+}

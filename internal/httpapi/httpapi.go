@@ -559,6 +559,13 @@ type auditResponse struct {
 	Ordered    int64  `json:"ordered"`
 	Orders     int64  `json:"orders"`
 	Consistent bool   `json:"consistent"`
+	// The lifecycle (HOLD_TTL): ordered = held + paid (a final order counts
+	// as paid); returned is what cancelled and expired orders gave back.
+	Held      int64 `json:"held"`
+	Paid      int64 `json:"paid"`
+	Returned  int64 `json:"returned"`
+	Cancelled int64 `json:"cancelled"`
+	Expired   int64 `json:"expired"`
 	// Pending counts accepted orders not yet in the database, LagSeconds
 	// the age of the oldest (redis-reserve; 0 for the others). Drift says
 	// how the database disagrees with where the stock is counted.
@@ -575,6 +582,7 @@ func (s *server) audit(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, auditResponse{
 		SKU: a.SKU, Initial: a.Initial, Available: a.Available, Ordered: a.Ordered, Orders: a.Orders, Consistent: a.Consistent(),
+		Held: a.Held, Paid: a.Paid, Returned: a.Returned, Cancelled: a.Cancelled, Expired: a.Expired,
 		Pending: a.Pending, LagSeconds: a.Lag.Seconds(), Drift: a.Drift,
 	})
 }

@@ -1,10 +1,14 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"testing"
+	"time"
 
+	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/testdb"
 )
@@ -61,5 +65,117 @@ func TestGetOrderShowsItToItsBuyerOnly(t *testing.T) {
 				t.Errorf("available %v after one order of 2 of 5 and the reads, want 3", got)
 			}
 		})
+	}
+}
+
+// newHoldingInstance is an instance whose orders are held for an hour.
+func newHoldingInstance(t *testing.T, engine string) *instance {
+	t.Helper()
+	db := testdb.New(t, engine, 4)
+	svc := inventory.NewService(db, inventory.NewConditional(), inventory.WithHoldTTL(time.Hour))
+	srv := httptest.NewServer(httpapi.New(svc, httpapi.WithAdminToken(adminToken)))
+	t.Cleanup(srv.Close)
+	return &instance{url: srv.URL, db: db, admin: http.Header{"Authorization": {"Bearer " + adminToken}}}
+}
+
+func (in *instance) settle(t *testing.T, id, action, body string) reply {
+	t.Helper()
+	return call(t, http.MethodPost, in.url+"/orders/"+url.PathEscape(id)+"/"+action, jsonHeader, body)
+}
+
+// TestPayAndCancelAHeldOrder walks the lifecycle's routes with HOLD_TTL
+// set: a new order is held with its expires_at; pay and cancel answer 200
+// with the order, again for a repeat, and 409 with the state that won for
+// the other; the units of a cancelled order are for sale again, and the
+// audit adds up.
+func TestPayAndCancelAHeldOrder(t *testing.T) {
+	for _, engine := range []string{"postgres", "mysql"} {
+		t.Run(engine, func(t *testing.T) {
+			in := newHoldingInstance(t, engine)
+			in.startSale(t, "h-1", 5)
+			placedAt := time.Now()
+			place := func(user string, q int) string {
+				r := in.order(t, fmt.Sprintf(`{"sku":"h-1","quantity":%d,"user_id":%q}`, q, user), nil)
+				if r.status != http.StatusCreated || r.body["state"] != "held" {
+					t.Fatalf("order: %d %s, want 201 held", r.status, r.raw)
+				}
+				return r.body["order_id"].(string)
+			}
+			paid, cancelled := place("payer", 2), place("canceller", 1)
+
+			got := call(t, http.MethodGet, in.url+"/orders/"+paid+"?user_id=payer", nil, "")
+			expires, err := time.Parse(time.RFC3339Nano, fmt.Sprint(got.body["expires_at"]))
+			if got.status != http.StatusOK || got.body["state"] != "held" || err != nil {
+				t.Fatalf("GET a held order: %d %s (%v)", got.status, got.raw, err)
+			}
+			// The database's clock set it; this machine's is the same one.
+			if d := expires.Sub(placedAt); d < 59*time.Minute || d > 61*time.Minute {
+				t.Errorf("expires_at %v is %v after the order, want HOLD_TTL (1h)", expires, d)
+			}
+
+			for _, c := range []struct {
+				name, id, action, body string
+				status                 int
+				state, code            string
+			}{
+				{"pay", paid, "pay", `{"user_id":"payer"}`, 200, "paid", ""},
+				{"pay again", paid, "pay", `{"user_id":"payer"}`, 200, "paid", ""},
+				{"cancel after pay", paid, "cancel", `{"user_id":"payer"}`, 409, "", "paid"},
+				{"cancel", cancelled, "cancel", `{"user_id":"canceller"}`, 200, "cancelled", ""},
+				{"cancel again", cancelled, "cancel", `{"user_id":"canceller"}`, 200, "cancelled", ""},
+				{"pay after cancel", cancelled, "pay", `{"user_id":"canceller"}`, 409, "", "cancelled"},
+				{"another buyer", paid, "cancel", `{"user_id":"someone"}`, 404, "", "order_not_found"},
+				{"unknown id", "00000000-0000-4000-8000-000000000000", "pay", `{"user_id":"payer"}`, 404, "", "order_not_found"},
+				{"malformed id", "nope", "pay", `{"user_id":"payer"}`, 400, "", "invalid_request"},
+				{"no user_id", paid, "pay", `{}`, 400, "", "invalid_request"},
+				{"empty user_id", paid, "cancel", `{"user_id":""}`, 400, "", "invalid_request"},
+				{"unknown field", paid, "cancel", `{"user_id":"payer","why":"x"}`, 400, "", "invalid_request"},
+				{"not JSON", paid, "cancel", `user_id=payer`, 400, "", "invalid_request"},
+			} {
+				r := in.settle(t, c.id, c.action, c.body)
+				switch {
+				case r.status != c.status:
+					t.Errorf("%s: %d %s, want %d", c.name, r.status, r.raw, c.status)
+				case c.code != "" && r.errorCode(t) != c.code:
+					t.Errorf("%s: %s, want code %s", c.name, r.raw, c.code)
+				case c.state != "" && (r.body["state"] != c.state || r.body["order_id"] != c.id):
+					t.Errorf("%s: %s, want the order in state %s", c.name, r.raw, c.state)
+				}
+			}
+			a := in.audit(t, "h-1")
+			want := map[string]float64{"initial": 5, "available": 3, "ordered": 2, "orders": 1, "held": 0, "paid": 2, "returned": 1, "cancelled": 1, "expired": 0}
+			for k, v := range want {
+				if a[k] != v {
+					t.Errorf("audit %s = %v, want %v (%v)", k, a[k], v, a)
+				}
+			}
+			if a["consistent"] != true {
+				t.Errorf("audit not consistent: %v", a)
+			}
+			place("late", 3) // the cancelled unit is for sale again
+			if got := in.available(t, "h-1"); got != 0 {
+				t.Errorf("available %v after the returned unit sold, want 0", got)
+			}
+		})
+	}
+}
+
+// TestFinalOrderRoutes: with HOLD_TTL=0 an order is final, and pay and
+// cancel answer 409 final without changing anything.
+func TestFinalOrderRoutes(t *testing.T) {
+	in := newInstance(t, testdb.New(t, "postgres", 4), inventory.NewConditional())
+	in.startSale(t, "f-1", 2)
+	r := in.order(t, `{"sku":"f-1","quantity":1,"user_id":"u"}`, nil)
+	if r.status != http.StatusCreated || r.body["state"] != "final" {
+		t.Fatalf("order: %d %s", r.status, r.raw)
+	}
+	id := r.body["order_id"].(string)
+	for _, action := range []string{"pay", "cancel"} {
+		if r := in.settle(t, id, action, `{"user_id":"u"}`); r.status != http.StatusConflict || r.errorCode(t) != "final" {
+			t.Errorf("%s of a final order: %d %s, want 409 final", action, r.status, r.raw)
+		}
+	}
+	if got := in.available(t, "f-1"); got != 1 {
+		t.Errorf("available %v, want 1", got)
 	}
 }

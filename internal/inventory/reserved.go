@@ -174,6 +174,12 @@ func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
 
 // TakeOrder implements OrderTaker: it reserves the order in the store.
 func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
+	if o.Order.Hold > 0 {
+		// Its returns must go through the store with the order's state;
+		// until they do, a hold here would be a final order that claims
+		// it can come back. cmd/stock refuses HOLD_TTL with it at start.
+		return Order{}, errHoldsNotTaken
+	}
 	id, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint})
 	if errors.Is(err, ErrSaleNotLoaded) {
 		// Tell an unknown SKU (404) from a sale the store lost (503).
@@ -189,6 +195,9 @@ func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error)
 	placed.ID = id
 	return placed, nil
 }
+
+// errHoldsNotTaken: the reservation strategies take final orders only.
+var errHoldsNotTaken = errors.New("the reservation strategies do not take held orders (HOLD_TTL) yet")
 
 // StartSale starts the sale in the database and loads it into the store.
 // The database's transaction numbers the new sale and, before it commits,
@@ -287,6 +296,8 @@ func (r *Reserved) Audit(ctx context.Context, sku string) (Audit, error) {
 func (r *Reserved) audit(sku string, t Tally, written Audit) Audit {
 	return Audit{
 		SKU: sku, Initial: t.Initial, Available: t.Available, Ordered: t.Ordered, Orders: t.Orders, Sale: t.Epoch,
+		// Every order it takes is final: it counts as paid.
+		Paid:    t.Ordered,
 		Pending: t.Pending, Lag: t.Lag, Written: &written,
 	}
 }

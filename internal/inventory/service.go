@@ -355,7 +355,7 @@ func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
 	// The database first, then the strategy's state. Neither sets anything
 	// back: StartSale bumps the version and keeps the fence, and the lock's
 	// Reset keeps its fencing counter, so tokens stay above every fence.
-	if err := s.store.StartSale(ctx, sku, n); err != nil {
+	if err := s.startSaleInStore(ctx, sku, n); err != nil {
 		return err
 	}
 	if r, ok := s.strategy.(SKUStateResetter); ok {
@@ -364,6 +364,24 @@ func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
 		}
 	}
 	return nil
+}
+
+// startSaleInStore starts the sale in the database, again when the
+// database aborted it to resolve a deadlock: a cancel or an expiry locks
+// its order row and then the stock row, the sale the stock row and then
+// the SKU's order rows, and the one the database picks as the victim runs
+// again (nothing of it was written).
+func (s *Service) startSaleInStore(ctx context.Context, sku string, n int64) error {
+	var err error
+	for attempt := 0; attempt < s.txAttempts; attempt++ {
+		if err = s.store.StartSale(ctx, sku, n); !errors.Is(err, ErrConflict) {
+			return err
+		}
+		if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
+			return perr
+		}
+	}
+	return fmt.Errorf("%w: starting the sale was aborted %d times: %w", ErrBusy, s.txAttempts, err)
 }
 
 // Audit returns the SKU's bookkeeping.

@@ -1,0 +1,259 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/batched"
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/testdb"
+)
+
+// lifecycleStrategies are the strategies that take holds today: every one
+// but the reservation strategies, whose returns must go through Redis
+// (cmd/stock refuses HOLD_TTL with them).
+func lifecycleStrategies() map[string]builder {
+	built := strategies()
+	for _, name := range inventory.ReservedStrategyNames {
+		delete(built, name)
+	}
+	return built
+}
+
+// TestLifecycleConformance: on every strategy that takes holds and both
+// engines, 20 units are held by 20 of 40 racing buyers; then 10 holders
+// cancel, each twice at once (a retried cancel on a second instance), 5
+// pay, and 20 more buyers race the returns. Every cancel answers
+// cancelled, every pay paid, no unit comes back twice, and the units that
+// came back are sold again: at the end nothing is left and the books
+// balance (initial = available + held + paid).
+func TestLifecycleConformance(t *testing.T) {
+	const initial = 20
+	for _, engine := range store.Engines {
+		for name, build := range lifecycleStrategies() {
+			if inventory.IsControl(name) {
+				continue
+			}
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				db := testdb.New(t, engine, 16)
+				svc := inventory.NewService(db, build(t, engine, db), inventory.WithOrderTimeout(30*time.Second),
+					inventory.WithHoldTTL(time.Hour))
+				ctx := context.Background()
+				sku := "life-" + name
+				if err := svc.StartSale(ctx, sku, initial); err != nil {
+					t.Fatalf("start sale: %v", err)
+				}
+				first := placeOnes(t, svc, sku, "first", 40)
+				held := heldOrders(t, first, initial)
+
+				var wg sync.WaitGroup
+				cancels := make([]error, 20)
+				for i, o := range held[:10] {
+					for j := range 2 {
+						wg.Go(func() {
+							got, err := svc.CancelOrder(ctx, o.ID, o.UserID)
+							if err == nil && got.State != inventory.OrderCancelled {
+								err = fmt.Errorf("answered state %q", got.State)
+							}
+							cancels[2*i+j] = err
+						})
+					}
+				}
+				pays := make([]error, 5)
+				for i, o := range held[10:15] {
+					wg.Go(func() {
+						got, err := svc.PayOrder(ctx, o.ID, o.UserID)
+						if err == nil && got.State != inventory.OrderPaid {
+							err = fmt.Errorf("answered state %q", got.State)
+						}
+						pays[i] = err
+					})
+				}
+				var second []outcome
+				wg.Go(func() { second = placeOnes(t, svc, sku, "second", 20) })
+				wg.Wait()
+				for i, err := range cancels {
+					if err != nil {
+						t.Errorf("cancel %d of order %s: %v", i%2, held[i/2].ID, err)
+					}
+				}
+				for i, err := range pays {
+					if err != nil {
+						t.Errorf("pay of order %s: %v", held[10+i].ID, err)
+					}
+				}
+				// What the race with the returns did not sell, buyers who
+				// come after it do: every returned unit is for sale.
+				third := placeOnes(t, svc, sku, "third", 20)
+
+				a, err := svc.Audit(ctx, sku)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sold := int64(0)
+				for _, r := range slices.Concat(first, second, third) {
+					switch {
+					case r.err == nil:
+						sold++
+					case !errors.Is(r.err, inventory.ErrSoldOut):
+						t.Errorf("an order answered %v", r.err)
+					}
+				}
+				t.Logf("audit %+v; %d orders placed", a, sold)
+				if !a.Consistent() || a.Available != 0 || a.Held+a.Paid != initial || a.Paid != 5 ||
+					a.Cancelled != 10 || a.Returned != 10 || sold != initial+10 || a.Orders != initial {
+					t.Errorf("audit %+v after %d orders placed: want every unit held or paid (5 paid), 10 cancelled orders whose 10 units came back once and were sold again", a, sold)
+				}
+			})
+		}
+	}
+}
+
+// placeOnes has n buyers named prefix-i order one unit of sku at once.
+func placeOnes(t *testing.T, svc *inventory.Service, sku, prefix string, n int) []outcome {
+	t.Helper()
+	out := make([]outcome, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			o, err := svc.PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: 1, UserID: fmt.Sprintf("%s-%d", prefix, i)})
+			out[i] = outcome{quantity: 1, order: o, err: err}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// heldOrders returns the orders of the outcomes, checking that exactly want
+// were placed, each held.
+func heldOrders(t *testing.T, outs []outcome, want int) []inventory.Order {
+	t.Helper()
+	var held []inventory.Order
+	for _, r := range outs {
+		switch {
+		case r.err == nil && r.order.State == inventory.OrderHeld:
+			held = append(held, r.order)
+		case r.err == nil:
+			t.Fatalf("a new order with a hold is %q, want held", r.order.State)
+		case !errors.Is(r.err, inventory.ErrSoldOut):
+			t.Fatalf("an order answered %v", r.err)
+		}
+	}
+	if len(held) != want {
+		t.Fatalf("%d orders held, want %d", len(held), want)
+	}
+	return held
+}
+
+// TestLapsedHoldsComeBackOnce: holds of a short TTL lapse (the expiry
+// itself is under test, so the test waits for it). A read of a lapsed hold
+// expires it on the spot, a pay after the lapse is told expired, the sweep
+// expires the rest, a second sweep finds nothing, and every unit is back
+// once and sells again.
+func TestLapsedHoldsComeBackOnce(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	for _, engine := range store.Engines {
+		for _, name := range []string{inventory.NameConditional, inventory.NameBatched} {
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				db := testdb.New(t, engine, 8)
+				var s inventory.Strategy = inventory.NewConditional()
+				if name == inventory.NameBatched {
+					s = batched.New(db)
+				}
+				svc := inventory.NewService(db, s, inventory.WithHoldTTL(hold))
+				ctx := context.Background()
+				const sku = "lapse"
+				if err := svc.StartSale(ctx, sku, 3); err != nil {
+					t.Fatal(err)
+				}
+				var orders []inventory.Order
+				for _, u := range []string{"a", "b", "c"} {
+					o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: u})
+					if err != nil {
+						t.Fatal(err)
+					}
+					orders = append(orders, o)
+				}
+				if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "d"}); !errors.Is(err, inventory.ErrSoldOut) {
+					t.Fatalf("a fourth order while three are held: %v, want sold out", err)
+				}
+				a, err := svc.FindOrder(ctx, orders[0].ID, "a")
+				if err != nil || a.State != inventory.OrderHeld || a.ExpiresAt.IsZero() {
+					t.Fatalf("a fresh hold reads %+v, %v", a, err)
+				}
+				// The database set expires_at; this machine's clock is the
+				// database's, so waiting until then (and a little) lets it
+				// lapse.
+				time.Sleep(time.Until(a.ExpiresAt) + 50*time.Millisecond)
+
+				if a, err = svc.FindOrder(ctx, orders[0].ID, "a"); err != nil || a.State != inventory.OrderExpired {
+					t.Errorf("a lapsed hold reads %+v, %v; want expired", a, err)
+				}
+				if _, err := svc.PayOrder(ctx, orders[1].ID, "b"); !errors.Is(err, inventory.ErrOrderExpired) {
+					t.Errorf("a pay after the lapse: %v, want expired", err)
+				}
+				if _, err := svc.CancelOrder(ctx, orders[1].ID, "b"); !errors.Is(err, inventory.ErrOrderExpired) {
+					t.Errorf("a cancel of an expired order: %v, want expired", err)
+				}
+				if n, err := svc.ExpireHolds(ctx, 0); err != nil || n != 1 {
+					t.Errorf("the sweep expired %d (%v), want the one hold nobody read", n, err)
+				}
+				if n, err := svc.ExpireHolds(ctx, 0); err != nil || n != 0 {
+					t.Errorf("a second sweep expired %d (%v), want none", n, err)
+				}
+				audit, err := svc.Audit(ctx, sku)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !audit.Consistent() || audit.Available != 3 || audit.Expired != 3 || audit.Returned != 3 || audit.Held != 0 {
+					t.Errorf("audit %+v: want the 3 units back once, 3 orders expired", audit)
+				}
+				if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 3, UserID: "d"}); err != nil {
+					t.Errorf("the returned units do not sell: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// TestFinalOrdersCannotBeSettled: without a hold an order is final; pay
+// and cancel say so and change nothing.
+func TestFinalOrdersCannotBeSettled(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			db := testdb.New(t, engine, 4)
+			svc := inventory.NewService(db, inventory.NewConditional())
+			ctx := context.Background()
+			if err := svc.StartSale(ctx, "f", 2); err != nil {
+				t.Fatal(err)
+			}
+			o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "f", Quantity: 1, UserID: "u"})
+			if err != nil || o.State != inventory.OrderFinal {
+				t.Fatalf("order %+v, %v: want final", o, err)
+			}
+			if _, err := svc.PayOrder(ctx, o.ID, "u"); !errors.Is(err, inventory.ErrOrderFinal) {
+				t.Errorf("pay of a final order: %v", err)
+			}
+			if _, err := svc.CancelOrder(ctx, o.ID, "u"); !errors.Is(err, inventory.ErrOrderFinal) {
+				t.Errorf("cancel of a final order: %v", err)
+			}
+			if _, err := svc.CancelOrder(ctx, o.ID, "someone-else"); !errors.Is(err, inventory.ErrOrderNotFound) {
+				t.Errorf("cancel by another buyer: %v", err)
+			}
+			if n, err := svc.ExpireHolds(ctx, 0); err != nil || n != 0 {
+				t.Errorf("the sweep expired %d final orders (%v)", n, err)
+			}
+			if a, err := svc.Audit(ctx, "f"); err != nil || a.Available != 1 || a.Paid != 1 || !a.Consistent() {
+				t.Errorf("audit %+v, %v", a, err)
+			}
+		})
+	}
+}
