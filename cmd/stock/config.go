@@ -52,6 +52,9 @@ type config struct {
 	// when read).
 	HoldTTL        time.Duration
 	HoldSweepEvery time.Duration
+	// PerUserLimit bounds the units one user_id holds or has paid for per
+	// SKU and sale (0: no limit).
+	PerUserLimit int
 	// AuditEvery is the audit job's period (0: off); one instance a
 	// period runs it, under the job lock of the lock table.
 	AuditEvery time.Duration
@@ -155,6 +158,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// an earlier setting still come back; with none held it is one
 		// indexed query a period.
 		HoldSweepEvery: duration("HOLD_SWEEP_EVERY", time.Second, true),
+		PerUserLimit:   integer("PER_USER_LIMIT", 0, 0, inventory.MaxInitialStock),
 		AdmissionLimit:   integer("ADMISSION_LIMIT", 0, 0, 1000),
 		JobLock:          str("JOB_LOCK", "table"),
 	}
@@ -242,6 +246,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.HoldTTL > 0 && isReservedStrategy(c.Strategy) {
 		bad("HOLD_TTL is not supported by STRATEGY=%s yet: its returns must go through Redis with the order's state (issue 25); use HOLD_TTL=0 or a database or lock strategy", c.Strategy)
 	}
+	if c.PerUserLimit > 0 && isReservedStrategy(c.Strategy) {
+		bad("PER_USER_LIMIT is not supported by STRATEGY=%s yet: its count must live in Redis beside the stock (issue 25); use PER_USER_LIMIT=0 or a database or lock strategy", c.Strategy)
+	}
 	if c.HoldTTL > 0 && c.HoldTTL < time.Second {
 		bad("HOLD_TTL=%s is shorter than a second: a buyer could not pay in time", c.HoldTTL)
 	}
@@ -300,6 +307,7 @@ func (c config) logAttrs() []any {
 		"audit_every", c.AuditEvery.String(),
 		"hold_ttl", c.HoldTTL.String(),
 		"hold_sweep_every", c.HoldSweepEvery.String(),
+		"per_user_limit", c.PerUserLimit,
 		"admission_limit", c.AdmissionLimit,
 		"job_lock", c.JobLock,
 		"fencing", c.Fencing,

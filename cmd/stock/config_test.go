@@ -290,13 +290,14 @@ func TestDefaultHTTPMaxConns(t *testing.T) {
 	}
 }
 
-// TestHoldConfig: HOLD_TTL defaults to 0 (orders final at once) and the
+// TestHoldConfig: HOLD_TTL defaults to 0 (orders final at once), the
+// per-user limit to none, and the
 // sweep to every second; a hold shorter than a second, and a hold with the
 // reservation strategies (whose returns do not go through Redis yet), are
 // refused with a line that names the variable.
 func TestHoldConfig(t *testing.T) {
 	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db"}))
-	if err != nil || c.HoldTTL != 0 || c.HoldSweepEvery != time.Second {
+	if err != nil || c.HoldTTL != 0 || c.HoldSweepEvery != time.Second || c.PerUserLimit != 0 {
 		t.Fatalf("defaults: HOLD_TTL %v, HOLD_SWEEP_EVERY %v, %v", c.HoldTTL, c.HoldSweepEvery, err)
 	}
 	c, err = loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "HOLD_TTL": "15m", "HOLD_SWEEP_EVERY": "0", "STRATEGY": "redis-lock"}))
@@ -310,10 +311,12 @@ func TestHoldConfig(t *testing.T) {
 		{"HOLD_SWEEP_EVERY": "often"},
 		{"HOLD_TTL": "15m", "STRATEGY": "redis-reserve"},
 		{"HOLD_TTL": "15m", "STRATEGY": "redis-watch"},
+		{"PER_USER_LIMIT": "-1"},
+		{"PER_USER_LIMIT": "2", "STRATEGY": "redis-reserve"},
 	} {
 		bad["DATABASE_URL"] = "postgres://u@h/db"
 		_, err := loadConfig(env(bad))
-		if err == nil || !strings.Contains(err.Error(), "HOLD_") {
+		if err == nil || !strings.Contains(err.Error(), "HOLD_") && !strings.Contains(err.Error(), "PER_USER_LIMIT") {
 			t.Errorf("%v: %v, want a refusal naming the variable", bad, err)
 		}
 	}

@@ -73,7 +73,7 @@ func (*Batched) Deduct(ctx context.Context, sku string, quantity int64, inTx inv
 // idempotency key created before), or the error of package inventory that
 // answers it.
 func (b *Batched) TakeOrder(ctx context.Context, o inventory.PendingOrder) (inventory.Order, error) {
-	return b.batches.submit(newBatchOrder(ctx, o.Order, o.IdempotencyKey, o.Fingerprint))
+	return b.batches.submit(newBatchOrder(ctx, o.Order, o.IdempotencyKey, o.Fingerprint, o.PerUserLimit))
 }
 
 var _ inventory.OrderTaker = (*Batched)(nil)
@@ -191,7 +191,13 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 		}
 	}
 
-	plan, total := planBatch(batch, known, math.MaxInt64)
+	// The buyers' rows before the stock row, as every transaction of the
+	// lifecycle takes them (a cancel: order, buyer, stock).
+	limit, held, err := lockBuyers(ctx, tx, batch)
+	if err != nil {
+		return "", err
+	}
+	plan, total := planBatch(batch, known, math.MaxInt64, limit, held)
 	if total > 0 {
 		ok, err := tx.DeductIfAvailable(ctx, sku, total)
 		if err != nil {
@@ -202,7 +208,7 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 			if err != nil {
 				return "", err
 			}
-			plan, total = planBatch(batch, known, level.Available)
+			plan, total = planBatch(batch, known, level.Available, limit, held)
 			if total > 0 {
 				ok, err := tx.DeductIfAvailable(ctx, sku, total)
 				if err != nil {
@@ -228,6 +234,9 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 			}
 		case soldOut:
 			results[i].err = inventory.ErrSoldOut
+		case limitReached:
+			results[i].err = fmt.Errorf("%w: %q may hold or have paid for at most %d units of %q in this sale",
+				inventory.ErrLimitReached, o.order.UserID, limit, sku)
 		case conflicting:
 			results[i].err = fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, o.key)
 		case follows:
@@ -247,6 +256,22 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	if len(orders) == 0 {
 		return "", nil
 	}
+	if limit > 0 {
+		claims := map[string]int64{}
+		for _, o := range orders {
+			claims[o.UserID] += o.Quantity
+		}
+		ok, err := tx.ClaimUnitsOf(ctx, sku, claims, limit)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			// A buyer's first order committed on another instance since
+			// lockBuyers read (its row did not exist to be locked): decide
+			// again from the rows as they are now.
+			return "", fmt.Errorf("%w: a buyer's units changed under the batch", inventory.ErrConflict)
+		}
+	}
 	if err := tx.InsertOrders(ctx, orders); err != nil {
 		return "", err
 	}
@@ -265,6 +290,24 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	return orders[0].ID, nil
 }
 
+// lockBuyers reads and locks the units the batch's buyers hold, when the
+// batch has a per-user limit; limit 0 and nothing read otherwise.
+func lockBuyers(ctx context.Context, tx Tx, batch []*batchOrder) (int64, map[string]int64, error) {
+	limit := batch[0].limit
+	if limit <= 0 {
+		return 0, nil, nil
+	}
+	var users []string
+	for _, o := range batch {
+		if !slices.Contains(users, o.order.UserID) {
+			users = append(users, o.order.UserID)
+		}
+	}
+	slices.Sort(users)
+	held, err := tx.LockBuyers(ctx, batch[0].sku, users)
+	return limit, held, err
+}
+
 // verdict is what a batch decides for one of its orders.
 type verdict int
 
@@ -281,6 +324,10 @@ const (
 	// follows: an order accepted earlier in the batch has its key and the
 	// same request; it gets that order's answer.
 	follows
+	// limitReached: it would take its buyer past the per-user limit, with
+	// what the buyer held before the batch and what the batch accepted for
+	// them before it.
+	limitReached
 )
 
 // decision is a verdict, with the order followed for follows.
@@ -299,10 +346,11 @@ type decision struct {
 // earlier one with it may have been sold out) is a fresh request, accepted
 // while it fits in what the accepted ones before it left. It returns the
 // decisions and the total of the accepted orders.
-func planBatch(batch []*batchOrder, known map[string]inventory.IdempotencyRecord, available int64) ([]decision, int64) {
+func planBatch(batch []*batchOrder, known map[string]inventory.IdempotencyRecord, available, limit int64, held map[string]int64) ([]decision, int64) {
 	plan := make([]decision, len(batch))
 	claimed := map[string]int{} // key -> the accepted order that holds it
 	fit := fitter{available: available}
+	taken := map[string]int64{} // buyer -> units held before and accepted since
 	for i, o := range batch {
 		if o.key != "" {
 			if rec, ok := known[o.key]; ok {
@@ -320,9 +368,22 @@ func planBatch(batch []*batchOrder, known map[string]inventory.IdempotencyRecord
 				continue
 			}
 		}
+		user := o.order.UserID
+		if limit > 0 {
+			if _, ok := taken[user]; !ok {
+				taken[user] = held[user]
+			}
+			if taken[user]+o.quantity > limit {
+				plan[i].verdict = limitReached
+				continue
+			}
+		}
 		if !fit.take(o.quantity) {
 			plan[i].verdict = soldOut
 			continue
+		}
+		if limit > 0 {
+			taken[user] += o.quantity
 		}
 		plan[i].verdict = accepted
 		if o.key != "" {

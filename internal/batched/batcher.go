@@ -20,7 +20,10 @@ type batchOrder struct {
 	key         string
 	fingerprint []byte
 	order       inventory.Order
-	done        chan batchResult
+	// limit is the buyer's per-user limit (0: none): the same for every
+	// order of one Service, so one batch shares it.
+	limit int64
+	done  chan batchResult
 	lead        chan struct{}
 	// answered: done has its answer. Only the goroutine that answers o
 	// (its batch's leader) reads and writes it.
@@ -33,9 +36,9 @@ type batchResult struct {
 	err   error
 }
 
-func newBatchOrder(ctx context.Context, order inventory.Order, key string, fingerprint []byte) *batchOrder {
+func newBatchOrder(ctx context.Context, order inventory.Order, key string, fingerprint []byte, limit int64) *batchOrder {
 	return &batchOrder{
-		ctx: ctx, sku: order.SKU, quantity: order.Quantity, key: key, fingerprint: fingerprint, order: order,
+		ctx: ctx, sku: order.SKU, quantity: order.Quantity, key: key, fingerprint: fingerprint, order: order, limit: limit,
 		done: make(chan batchResult, 1), lead: make(chan struct{}, 1),
 	}
 }

@@ -31,7 +31,7 @@ func TestBatcherKeepsNothingForIdleSKUs(t *testing.T) {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < 2*skus; i = next.Add(1) - 1 {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := b.submit(newBatchOrder(ctx, inventory.Order{SKU: fmt.Sprintf("sku-%d", i/2), Quantity: 1}, "", nil))
+				_, err := b.submit(newBatchOrder(ctx, inventory.Order{SKU: fmt.Sprintf("sku-%d", i/2), Quantity: 1}, "", nil, 0))
 				cancel()
 				if err != nil {
 					t.Error(err)

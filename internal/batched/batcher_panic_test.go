@@ -23,7 +23,7 @@ func TestBatcherPanicAnswersBatchAndHandsOn(t *testing.T) {
 	x := h.submit(context.Background(), "x", 1)
 	wantBatch(t, g, "x")
 	// A leads the next batch [A, B] on a goroutine that recovers.
-	a := newBatchOrder(context.Background(), inventory.Order{ID: "A", SKU: "s", Quantity: 1}, "", nil)
+	a := newBatchOrder(context.Background(), inventory.Order{ID: "A", SKU: "s", Quantity: 1}, "", nil, 0)
 	recovered := make(chan any, 1)
 	go func() {
 		defer func() { recovered <- recover() }()

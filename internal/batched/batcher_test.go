@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -62,7 +63,7 @@ func newHarness(t *testing.T, maxSize int, run batchRunner) *harness {
 
 func (h *harness) submit(ctx context.Context, id string, quantity int64) submitted {
 	h.t.Helper()
-	o := newBatchOrder(ctx, inventory.Order{ID: id, SKU: "s", Quantity: quantity}, "", nil)
+	o := newBatchOrder(ctx, inventory.Order{ID: id, SKU: "s", Quantity: quantity}, "", nil, 0)
 	s := submitted{o: o, answer: make(chan batchResult, 1)}
 	h.wg.Add(1)
 	go func() {
@@ -216,7 +217,7 @@ func TestBatcherSKUsAreIndependent(t *testing.T) {
 	h := newHarness(t, 256, g.run)
 	first := h.submit(context.Background(), "o0", 1)
 	wantBatch(t, g, "o0")
-	other := newBatchOrder(context.Background(), inventory.Order{ID: "other", SKU: "t", Quantity: 1}, "", nil)
+	other := newBatchOrder(context.Background(), inventory.Order{ID: "other", SKU: "t", Quantity: 1}, "", nil, 0)
 	answered := make(chan error, 1)
 	h.wg.Add(1)
 	go func() {
@@ -280,6 +281,7 @@ type fakeState struct {
 	available int64
 	orders    map[string]inventory.Order
 	keys      map[string]inventory.IdempotencyRecord
+	buyers    map[string]int64 // units per buyer (PER_USER_LIMIT)
 }
 
 func (s fakeState) clone() fakeState {
@@ -290,6 +292,7 @@ func (s fakeState) clone() fakeState {
 	for k, v := range s.keys {
 		c.keys[k] = v
 	}
+	c.buyers = maps.Clone(s.buyers)
 	return c
 }
 
@@ -370,6 +373,29 @@ func (t *fakeBatchTx) InsertIdempotencyRecords(_ context.Context, records []inve
 	return n, nil
 }
 
+func (t *fakeBatchTx) LockBuyers(_ context.Context, _ string, users []string) (map[string]int64, error) {
+	held := map[string]int64{}
+	for _, u := range users {
+		if n, ok := t.st.buyers[u]; ok {
+			held[u] = n
+		}
+	}
+	return held, nil
+}
+
+func (t *fakeBatchTx) ClaimUnitsOf(_ context.Context, _ string, claims map[string]int64, limit int64) (bool, error) {
+	if t.st.buyers == nil {
+		t.st.buyers = map[string]int64{}
+	}
+	for u, q := range claims {
+		if t.st.buyers[u]+q > limit {
+			return false, nil
+		}
+		t.st.buyers[u] += q
+	}
+	return true, nil
+}
+
 func batchOf(orders ...*batchOrder) []*batchOrder { return orders }
 
 // order is an order on SKU s. Its fingerprint stands in for the one the
@@ -377,7 +403,7 @@ func batchOf(orders ...*batchOrder) []*batchOrder { return orders }
 // body, different otherwise.
 func order(id string, quantity int64, key, body string) *batchOrder {
 	fingerprint := fmt.Appendf(nil, "s/%d/%s", quantity, body)
-	return newBatchOrder(context.Background(), inventory.Order{ID: id, SKU: "s", Quantity: quantity, UserID: body}, key, fingerprint)
+	return newBatchOrder(context.Background(), inventory.Order{ID: id, SKU: "s", Quantity: quantity, UserID: body}, key, fingerprint, 0)
 }
 
 // TestBatchSoldOutAcceptsInArrivalOrderWhileTheyFit: when the stock cannot
@@ -690,5 +716,27 @@ func TestBatchKeysTakenOneAfterAnotherDoNotMakeBatchBusy(t *testing.T) {
 	}
 	if store.st.available != 100-int64(len(keys)) || len(store.st.orders) != len(keys) {
 		t.Errorf("available %d, orders %v", store.st.available, store.st.orders)
+	}
+}
+
+// TestPlanBatchHoldsEachBuyerToTheLimit: with a per-user limit of 2, a
+// buyer who held 1 before the batch gets one more unit and no more, in
+// arrival order; another buyer's orders are decided on their own units; an
+// order refused for the limit takes no stock, so a later one still fits.
+func TestPlanBatchHoldsEachBuyerToTheLimit(t *testing.T) {
+	ctx := context.Background()
+	mk := func(id, user string, q int64) *batchOrder {
+		return newBatchOrder(ctx, inventory.Order{ID: id, SKU: "s", Quantity: q, UserID: user}, "", nil, 2)
+	}
+	batch := batchOf(mk("1", "a", 1), mk("2", "a", 1), mk("3", "b", 2), mk("4", "b", 1), mk("5", "c", 1))
+	plan, total := planBatch(batch, nil, 4, 2, map[string]int64{"a": 1})
+	want := []verdict{accepted, limitReached, accepted, limitReached, accepted}
+	for i, d := range plan {
+		if d.verdict != want[i] {
+			t.Errorf("order %d: verdict %d, want %d", i+1, d.verdict, want[i])
+		}
+	}
+	if total != 4 {
+		t.Errorf("total %d, want 4", total)
 	}
 }

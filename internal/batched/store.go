@@ -38,4 +38,13 @@ type Tx interface {
 	// the same keys, and reports how many it inserted: fewer than given
 	// means another request committed one of the keys first.
 	InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (inserted int, err error)
+	// LockBuyers reads, and locks until the transaction ends, the units
+	// each of userIDs holds or has paid for in sku's sale (the buyers that
+	// have none are absent) (PER_USER_LIMIT).
+	LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error)
+	// ClaimUnitsOf adds each buyer's units of claims to its count, each
+	// only while it stays within limit, in buyer order; false when any was
+	// refused (a buyer row created since LockBuyers read them): the
+	// transaction must then not commit.
+	ClaimUnitsOf(ctx context.Context, sku string, claims map[string]int64, limit int64) (bool, error)
 }

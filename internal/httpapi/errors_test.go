@@ -38,6 +38,9 @@ func (f failingInventory) Ready(context.Context) error { return f.err }
 func (f failingInventory) FindOrder(context.Context, string, string) (inventory.Order, error) {
 	return inventory.Order{}, f.err
 }
+func (f failingInventory) Restock(context.Context, string, int64) (inventory.Level, error) {
+	return inventory.Level{}, f.err
+}
 func (f failingInventory) PayOrder(context.Context, string, string) (inventory.Order, error) {
 	return inventory.Order{}, f.err
 }
@@ -58,6 +61,7 @@ func TestErrorTable(t *testing.T) {
 		{fmt.Errorf("%w: key", inventory.ErrIdempotencyConflict), 422, "idempotency_conflict", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderNotFound), 404, "order_not_found", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderPaid), 409, "paid", false},
+		{fmt.Errorf("%w: u", inventory.ErrLimitReached), 409, "limit_reached", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderCancelled), 409, "cancelled", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderExpired), 409, "expired", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderFinal), 409, "final", false},

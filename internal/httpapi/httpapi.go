@@ -41,6 +41,7 @@ type Inventory interface {
 	FindOrder(ctx context.Context, id, userID string) (inventory.Order, error)
 	PayOrder(ctx context.Context, id, userID string) (inventory.Order, error)
 	CancelOrder(ctx context.Context, id, userID string) (inventory.Order, error)
+	Restock(ctx context.Context, sku string, n int64) (inventory.Level, error)
 	Level(ctx context.Context, sku string) (inventory.Level, error)
 	StartSale(ctx context.Context, sku string, n int64) error
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
@@ -133,6 +134,7 @@ func New(inv Inventory, opts ...Option) http.Handler {
 	}
 	admin := r.Group("/admin", s.requireAdmin)
 	admin.PUT("/stock/:sku", s.startSale)
+	admin.POST("/stock/:sku/restock", s.restock)
 	admin.GET("/audit/:sku", s.audit)
 	return r
 }
@@ -152,6 +154,7 @@ var errorStatus = []struct {
 	{inventory.ErrUnknownSKU, http.StatusNotFound, "unknown_sku", ""},
 	{inventory.ErrOrderNotFound, http.StatusNotFound, "order_not_found", ""},
 	{inventory.ErrSoldOut, http.StatusConflict, "sold_out", ""},
+	{inventory.ErrLimitReached, http.StatusConflict, "limit_reached", ""},
 	{inventory.ErrOrderPaid, http.StatusConflict, "paid", ""},
 	{inventory.ErrOrderCancelled, http.StatusConflict, "cancelled", ""},
 	{inventory.ErrOrderExpired, http.StatusConflict, "expired", ""},
@@ -552,9 +555,37 @@ func (s *server) startSale(c *gin.Context) {
 	c.JSON(http.StatusOK, stockResponse{SKU: sku, Available: n})
 }
 
+type restockRequest struct {
+	Quantity json.RawMessage `json:"quantity"`
+}
+
+// restock answers POST /admin/stock/{sku}/restock {"quantity": n}: n more
+// units for the current sale, its orders kept; 404 unknown_sku when no sale
+// was started.
+func (s *server) restock(c *gin.Context) {
+	sku := c.Param("sku")
+	var body restockRequest
+	if err := readJSON(c, &body); err != nil {
+		s.fail(c, err)
+		return
+	}
+	n, err := integer(body.Quantity, "quantity")
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	level, err := s.inv.Restock(c.Request.Context(), sku, n)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, stockResponse{SKU: sku, Available: level.Available})
+}
+
 type auditResponse struct {
 	SKU        string `json:"sku"`
 	Initial    int64  `json:"initial"`
+	Restocked  int64  `json:"restocked"`
 	Available  int64  `json:"available"`
 	Ordered    int64  `json:"ordered"`
 	Orders     int64  `json:"orders"`
@@ -581,7 +612,7 @@ func (s *server) audit(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, auditResponse{
-		SKU: a.SKU, Initial: a.Initial, Available: a.Available, Ordered: a.Ordered, Orders: a.Orders, Consistent: a.Consistent(),
+		SKU: a.SKU, Initial: a.Initial, Restocked: a.Restocked, Available: a.Available, Ordered: a.Ordered, Orders: a.Orders, Consistent: a.Consistent(),
 		Held: a.Held, Paid: a.Paid, Returned: a.Returned, Cancelled: a.Cancelled, Expired: a.Expired,
 		Pending: a.Pending, LagSeconds: a.Lag.Seconds(), Drift: a.Drift,
 	})

@@ -179,3 +179,46 @@ func TestFinalOrderRoutes(t *testing.T) {
 		t.Errorf("available %v, want 1", got)
 	}
 }
+
+// TestRestockRoute: POST /admin/stock/{sku}/restock {"quantity": n} adds
+// units to the sale in progress and keeps its orders; bad input and a SKU
+// with no sale get a 4xx and change nothing.
+func TestRestockRoute(t *testing.T) {
+	in := newInstance(t, testdb.New(t, "mysql", 4), inventory.NewConditional())
+	in.startSale(t, "r-1", 1)
+	if r := in.order(t, `{"sku":"r-1","quantity":1,"user_id":"u"}`, nil); r.status != http.StatusCreated {
+		t.Fatalf("order: %d %s", r.status, r.raw)
+	}
+	h := in.admin.Clone()
+	h.Set("Content-Type", "application/json")
+	restock := func(sku, body string) reply {
+		return call(t, http.MethodPost, in.url+"/admin/stock/"+sku+"/restock", h, body)
+	}
+	if r := restock("r-1", `{"quantity":3}`); r.status != http.StatusOK || r.body["available"] != 3.0 {
+		t.Fatalf("restock: %d %s", r.status, r.raw)
+	}
+	for _, c := range []struct {
+		name, sku, body string
+		status          int
+		code            string
+	}{
+		{"no sale", "r-2", `{"quantity":3}`, 404, "unknown_sku"},
+		{"zero", "r-1", `{"quantity":0}`, 400, "invalid_request"},
+		{"negative", "r-1", `{"quantity":-2}`, 400, "invalid_request"},
+		{"not an integer", "r-1", `{"quantity":1.5}`, 400, "invalid_request"},
+		{"missing", "r-1", `{}`, 400, "invalid_request"},
+		{"unknown field", "r-1", `{"quantity":1,"available":9}`, 400, "invalid_request"},
+		{"bad sku", "r%20x", `{"quantity":1}`, 400, "invalid_request"},
+	} {
+		if r := restock(c.sku, c.body); r.status != c.status || r.errorCode(t) != c.code {
+			t.Errorf("%s: %d %s, want %d %s", c.name, r.status, r.raw, c.status, c.code)
+		}
+	}
+	if r := call(t, http.MethodPost, in.url+"/admin/stock/r-1/restock", jsonHeader, `{"quantity":3}`); r.status != http.StatusUnauthorized {
+		t.Errorf("restock without the token: %d", r.status)
+	}
+	a := in.audit(t, "r-1")
+	if a["initial"] != 1.0 || a["restocked"] != 3.0 || a["available"] != 3.0 || a["ordered"] != 1.0 || a["consistent"] != true {
+		t.Errorf("audit %v: want initial 1 + restocked 3 = available 3 + ordered 1", a)
+	}
+}

@@ -22,6 +22,10 @@ type PendingOrder struct {
 	// same request (replay the first order) from another request with the
 	// same key (ErrIdempotencyConflict).
 	Fingerprint []byte
+	// PerUserLimit bounds the units the buyer may hold or have paid for in
+	// the SKU's sale (0: none): the taker claims them (ClaimUnits) in the
+	// transaction that deducts, or refuses with ErrLimitReached.
+	PerUserLimit int64
 }
 
 // OrderTaker is a strategy that takes whole orders instead of deducting in

@@ -29,6 +29,9 @@ var (
 	ErrOrderNotFound = errors.New("order not found")
 	// ErrSoldOut: fewer units are available than asked for; nothing deducted.
 	ErrSoldOut = errors.New("sold out")
+	// ErrLimitReached: the order would take the buyer past the per-user
+	// limit of the SKU's sale (PER_USER_LIMIT); nothing changed.
+	ErrLimitReached = errors.New("per-user limit reached")
 	// ErrIdempotencyConflict: an Idempotency-Key was reused for another request.
 	ErrIdempotencyConflict = errors.New("idempotency key reused with a different request")
 	// ErrBusy: the deduction could not run in time (contention, a deadline,
@@ -197,8 +200,10 @@ type Level struct {
 
 // Audit is the bookkeeping of one SKU's sale.
 type Audit struct {
-	SKU       string
-	Initial   int64
+	SKU     string
+	Initial int64
+	// Restocked is what restocks added to the sale since it started.
+	Restocked int64
 	Available int64
 	// Ordered is the units of the orders that hold stock (final, held or
 	// paid), Orders their count.
@@ -231,7 +236,7 @@ type Audit struct {
 // stock is in an order, and the database agrees with where the stock is
 // counted.
 func (a Audit) Consistent() bool {
-	return a.Available >= 0 && a.Initial == a.Available+a.Ordered && a.Drift == ""
+	return a.Available >= 0 && a.Initial+a.Restocked == a.Available+a.Ordered && a.Drift == ""
 }
 
 // IdempotencyRecord remembers the order a request with an Idempotency-Key

@@ -132,6 +132,11 @@ func (s *Service) transition(ctx context.Context, o Order, to string) (bool, err
 			if terr != nil || !moved || !returnsUnits(to) {
 				return terr
 			}
+			// Order, buyer, stock: the order of the locks every
+			// transaction of the lifecycle takes.
+			if terr = tx.ReleaseUnits(ctx, o.SKU, o.UserID, o.Quantity); terr != nil {
+				return terr
+			}
 			return tx.ReturnUnits(ctx, o.SKU, o.Quantity)
 		})
 		switch {
@@ -209,9 +214,14 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 			if err != nil {
 				return err
 			}
-			// One UPDATE per SKU, in SKU order: two sweepers that took
-			// orders of the same SKUs lock their stock rows in the same
-			// order and cannot deadlock.
+			// The buyers' rows, then one UPDATE per SKU, each in order:
+			// two sweepers that took orders of the same SKUs lock the
+			// rows in the same order and cannot deadlock.
+			for _, r := range unitsByBuyer(expired) {
+				if err := tx.ReleaseUnits(ctx, r.SKU, r.UserID, r.Quantity); err != nil {
+					return err
+				}
+			}
 			for _, r := range unitsBySKU(expired) {
 				if err := tx.ReturnUnits(ctx, r.SKU, r.Quantity); err != nil {
 					return err
@@ -238,6 +248,24 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 	}
 }
 
+// unitsByBuyer sums the orders' quantities per SKU and buyer, in that
+// order.
+func unitsByBuyer(orders []Order) []Order {
+	type buyer struct{ sku, user string }
+	sum := map[buyer]int64{}
+	for _, o := range orders {
+		sum[buyer{o.SKU, o.UserID}] += o.Quantity
+	}
+	out := make([]Order, 0, len(sum))
+	for b, q := range sum {
+		out = append(out, Order{SKU: b.sku, UserID: b.user, Quantity: q})
+	}
+	slices.SortFunc(out, func(a, b Order) int {
+		return cmp.Or(cmp.Compare(a.SKU, b.SKU), cmp.Compare(a.UserID, b.UserID))
+	})
+	return out
+}
+
 // unitsBySKU sums the orders' quantities per SKU, in SKU order.
 func unitsBySKU(orders []Order) []Order {
 	sum := map[string]int64{}
@@ -250,4 +278,31 @@ func unitsBySKU(orders []Order) []Order {
 	}
 	slices.SortFunc(out, func(a, b Order) int { return cmp.Compare(a.SKU, b.SKU) })
 	return out
+}
+
+// Restock adds n units to the SKU's current sale without deleting its
+// orders: ErrUnknownSKU when no sale was started, ErrInvalid for n outside
+// 1..MaxInitialStock. Like a return it only adds, so it leaves the stock's
+// version alone.
+func (s *Service) Restock(ctx context.Context, sku string, n int64) (Level, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return Level{}, err
+	}
+	if n < 1 || n > MaxInitialStock {
+		return Level{}, fmt.Errorf("%w: quantity must be an integer from 1 to %d", ErrInvalid, MaxInitialStock)
+	}
+	if _, ok := s.strategy.(SaleKeeper); ok {
+		return Level{}, fmt.Errorf("%w: %s counts the stock outside the database and cannot restock yet; start a new sale instead", ErrInvalid, s.strategy.Name())
+	}
+	err := s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		ok, err := tx.Restock(ctx, sku, n)
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: %q", ErrUnknownSKU, sku)
+		}
+		return err
+	})
+	if err != nil {
+		return Level{}, err
+	}
+	return s.store.Level(ctx, sku)
 }

@@ -257,3 +257,133 @@ func TestFinalOrdersCannotBeSettled(t *testing.T) {
 		})
 	}
 }
+
+// TestPerUserLimitAcrossInstances: with PER_USER_LIMIT=1 on every strategy
+// that takes holds and both engines, 20 buyers each send two orders at
+// once, one to each of two instances: each buyer gets exactly one unit,
+// the other order 409 limit_reached with nothing taken. A buyer who
+// cancels may buy again, once; an order bigger than the limit is refused
+// outright.
+func TestPerUserLimitAcrossInstances(t *testing.T) {
+	const buyers = 20
+	for _, engine := range store.Engines {
+		for name, build := range lifecycleStrategies() {
+			if inventory.IsControl(name) {
+				continue
+			}
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				db := testdb.New(t, engine, 16)
+				strategy := build(t, engine, db)
+				var instances [2]*inventory.Service
+				for i := range instances {
+					instances[i] = inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second),
+						inventory.WithHoldTTL(time.Hour), inventory.WithPerUserLimit(1))
+				}
+				ctx := context.Background()
+				sku := "limit-" + name
+				if err := instances[0].StartSale(ctx, sku, 100); err != nil {
+					t.Fatal(err)
+				}
+				type answer struct {
+					order inventory.Order
+					err   error
+				}
+				answers := make([][2]answer, buyers)
+				var wg sync.WaitGroup
+				for b := range buyers {
+					for i, svc := range instances {
+						wg.Go(func() {
+							o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: fmt.Sprintf("buyer-%d", b)})
+							answers[b][i] = answer{o, err}
+						})
+					}
+				}
+				wg.Wait()
+				var won []inventory.Order
+				for b, pair := range answers {
+					ok, limited := 0, 0
+					for _, a := range pair {
+						switch {
+						case a.err == nil:
+							ok++
+							won = append(won, a.order)
+						case errors.Is(a.err, inventory.ErrLimitReached):
+							limited++
+						default:
+							t.Errorf("buyer %d: %v", b, a.err)
+						}
+					}
+					if ok != 1 || limited != 1 {
+						t.Errorf("buyer %d: %d orders taken and %d refused for the limit, want 1 and 1", b, ok, limited)
+					}
+				}
+				if len(won) == 0 {
+					t.FailNow()
+				}
+				o := won[0]
+				if _, err := instances[1].CancelOrder(ctx, o.ID, o.UserID); err != nil {
+					t.Fatalf("cancel: %v", err)
+				}
+				if _, err := instances[1].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: o.UserID}); err != nil {
+					t.Errorf("an order after the buyer cancelled: %v", err)
+				}
+				if _, err := instances[0].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: o.UserID}); !errors.Is(err, inventory.ErrLimitReached) {
+					t.Errorf("a third order of the buyer: %v, want limit reached", err)
+				}
+				if _, err := instances[0].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 2, UserID: "newcomer"}); !errors.Is(err, inventory.ErrLimitReached) {
+					t.Errorf("an order of 2 under a limit of 1: %v, want limit reached", err)
+				}
+				a, err := instances[0].Audit(ctx, sku)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !a.Consistent() || a.Orders != buyers || a.Held != buyers || a.Returned != 1 {
+					t.Errorf("audit %+v: want %d orders held, one cancelled", a, buyers)
+				}
+			})
+		}
+	}
+}
+
+// TestRestockAddsUnitsAndKeepsOrders: a restock adds units to the sale in
+// progress, its orders kept; the audit counts it; a SKU with no sale and a
+// bad quantity are refused with nothing changed.
+func TestRestockAddsUnitsAndKeepsOrders(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			db := testdb.New(t, engine, 4)
+			svc := inventory.NewService(db, inventory.NewConditional(), inventory.WithHoldTTL(time.Hour))
+			ctx := context.Background()
+			if err := svc.StartSale(ctx, "r", 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "r", Quantity: 1, UserID: "u"}); err != nil {
+				t.Fatal(err)
+			}
+			level, err := svc.Restock(ctx, "r", 4)
+			if err != nil || level.Available != 4 {
+				t.Fatalf("restock: %+v, %v", level, err)
+			}
+			if _, err := svc.Restock(ctx, "nothing-on-sale", 4); !errors.Is(err, inventory.ErrUnknownSKU) {
+				t.Errorf("restock of a SKU with no sale: %v", err)
+			}
+			for _, n := range []int64{0, -1, inventory.MaxInitialStock + 1} {
+				if _, err := svc.Restock(ctx, "r", n); !errors.Is(err, inventory.ErrInvalid) {
+					t.Errorf("restock of %d: %v", n, err)
+				}
+			}
+			a, err := svc.Audit(ctx, "r")
+			if err != nil || !a.Consistent() || a.Initial != 1 || a.Restocked != 4 || a.Available != 4 || a.Held != 1 {
+				t.Errorf("audit %+v, %v: want initial 1 + restocked 4 = available 4 + held 1", a, err)
+			}
+			// A new sale starts from its own stock: nothing restocked.
+			if err := svc.StartSale(ctx, "r", 2); err != nil {
+				t.Fatal(err)
+			}
+			if a, err := svc.Audit(ctx, "r"); err != nil || a.Restocked != 0 || a.Available != 2 || a.Orders != 0 {
+				t.Errorf("audit of the next sale %+v, %v", a, err)
+			}
+		})
+	}
+}

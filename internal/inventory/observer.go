@@ -47,6 +47,8 @@ func Outcome(err error) string {
 		return "created"
 	case errors.Is(err, ErrSoldOut):
 		return "sold_out"
+	case errors.Is(err, ErrLimitReached):
+		return "limit_reached"
 	case errors.Is(err, ErrUnknownSKU):
 		return "unknown_sku"
 	case errors.Is(err, ErrInvalid):

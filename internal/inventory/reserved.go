@@ -174,7 +174,7 @@ func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
 
 // TakeOrder implements OrderTaker: it reserves the order in the store.
 func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
-	if o.Order.Hold > 0 {
+	if o.Order.Hold > 0 || o.PerUserLimit > 0 {
 		// Its returns must go through the store with the order's state;
 		// until they do, a hold here would be a final order that claims
 		// it can come back. cmd/stock refuses HOLD_TTL with it at start.
@@ -196,8 +196,9 @@ func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error)
 	return placed, nil
 }
 
-// errHoldsNotTaken: the reservation strategies take final orders only.
-var errHoldsNotTaken = errors.New("the reservation strategies do not take held orders (HOLD_TTL) yet")
+// errHoldsNotTaken: the reservation strategies take final orders without
+// a per-user limit only.
+var errHoldsNotTaken = errors.New("the reservation strategies do not take held orders (HOLD_TTL) or per-user limits (PER_USER_LIMIT) yet")
 
 // StartSale starts the sale in the database and loads it into the store.
 // The database's transaction numbers the new sale and, before it commits,

@@ -23,6 +23,7 @@ type Service struct {
 	newID      func() string
 	obs        Observer
 	hold       time.Duration
+	limit      int64
 }
 
 // ServiceOption configures a Service.
@@ -58,6 +59,17 @@ func WithObserver(o Observer) ServiceOption {
 // read). Default 0: orders are final at once.
 func WithHoldTTL(d time.Duration) ServiceOption {
 	return func(s *Service) { s.hold = max(0, d) }
+}
+
+// WithPerUserLimit bounds the units one buyer (user_id) holds or has paid
+// for per SKU and sale to n, across instances and strategies: the order's
+// transaction claims them on the buyer's row (ClaimUnits) before it
+// deducts, so the check cannot come after the decrement, and an order past
+// the limit is ErrLimitReached with nothing changed. Cancelled and expired
+// orders give their units back to the buyer too. Every instance of a sale
+// should run with the same limit. Default 0: no limit.
+func WithPerUserLimit(n int64) ServiceOption {
+	return func(s *Service) { s.limit = max(0, n) }
 }
 
 // NewService returns a Service.
@@ -142,6 +154,18 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 					return errReplayed
 				}
 			}
+			// The buyer's row before the stock row: a cancel or an expiry
+			// takes them in that order too (order, buyer, stock), so the
+			// two never wait for each other in opposite orders.
+			if s.limit > 0 {
+				ok, err := tx.ClaimUnits(ctx, req.SKU, req.UserID, req.Quantity, s.limit)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return s.limitReached(req)
+				}
+			}
 			if err := deduct(ctx, tx); err != nil {
 				return err
 			}
@@ -172,10 +196,14 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	}
 
 	var err error
+	if s.limit > 0 && req.Quantity > s.limit {
+		// No transaction: no order of this size can ever be taken.
+		return Order{}, s.limitReached(req)
+	}
 	if taker, ok := s.strategy.(OrderTaker); ok {
 		// The strategy owns the transaction (batched.Batched): it checks
 		// the key, deducts, and records the order and its key itself.
-		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint})
+		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint, PerUserLimit: s.limit})
 		if terr == nil && placed.ID != order.ID {
 			replayed, terr = placed, errReplayed
 		}
@@ -192,7 +220,7 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return replayed, nil
 	}
 	err = s.classify(ctx, err)
-	if req.IdempotencyKey != "" && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy)) {
+	if req.IdempotencyKey != "" && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) || errors.Is(err, ErrLimitReached)) {
 		if prior, ok := s.replayAfterRefusal(ctx, req.IdempotencyKey, fingerprint); ok {
 			return prior, nil
 		}
@@ -200,10 +228,15 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	if errors.Is(err, ErrSoldOut) {
 		return Order{}, fmt.Errorf("%w: fewer than %d units of %q are available", ErrSoldOut, req.Quantity, req.SKU)
 	}
-	if !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrUnknownSKU) && !errors.Is(err, ErrIdempotencyConflict) {
+	if !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrUnknownSKU) && !errors.Is(err, ErrIdempotencyConflict) && !errors.Is(err, ErrLimitReached) {
 		s.log.Warn("order failed", "sku", req.SKU, "order_id", order.ID, "strategy", s.strategy.Name(), "err", err)
 	}
 	return Order{}, err
+}
+
+// limitReached is the refusal of an order past the per-user limit.
+func (s *Service) limitReached(req Request) error {
+	return fmt.Errorf("%w: %q may hold or have paid for at most %d units of %q in this sale", ErrLimitReached, req.UserID, s.limit, req.SKU)
 }
 
 // lookupKey returns the order a key created before, nil if it has none, or
@@ -294,7 +327,7 @@ func (s *Service) resolveUnknownCommit(ctx context.Context, orderID string, comm
 // classify turns a deadline or cancellation that reached the caller
 // unwrapped into ErrBusy, so the caller sees one of the package's errors.
 func (s *Service) classify(ctx context.Context, err error) error {
-	known := []error{ErrSoldOut, ErrUnknownSKU, ErrInvalid, ErrIdempotencyConflict, ErrBusy, ErrUnavailable}
+	known := []error{ErrSoldOut, ErrLimitReached, ErrUnknownSKU, ErrInvalid, ErrIdempotencyConflict, ErrBusy, ErrUnavailable}
 	for _, k := range known {
 		if errors.Is(err, k) {
 			return err

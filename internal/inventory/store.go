@@ -82,4 +82,17 @@ type Tx interface {
 	// OrderExpired, skipping rows another transaction has locked, and
 	// returns them (ID, SKU, Quantity).
 	ExpireLapsed(ctx context.Context, limit int) ([]Order, error)
+
+	// ClaimUnits adds quantity to the units userID holds or has paid for
+	// in sku's sale, only if the total stays within limit; false when it
+	// would not. It locks the buyer's row until the transaction ends, so
+	// two orders of one buyer queue on it (PER_USER_LIMIT).
+	ClaimUnits(ctx context.Context, sku, userID string, quantity, limit int64) (bool, error)
+	// ReleaseUnits gives quantity back to userID's count for sku (a
+	// cancel, an expiry); no row, nothing to give back.
+	ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error
+	// Restock adds quantity to sku's available and restocked units, the
+	// version left alone as a return leaves it; false when sku has no
+	// sale.
+	Restock(ctx context.Context, sku string, quantity int64) (bool, error)
 }

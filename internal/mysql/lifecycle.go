@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -48,7 +49,7 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 	// LOCKED: a second sweeper takes other orders, and an order a pay or
 	// cancel is moving is left to it), then move exactly those.
 	rows, err := t.tx.QueryContext(ctx, `
-		SELECT id, sku, quantity FROM orders
+		SELECT id, sku, quantity, user_id FROM orders
 		WHERE state = 'held' AND expires_at <= UTC_TIMESTAMP(6)
 		ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`, limit)
 	if err != nil {
@@ -57,7 +58,7 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 	var expired []inventory.Order
 	for rows.Next() {
 		o := inventory.Order{State: inventory.OrderExpired}
-		if err := rows.Scan(&o.ID, &o.SKU, &o.Quantity); err != nil {
+		if err := rows.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID); err != nil {
 			_ = rows.Close()
 			return nil, wrap(ctx, err)
 		}
@@ -84,4 +85,74 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 		return nil, fmt.Errorf("mysql: expiring %d locked holds changed %d rows: %w", len(expired), n, err)
 	}
 	return expired, nil
+}
+
+func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit int64) (bool, error) {
+	if quantity > limit {
+		return false, nil
+	}
+	// Affected rows: 1 for a new buyer row, 2 for one that grew, 0 for one
+	// left as it was (the limit reached). An order of the same buyer on
+	// another instance waits for this transaction's row lock, and the
+	// update reads the row's latest version under it.
+	return t.execAffected(ctx, `
+		INSERT INTO buyer_units (sku, user_id, units) VALUES (?, ?, ?)
+		ON DUPLICATE KEY UPDATE units = IF(units + ? <= ?, units + ?, units)`,
+		sku, userID, quantity, quantity, limit, quantity)
+}
+
+func (t *tx) ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error {
+	// No row: the order was taken without a limit. GREATEST keeps a count
+	// true to the orders taken with one when instances disagreed on it.
+	_, err := t.tx.ExecContext(ctx, `
+		UPDATE buyer_units SET units = GREATEST(units - ?, 0) WHERE sku = ? AND user_id = ?`, quantity, sku, userID)
+	return wrap(ctx, err)
+}
+
+func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
+	args := []any{sku}
+	for _, u := range userIDs {
+		args = append(args, u)
+	}
+	rows, err := t.tx.QueryContext(ctx, `
+		SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(userIDs), "?")+`)
+		ORDER BY user_id FOR UPDATE`, args...)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	units := map[string]int64{}
+	for rows.Next() {
+		var u string
+		var n int64
+		if err := rows.Scan(&u, &n); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		units[u] = n
+	}
+	return units, wrap(ctx, rows.Err())
+}
+
+func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims map[string]int64, limit int64) (bool, error) {
+	users := make([]string, 0, len(claims))
+	for u := range claims {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	// One statement per buyer: MariaDB reports one count for a multi-row
+	// upsert (1 per insert, 2 per change), which cannot tell a refused row
+	// from a grown one.
+	for _, u := range users {
+		ok, err := t.ClaimUnits(ctx, sku, u, claims[u], limit)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (t *tx) Restock(ctx context.Context, sku string, quantity int64) (bool, error) {
+	// Like a return, a restock only adds: the version is left alone.
+	return t.execAffected(ctx, `
+		UPDATE stock SET available = available + ?, restocked = restocked + ? WHERE sku = ?`, quantity, quantity, sku)
 }

@@ -271,7 +271,7 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64
 			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
 			VALUES (?, ?, ?, 0, 0, (? DIV 1048576 + 1) * 1048576, CURRENT_TIMESTAMP(6))
 			ON DUPLICATE KEY UPDATE
-				initial = ?, available = ?, version = version + 1,
+				initial = ?, available = ?, restocked = 0, version = version + 1,
 				sale_epoch = (GREATEST(sale_epoch, ?) DIV 1048576 + 1) * 1048576, updated_at = CURRENT_TIMESTAMP(6)`,
 			sku, n, n, atLeast, n, n, atLeast); err != nil {
 			return err
@@ -282,6 +282,9 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM orders WHERE sku = ?`, sku); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM buyer_units WHERE sku = ?`, sku); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE sku = ?`, sku)
@@ -299,7 +302,7 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 	a := inventory.Audit{SKU: sku}
 	opts := &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 	err := s.inSQLTx(ctx, opts, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT initial, available, sale_epoch FROM stock WHERE sku = ?`, sku).Scan(&a.Initial, &a.Available, &a.Sale)
+		err := tx.QueryRowContext(ctx, `SELECT initial, restocked, available, sale_epoch FROM stock WHERE sku = ?`, sku).Scan(&a.Initial, &a.Restocked, &a.Available, &a.Sale)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
 		}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -42,13 +43,78 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 		WHERE state = 'held' AND id IN (
 			SELECT id FROM orders WHERE state = 'held' AND expires_at <= now()
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-		RETURNING id::text, sku, quantity`, limit)
+		RETURNING id::text, sku, quantity, user_id`, limit)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
 	expired, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inventory.Order, error) {
 		o := inventory.Order{State: inventory.OrderExpired}
-		return o, r.Scan(&o.ID, &o.SKU, &o.Quantity)
+		return o, r.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID)
 	})
 	return expired, wrap(ctx, err)
+}
+
+func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit int64) (bool, error) {
+	// The buyer's row is created with the first order or grows while it
+	// stays within the limit; an order of the same buyer on another
+	// instance waits for this transaction's row lock and then sees its
+	// units (ON CONFLICT re-checks the WHERE on the committed row).
+	return t.execAffected(ctx, `
+		INSERT INTO buyer_units (sku, user_id, units) SELECT $1::text, $2::text, $3::bigint WHERE $3::bigint <= $4::bigint
+		ON CONFLICT (sku, user_id) DO UPDATE SET units = buyer_units.units + excluded.units
+		WHERE buyer_units.units + excluded.units <= $4::bigint`, sku, userID, quantity, limit)
+}
+
+func (t *tx) ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error {
+	// No row: the order was taken without a limit. GREATEST keeps a count
+	// true to the orders taken with one when instances disagreed on it.
+	_, err := t.tx.Exec(ctx, `
+		UPDATE buyer_units SET units = GREATEST(units - $3, 0) WHERE sku = $1 AND user_id = $2`, sku, userID, quantity)
+	return wrap(ctx, err)
+}
+
+func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
+	rows, err := t.tx.Query(ctx, `
+		SELECT user_id, units FROM buyer_units WHERE sku = $1 AND user_id = ANY($2)
+		ORDER BY user_id FOR UPDATE`, sku, userIDs)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	units := map[string]int64{}
+	for rows.Next() {
+		var u string
+		var n int64
+		if err := rows.Scan(&u, &n); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		units[u] = n
+	}
+	return units, wrap(ctx, rows.Err())
+}
+
+func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims map[string]int64, limit int64) (bool, error) {
+	users, quantities := make([]string, 0, len(claims)), make([]int64, 0, len(claims))
+	for u := range claims {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	for _, u := range users {
+		quantities = append(quantities, claims[u])
+	}
+	tag, err := t.tx.Exec(ctx, `
+		INSERT INTO buyer_units (sku, user_id, units)
+		SELECT $1::text, u, q FROM unnest($2::text[], $3::bigint[]) AS c (u, q) WHERE q <= $4::bigint
+		ON CONFLICT (sku, user_id) DO UPDATE SET units = buyer_units.units + excluded.units
+		WHERE buyer_units.units + excluded.units <= $4::bigint`, sku, users, quantities, limit)
+	if err != nil {
+		return false, wrap(ctx, err)
+	}
+	return tag.RowsAffected() == int64(len(users)), nil
+}
+
+func (t *tx) Restock(ctx context.Context, sku string, quantity int64) (bool, error) {
+	// Like a return, a restock only adds: the version is left alone.
+	return t.execAffected(ctx, `
+		UPDATE stock SET available = available + $2, restocked = restocked + $2 WHERE sku = $1`, sku, quantity)
 }

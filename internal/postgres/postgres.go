@@ -204,12 +204,15 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64
 			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
 			VALUES ($1, $2, $2, 0, 0, ($3::bigint / 1048576 + 1) * 1048576, now())
 			ON CONFLICT (sku) DO UPDATE
-			SET initial = $2, available = $2, version = stock.version + 1,
+			SET initial = $2, available = $2, restocked = 0, version = stock.version + 1,
 				sale_epoch = (GREATEST(stock.sale_epoch, $3::bigint) / 1048576 + 1) * 1048576, updated_at = now()
 			RETURNING sale_epoch`, sku, n, atLeast).Scan(&epoch); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE sku = $1`, sku); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM buyer_units WHERE sku = $1`, sku); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE sku = $1`, sku)
@@ -226,7 +229,7 @@ func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64
 func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) {
 	a := inventory.Audit{SKU: sku}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT initial, available, sale_epoch FROM stock WHERE sku = $1`, sku).Scan(&a.Initial, &a.Available, &a.Sale)
+		err := tx.QueryRow(ctx, `SELECT initial, restocked, available, sale_epoch FROM stock WHERE sku = $1`, sku).Scan(&a.Initial, &a.Restocked, &a.Available, &a.Sale)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
 		}

@@ -1,0 +1,21 @@
+-- +goose Up
+-- PER_USER_LIMIT: the units each buyer holds or has paid for in the SKU's
+-- current sale (a new sale deletes the SKU's rows, as it deletes its
+-- orders). An order claims its units with one conditional upsert in its own
+-- transaction (units + q <= the limit), so two orders of one buyer on two
+-- instances queue on this row and at most the limit is taken; a cancel or
+-- an expiry gives them back in the transaction that returns the stock.
+CREATE TABLE buyer_units (
+    sku     VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    user_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    units   BIGINT      NOT NULL CHECK (units >= 0),
+    PRIMARY KEY (sku, user_id)
+) ENGINE = InnoDB;
+
+-- A restock adds units to the current sale without deleting its orders:
+-- the audit becomes initial + restocked = available + held + paid.
+ALTER TABLE stock ADD COLUMN restocked BIGINT NOT NULL DEFAULT 0;
+
+-- +goose Down
+ALTER TABLE stock DROP COLUMN restocked;
+DROP TABLE buyer_units;
