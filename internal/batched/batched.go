@@ -198,6 +198,7 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 		return "", err
 	}
 	plan, total := planBatch(batch, known, math.MaxInt64, limit, held)
+	var windowErr error
 	if total > 0 {
 		ok, err := tx.DeductIfAvailable(ctx, sku, total)
 		if err != nil {
@@ -208,7 +209,13 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 			if err != nil {
 				return "", err
 			}
-			plan, total = planBatch(batch, known, level.Available, limit, held)
+			available := level.Available
+			if windowErr = level.Refusal(0); windowErr != nil {
+				// Not open: nothing fits, and the orders that would
+				// have taken stock are told why.
+				available = 0
+			}
+			plan, total = planBatch(batch, known, available, limit, held)
 			if total > 0 {
 				ok, err := tx.DeductIfAvailable(ctx, sku, total)
 				if err != nil {
@@ -234,6 +241,9 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 			}
 		case soldOut:
 			results[i].err = inventory.ErrSoldOut
+			if windowErr != nil {
+				results[i].err = windowErr
+			}
 		case limitReached:
 			results[i].err = fmt.Errorf("%w: %q may hold or have paid for at most %d units of %q in this sale",
 				inventory.ErrLimitReached, o.order.UserID, limit, sku)

@@ -30,7 +30,9 @@ func (f failingInventory) PlaceOrder(context.Context, inventory.Request) (invent
 func (f failingInventory) Level(context.Context, string) (inventory.Level, error) {
 	return inventory.Level{}, f.err
 }
-func (f failingInventory) StartSale(context.Context, string, int64) error { return f.err }
+func (f failingInventory) StartSaleWindow(context.Context, string, int64, inventory.SaleWindow) error {
+	return f.err
+}
 func (f failingInventory) Audit(context.Context, string) (inventory.Audit, error) {
 	return inventory.Audit{}, f.err
 }
@@ -62,6 +64,8 @@ func TestErrorTable(t *testing.T) {
 		{fmt.Errorf("%w: id", inventory.ErrOrderNotFound), 404, "order_not_found", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderPaid), 409, "paid", false},
 		{fmt.Errorf("%w: u", inventory.ErrLimitReached), 409, "limit_reached", false},
+		{fmt.Errorf("%w: s", inventory.ErrSaleNotStarted), 409, "not_started", false},
+		{fmt.Errorf("%w: s", inventory.ErrSaleEnded), 409, "ended", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderCancelled), 409, "cancelled", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderExpired), 409, "expired", false},
 		{fmt.Errorf("%w: id", inventory.ErrOrderFinal), 409, "final", false},

@@ -43,7 +43,7 @@ type Inventory interface {
 	CancelOrder(ctx context.Context, id, userID string) (inventory.Order, error)
 	Restock(ctx context.Context, sku string, n int64) (inventory.Level, error)
 	Level(ctx context.Context, sku string) (inventory.Level, error)
-	StartSale(ctx context.Context, sku string, n int64) error
+	StartSaleWindow(ctx context.Context, sku string, n int64, w inventory.SaleWindow) error
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
 	Ready(ctx context.Context) error
 }
@@ -155,6 +155,8 @@ var errorStatus = []struct {
 	{inventory.ErrOrderNotFound, http.StatusNotFound, "order_not_found", ""},
 	{inventory.ErrSoldOut, http.StatusConflict, "sold_out", ""},
 	{inventory.ErrLimitReached, http.StatusConflict, "limit_reached", ""},
+	{inventory.ErrSaleNotStarted, http.StatusConflict, "not_started", ""},
+	{inventory.ErrSaleEnded, http.StatusConflict, "ended", ""},
 	{inventory.ErrOrderPaid, http.StatusConflict, "paid", ""},
 	{inventory.ErrOrderCancelled, http.StatusConflict, "cancelled", ""},
 	{inventory.ErrOrderExpired, http.StatusConflict, "expired", ""},
@@ -534,6 +536,17 @@ func (s *server) requireAdmin(c *gin.Context) {
 
 type startSaleRequest struct {
 	Available json.RawMessage `json:"available"`
+	// StartsAt and EndsAt bound the sale's window (RFC 3339); absent: no
+	// bound.
+	StartsAt *time.Time `json:"starts_at"`
+	EndsAt   *time.Time `json:"ends_at"`
+}
+
+type startSaleResponse struct {
+	SKU       string     `json:"sku"`
+	Available int64      `json:"available"`
+	StartsAt  *time.Time `json:"starts_at,omitempty"`
+	EndsAt    *time.Time `json:"ends_at,omitempty"`
 }
 
 func (s *server) startSale(c *gin.Context) {
@@ -548,11 +561,18 @@ func (s *server) startSale(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	if err := s.inv.StartSale(c.Request.Context(), sku, n); err != nil {
+	var w inventory.SaleWindow
+	if body.StartsAt != nil {
+		w.StartsAt = body.StartsAt.UTC()
+	}
+	if body.EndsAt != nil {
+		w.EndsAt = body.EndsAt.UTC()
+	}
+	if err := s.inv.StartSaleWindow(c.Request.Context(), sku, n, w); err != nil {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, stockResponse{SKU: sku, Available: n})
+	c.JSON(http.StatusOK, startSaleResponse{SKU: sku, Available: n, StartsAt: body.StartsAt, EndsAt: body.EndsAt})
 }
 
 type restockRequest struct {

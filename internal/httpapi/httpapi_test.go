@@ -144,14 +144,14 @@ func TestPlaceOrder(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("status %d %s, want 201", r.status, r.raw)
 	}
-	want := map[string]any{"sku": "s-1", "quantity": 2.0, "user_id": "u-9", "strategy": "for-update"}
+	want := map[string]any{"sku": "s-1", "quantity": 2.0, "user_id": "u-9", "strategy": "for-update", "state": "final"}
 	for k, v := range want {
 		if r.body[k] != v {
 			t.Errorf("%s = %v, want %v", k, r.body[k], v)
 		}
 	}
-	if id, _ := r.body["order_id"].(string); id == "" || len(r.body) != 5 {
-		t.Errorf("body %s: want order_id and exactly the five fields", r.raw)
+	if id, _ := r.body["order_id"].(string); id == "" || len(r.body) != 6 {
+		t.Errorf("body %s: want order_id and exactly the six fields", r.raw)
 	}
 	if got := in.available(t, "s-1"); got != 8 {
 		t.Errorf("available %v after buying 2 of 10", got)

@@ -222,3 +222,44 @@ func TestRestockRoute(t *testing.T) {
 		t.Errorf("audit %v: want initial 1 + restocked 3 = available 3 + ordered 1", a)
 	}
 }
+
+// TestSaleWindowRoute: PUT /admin/stock/{sku} takes optional starts_at and
+// ends_at (RFC 3339); an order outside them is 409 not_started or ended
+// with nothing changed, and a window that ends before it starts, or a time
+// that is not RFC 3339, is 400 with no sale started.
+func TestSaleWindowRoute(t *testing.T) {
+	in := newInstance(t, testdb.New(t, "postgres", 4), inventory.NewForUpdate())
+	h := in.admin.Clone()
+	h.Set("Content-Type", "application/json")
+	put := func(sku, body string) reply {
+		return call(t, http.MethodPut, in.url+"/admin/stock/"+sku, h, body)
+	}
+	soon, ago := time.Now().Add(time.Hour).UTC().Format(time.RFC3339), time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	if r := put("later", `{"available":2,"starts_at":"`+soon+`"}`); r.status != http.StatusOK || r.body["starts_at"] == nil {
+		t.Fatalf("start a sale with a window: %d %s", r.status, r.raw)
+	}
+	if r := put("over", `{"available":2,"ends_at":"`+ago+`"}`); r.status != http.StatusOK {
+		t.Fatalf("start a sale that has ended: %d %s", r.status, r.raw)
+	}
+	for sku, code := range map[string]string{"later": "not_started", "over": "ended"} {
+		r := in.order(t, `{"sku":"`+sku+`","quantity":1,"user_id":"u"}`, nil)
+		if r.status != http.StatusConflict || r.errorCode(t) != code {
+			t.Errorf("an order of %s: %d %s, want 409 %s", sku, r.status, r.raw, code)
+		}
+		if got := in.available(t, sku); got != 2 {
+			t.Errorf("%s: available %v after a refused order, want 2", sku, got)
+		}
+	}
+	for name, body := range map[string]string{
+		"ends before it starts": `{"available":2,"starts_at":"` + soon + `","ends_at":"` + ago + `"}`,
+		"not RFC 3339":          `{"available":2,"starts_at":"tomorrow"}`,
+		"a number":              `{"available":2,"ends_at":1700000000}`,
+	} {
+		if r := put("bad", body); r.status != http.StatusBadRequest || r.errorCode(t) != "invalid_request" {
+			t.Errorf("%s: %d %s, want 400", name, r.status, r.raw)
+		}
+	}
+	if r := call(t, http.MethodGet, in.url+"/stock/bad", nil, ""); r.status != http.StatusNotFound {
+		t.Errorf("a refused window started a sale: %d %s", r.status, r.raw)
+	}
+}

@@ -29,6 +29,10 @@ var (
 	ErrOrderNotFound = errors.New("order not found")
 	// ErrSoldOut: fewer units are available than asked for; nothing deducted.
 	ErrSoldOut = errors.New("sold out")
+	// ErrSaleNotStarted and ErrSaleEnded: the sale's window (starts_at,
+	// ends_at) is not open on the database's clock; nothing changed.
+	ErrSaleNotStarted = errors.New("the sale has not started")
+	ErrSaleEnded      = errors.New("the sale has ended")
 	// ErrLimitReached: the order would take the buyer past the per-user
 	// limit of the SKU's sale (PER_USER_LIMIT); nothing changed.
 	ErrLimitReached = errors.New("per-user limit reached")
@@ -196,6 +200,47 @@ type Level struct {
 	Version int64
 	// Fence is the highest lock fencing token that wrote the row.
 	Fence int64
+	// Window is where the database's clock stands against the sale's
+	// window when the row was read.
+	Window WindowState
+}
+
+// WindowState is where a sale stands against its window (starts_at,
+// ends_at), on the database's clock.
+type WindowState int
+
+const (
+	WindowOpen WindowState = iota
+	WindowNotStarted
+	WindowEnded
+)
+
+// SaleWindow bounds when a sale takes orders; a zero time is no bound.
+type SaleWindow struct {
+	StartsAt, EndsAt time.Time
+}
+
+// Validate refuses a window that ends before it starts.
+func (w SaleWindow) Validate() error {
+	if !w.StartsAt.IsZero() && !w.EndsAt.IsZero() && !w.EndsAt.After(w.StartsAt) {
+		return fmt.Errorf("%w: ends_at (%s) must be after starts_at (%s)", ErrInvalid, w.EndsAt.Format(time.RFC3339), w.StartsAt.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Refusal says why the row, as read, cannot take quantity: the window
+// (ErrSaleNotStarted, ErrSaleEnded), or too little stock (ErrSoldOut); nil
+// when it can. Every strategy that reads before it writes decides with it.
+func (l Level) Refusal(quantity int64) error {
+	switch {
+	case l.Window == WindowNotStarted:
+		return ErrSaleNotStarted
+	case l.Window == WindowEnded:
+		return ErrSaleEnded
+	case l.Available < quantity:
+		return ErrSoldOut
+	}
+	return nil
 }
 
 // Audit is the bookkeeping of one SKU's sale.

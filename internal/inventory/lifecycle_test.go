@@ -387,3 +387,65 @@ func TestRestockAddsUnitsAndKeepsOrders(t *testing.T) {
 		})
 	}
 }
+
+// TestSaleWindows: on every strategy that takes holds and both engines, an
+// order before the window opens is refused not started, after it ends
+// ended, each with nothing changed, and one inside it is taken. The
+// reservation strategies refuse a window for now, with nothing started.
+func TestSaleWindows(t *testing.T) {
+	hour := time.Hour
+	now := time.Now()
+	windows := []struct {
+		name string
+		w    inventory.SaleWindow
+		want error
+	}{
+		{"before", inventory.SaleWindow{StartsAt: now.Add(hour)}, inventory.ErrSaleNotStarted},
+		{"after", inventory.SaleWindow{EndsAt: now.Add(-hour)}, inventory.ErrSaleEnded},
+		{"after, both bounds", inventory.SaleWindow{StartsAt: now.Add(-2 * hour), EndsAt: now.Add(-hour)}, inventory.ErrSaleEnded},
+		{"inside", inventory.SaleWindow{StartsAt: now.Add(-hour), EndsAt: now.Add(hour)}, nil},
+	}
+	for _, engine := range store.Engines {
+		for name, build := range strategies() {
+			if inventory.IsControl(name) {
+				continue
+			}
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				db := testdb.New(t, engine, 8)
+				svc := inventory.NewService(db, build(t, engine, db), inventory.WithOrderTimeout(30*time.Second))
+				ctx := context.Background()
+				if slices.Contains(inventory.ReservedStrategyNames, name) {
+					if err := svc.StartSaleWindow(ctx, "w", 2, windows[0].w); !errors.Is(err, inventory.ErrInvalid) {
+						t.Errorf("a window on %s: %v, want a refusal", name, err)
+					}
+					return
+				}
+				for i, c := range windows {
+					sku := fmt.Sprintf("w-%d", i)
+					if err := svc.StartSaleWindow(ctx, sku, 2, c.w); err != nil {
+						t.Fatalf("%s: start: %v", c.name, err)
+					}
+					_, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "u"})
+					if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+						t.Errorf("%s: order answered %v, want %v", c.name, err, c.want)
+					}
+					a, err := svc.Audit(ctx, sku)
+					wantAvailable := int64(2)
+					if c.want == nil {
+						wantAvailable = 1
+					}
+					if err != nil || !a.Consistent() || a.Available != wantAvailable {
+						t.Errorf("%s: audit %+v, %v: want %d available", c.name, a, err, wantAvailable)
+					}
+				}
+				if err := svc.StartSaleWindow(ctx, "w-bad", 2, inventory.SaleWindow{StartsAt: now, EndsAt: now.Add(-time.Second)}); !errors.Is(err, inventory.ErrInvalid) {
+					t.Errorf("a window that ends before it starts: %v", err)
+				}
+				if _, err := svc.Level(ctx, "w-bad"); !errors.Is(err, inventory.ErrUnknownSKU) {
+					t.Errorf("the refused window started a sale: %v", err)
+				}
+			})
+		}
+	}
+}

@@ -198,8 +198,8 @@ func (l *Locked) Deduct(ctx context.Context, sku string, quantity int64, inTx Tx
 			if l.fencing && level.Fence >= lease.Token() {
 				return fmt.Errorf("%w: token %d on %q, which holder %d wrote", ErrFencedOff, lease.Token(), sku, level.Fence)
 			}
-			if level.Available < quantity {
-				return ErrSoldOut
+			if err := level.Refusal(quantity); err != nil {
+				return err
 			}
 			if freeze {
 				l.freeze()

@@ -49,6 +49,10 @@ func Outcome(err error) string {
 		return "sold_out"
 	case errors.Is(err, ErrLimitReached):
 		return "limit_reached"
+	case errors.Is(err, ErrSaleNotStarted):
+		return "not_started"
+	case errors.Is(err, ErrSaleEnded):
+		return "ended"
 	case errors.Is(err, ErrUnknownSKU):
 		return "unknown_sku"
 	case errors.Is(err, ErrInvalid):

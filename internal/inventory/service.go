@@ -228,10 +228,22 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	if errors.Is(err, ErrSoldOut) {
 		return Order{}, fmt.Errorf("%w: fewer than %d units of %q are available", ErrSoldOut, req.Quantity, req.SKU)
 	}
-	if !errors.Is(err, ErrSoldOut) && !errors.Is(err, ErrUnknownSKU) && !errors.Is(err, ErrIdempotencyConflict) && !errors.Is(err, ErrLimitReached) {
+	if !refusal(err) {
 		s.log.Warn("order failed", "sku", req.SKU, "order_id", order.ID, "strategy", s.strategy.Name(), "err", err)
 	}
 	return Order{}, err
+}
+
+// refusal reports whether err is an answer about the order itself (sold
+// out, past the limit, outside the window, an unknown SKU, a reused key),
+// not a failure worth a warning.
+func refusal(err error) bool {
+	for _, r := range []error{ErrSoldOut, ErrLimitReached, ErrSaleNotStarted, ErrSaleEnded, ErrUnknownSKU, ErrIdempotencyConflict} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // limitReached is the refusal of an order past the per-user limit.
@@ -327,7 +339,7 @@ func (s *Service) resolveUnknownCommit(ctx context.Context, orderID string, comm
 // classify turns a deadline or cancellation that reached the caller
 // unwrapped into ErrBusy, so the caller sees one of the package's errors.
 func (s *Service) classify(ctx context.Context, err error) error {
-	known := []error{ErrSoldOut, ErrLimitReached, ErrUnknownSKU, ErrInvalid, ErrIdempotencyConflict, ErrBusy, ErrUnavailable}
+	known := []error{ErrSoldOut, ErrLimitReached, ErrSaleNotStarted, ErrSaleEnded, ErrUnknownSKU, ErrInvalid, ErrIdempotencyConflict, ErrBusy, ErrUnavailable}
 	for _, k := range known {
 		if errors.Is(err, k) {
 			return err
@@ -376,19 +388,32 @@ func (s *Service) Level(ctx context.Context, sku string) (Level, error) {
 // StartSale sets the SKU's stock to n, forgets its orders and idempotency
 // keys, and clears whatever state the strategy keeps for it.
 func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
+	return s.StartSaleWindow(ctx, sku, n, SaleWindow{})
+}
+
+// StartSaleWindow is StartSale with a window: before w.StartsAt and from
+// w.EndsAt on (the database's clock), orders are refused with
+// ErrSaleNotStarted and ErrSaleEnded and change nothing.
+func (s *Service) StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error {
 	if err := ValidateSKU(sku); err != nil {
 		return err
 	}
 	if err := ValidateInitialStock(n); err != nil {
 		return err
 	}
+	if err := w.Validate(); err != nil {
+		return err
+	}
 	if starter, ok := s.strategy.(SaleKeeper); ok {
+		if w != (SaleWindow{}) {
+			return fmt.Errorf("%w: %s keeps the sale outside the database and takes no window yet", ErrInvalid, s.strategy.Name())
+		}
 		return starter.StartSale(ctx, sku, n)
 	}
 	// The database first, then the strategy's state. Neither sets anything
 	// back: StartSale bumps the version and keeps the fence, and the lock's
 	// Reset keeps its fencing counter, so tokens stay above every fence.
-	if err := s.startSaleInStore(ctx, sku, n); err != nil {
+	if err := s.startSaleInStore(ctx, sku, n, w); err != nil {
 		return err
 	}
 	if r, ok := s.strategy.(SKUStateResetter); ok {
@@ -404,10 +429,10 @@ func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
 // its order row and then the stock row, the sale the stock row and then
 // the SKU's order rows, and the one the database picks as the victim runs
 // again (nothing of it was written).
-func (s *Service) startSaleInStore(ctx context.Context, sku string, n int64) error {
+func (s *Service) startSaleInStore(ctx context.Context, sku string, n int64, w SaleWindow) error {
 	var err error
 	for attempt := 0; attempt < s.txAttempts; attempt++ {
-		if err = s.store.StartSale(ctx, sku, n); !errors.Is(err, ErrConflict) {
+		if err = s.store.StartSaleWindow(ctx, sku, n, w); !errors.Is(err, ErrConflict) {
 			return err
 		}
 		if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {

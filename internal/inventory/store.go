@@ -19,6 +19,10 @@ type Store interface {
 	// the old sale (a compare-and-set holding an old version, a paused lock
 	// holder) can never land in the new one.
 	StartSale(ctx context.Context, sku string, n int64) error
+	// StartSaleWindow is StartSale with a window: orders are refused
+	// before w.StartsAt and from w.EndsAt on, by the database's clock (a
+	// zero time: no bound).
+	StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error
 	// Audit reads the SKU's stock and the sum of its orders from one
 	// snapshot.
 	Audit(ctx context.Context, sku string) (Audit, error)

@@ -39,21 +39,26 @@ type Strategy interface {
 }
 
 // soldOutOrUnknown tells why a conditional write touched no row: the SKU does
-// not exist, or too little stock was left.
+// not exist, its window is not open, or too little stock was left.
 func soldOutOrUnknown(ctx context.Context, tx Tx, sku string) error {
-	if _, err := tx.ReadLevel(ctx, sku); err != nil {
+	level, err := tx.ReadLevel(ctx, sku)
+	if err != nil {
+		return err
+	}
+	if err := level.Refusal(0); err != nil {
 		return err
 	}
 	return ErrSoldOut
 }
 
 // readAvailable reads sku's level and fails with ErrSoldOut when fewer than
-// quantity units are left: the read and check of every read-check-write
-// strategy (the level is returned in both cases).
+// quantity units are left, or with the window's error when the sale is not
+// open: the read and check of every read-check-write strategy (the level is
+// returned in every case).
 func readAvailable(ctx context.Context, tx Tx, sku string, quantity int64) (Level, error) {
 	level, err := tx.ReadLevel(ctx, sku)
-	if err == nil && level.Available < quantity {
-		err = ErrSoldOut
+	if err == nil {
+		err = level.Refusal(quantity)
 	}
 	return level, err
 }
@@ -116,8 +121,8 @@ func (*ForUpdate) Deduct(ctx context.Context, sku string, quantity int64, inTx T
 		if err != nil {
 			return err
 		}
-		if level.Available < quantity {
-			return ErrSoldOut
+		if err := level.Refusal(quantity); err != nil {
+			return err
 		}
 		return tx.Deduct(ctx, sku, quantity)
 	})

@@ -230,7 +230,7 @@ func (s *Store) inTx(ctx context.Context, fn func(context.Context, *tx) error) e
 
 // Level implements inventory.Store.
 func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) {
-	return readLevel(ctx, s.db, sku, `SELECT available, version, fence FROM stock WHERE sku = ?`)
+	return readLevel(ctx, s.db, sku, levelQuery)
 }
 
 // SKUsAfter lists, in order, at most limit SKUs that have a stock row (a
@@ -254,7 +254,13 @@ func (s *Store) SKUsAfter(ctx context.Context, after string, limit int) ([]strin
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	_, err := s.StartSaleEpoch(ctx, sku, n, 0, nil)
+	_, err := s.startSale(ctx, sku, n, 0, inventory.SaleWindow{}, nil)
+	return err
+}
+
+// StartSaleWindow implements inventory.Store.
+func (s *Store) StartSaleWindow(ctx context.Context, sku string, n int64, w inventory.SaleWindow) error {
+	_, err := s.startSale(ctx, sku, n, 0, w, nil)
 	return err
 }
 
@@ -265,15 +271,23 @@ func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 // beforeCommit is not nil it runs with the new number inside the
 // transaction, while the row is locked, and its error rolls the sale back.
 func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
+	return s.startSale(ctx, sku, n, atLeast, inventory.SaleWindow{}, beforeCommit)
+}
+
+// startSale is every StartSale: the sale's row with its window (NULL for
+// an open bound; DATETIME in UTC, as UTC_TIMESTAMP(6) compares it), its
+// orders, buyers and keys forgotten, in one transaction.
+func (s *Store) startSale(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
 	var epoch int64
 	err := s.inSQLTx(ctx, nil, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
-			VALUES (?, ?, ?, 0, 0, (? DIV 1048576 + 1) * 1048576, CURRENT_TIMESTAMP(6))
+			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at, starts_at, ends_at)
+			VALUES (?, ?, ?, 0, 0, (? DIV 1048576 + 1) * 1048576, CURRENT_TIMESTAMP(6), ?, ?)
 			ON DUPLICATE KEY UPDATE
 				initial = ?, available = ?, restocked = 0, version = version + 1,
-				sale_epoch = (GREATEST(sale_epoch, ?) DIV 1048576 + 1) * 1048576, updated_at = CURRENT_TIMESTAMP(6)`,
-			sku, n, n, atLeast, n, n, atLeast); err != nil {
+				sale_epoch = (GREATEST(sale_epoch, ?) DIV 1048576 + 1) * 1048576, updated_at = CURRENT_TIMESTAMP(6),
+				starts_at = ?, ends_at = ?`,
+			sku, n, n, atLeast, utcOrNull(w.StartsAt), utcOrNull(w.EndsAt), n, n, atLeast, utcOrNull(w.StartsAt), utcOrNull(w.EndsAt)); err != nil {
 			return err
 		}
 		// The row is locked by the upsert until the commit: this reads
@@ -432,11 +446,11 @@ func (t *tx) SessionID(ctx context.Context) (int64, error) {
 }
 
 func (t *tx) ReadLevel(ctx context.Context, sku string) (inventory.Level, error) {
-	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = ?`)
+	return readLevel(ctx, t.tx, sku, levelQuery)
 }
 
 func (t *tx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
-	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = ? FOR UPDATE`)
+	return readLevel(ctx, t.tx, sku, levelQuery+` FOR UPDATE`)
 }
 
 func (t *tx) Deduct(ctx context.Context, sku string, quantity int64) error {
@@ -458,7 +472,7 @@ func (t *tx) DeductIfVersion(ctx context.Context, sku string, quantity, version 
 func (t *tx) DeductIfAvailable(ctx context.Context, sku string, quantity int64) (bool, error) {
 	return t.execAffected(ctx, `
 		UPDATE stock SET available = available - ?, version = version + 1
-		WHERE sku = ? AND available >= ?`, quantity, sku, quantity)
+		WHERE sku = ? AND available >= ? AND `+openNow, quantity, sku, quantity)
 }
 
 func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, readVersion int64) (bool, error) {
@@ -559,14 +573,32 @@ func (t *tx) InsertIdempotencyRecords(ctx context.Context, records []inventory.I
 	return int(n), wrap(ctx, err)
 }
 
+// utcOrNull is t as a UTC DATETIME for a bound, nil (NULL) for none.
+func utcOrNull(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC()
+}
+
 // placeholders repeats one row's placeholders n times, comma-separated.
 func placeholders(n int, row string) string {
 	return strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 }
 
+// openNow is the condition of a sale whose window is open on the
+// database's clock, for the writes that check and deduct in one statement.
+const openNow = `(starts_at IS NULL OR starts_at <= UTC_TIMESTAMP(6)) AND (ends_at IS NULL OR ends_at > UTC_TIMESTAMP(6))`
+
+// levelQuery reads a stock row as inventory.Level: the window's state
+// judged by the database's clock.
+const levelQuery = `SELECT available, version, fence,
+	CASE WHEN starts_at > UTC_TIMESTAMP(6) THEN 1 WHEN ends_at <= UTC_TIMESTAMP(6) THEN 2 ELSE 0 END
+	FROM stock WHERE sku = ?`
+
 func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {
 	var l inventory.Level
-	err := q.QueryRowContext(ctx, query, sku).Scan(&l.Available, &l.Version, &l.Fence)
+	err := q.QueryRowContext(ctx, query, sku).Scan(&l.Available, &l.Version, &l.Fence, &l.Window)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
 	}

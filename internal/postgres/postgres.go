@@ -171,7 +171,7 @@ func beginQuery(ctx context.Context) string {
 
 // Level implements inventory.Store.
 func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) {
-	return readLevel(ctx, s.pool, sku, `SELECT available, version, fence FROM stock WHERE sku = $1`)
+	return readLevel(ctx, s.pool, sku, levelQuery)
 }
 
 // SKUsAfter lists, in order, at most limit SKUs that have a stock row (a
@@ -187,7 +187,13 @@ func (s *Store) SKUsAfter(ctx context.Context, after string, limit int) ([]strin
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	_, err := s.StartSaleEpoch(ctx, sku, n, 0, nil)
+	_, err := s.startSale(ctx, sku, n, 0, inventory.SaleWindow{}, nil)
+	return err
+}
+
+// StartSaleWindow implements inventory.Store.
+func (s *Store) StartSaleWindow(ctx context.Context, sku string, n int64, w inventory.SaleWindow) error {
+	_, err := s.startSale(ctx, sku, n, 0, w, nil)
 	return err
 }
 
@@ -198,15 +204,23 @@ func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
 // beforeCommit is not nil it runs with the new number inside the
 // transaction, while the row is locked, and its error rolls the sale back.
 func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
+	return s.startSale(ctx, sku, n, atLeast, inventory.SaleWindow{}, beforeCommit)
+}
+
+// startSale is every StartSale: the sale's row with its window (NULL for
+// an open bound), its orders, buyers and keys forgotten, in one
+// transaction.
+func (s *Store) startSale(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
 	var epoch int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `
-			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at)
-			VALUES ($1, $2, $2, 0, 0, ($3::bigint / 1048576 + 1) * 1048576, now())
+			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at, starts_at, ends_at)
+			VALUES ($1, $2, $2, 0, 0, ($3::bigint / 1048576 + 1) * 1048576, now(), $4, $5)
 			ON CONFLICT (sku) DO UPDATE
 			SET initial = $2, available = $2, restocked = 0, version = stock.version + 1,
-				sale_epoch = (GREATEST(stock.sale_epoch, $3::bigint) / 1048576 + 1) * 1048576, updated_at = now()
-			RETURNING sale_epoch`, sku, n, atLeast).Scan(&epoch); err != nil {
+				sale_epoch = (GREATEST(stock.sale_epoch, $3::bigint) / 1048576 + 1) * 1048576, updated_at = now(),
+				starts_at = $4, ends_at = $5
+			RETURNING sale_epoch`, sku, n, atLeast, timeOrNull(w.StartsAt), timeOrNull(w.EndsAt)).Scan(&epoch); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE sku = $1`, sku); err != nil {
@@ -261,6 +275,14 @@ func (s *Store) FindOrder(ctx context.Context, id string) (inventory.Order, bool
 	return o, true, nil
 }
 
+// timeOrNull is t for a bound, nil (NULL) for none.
+func timeOrNull(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
 // querier is what a pool and a transaction have in common.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -280,11 +302,11 @@ func (t *tx) SessionID(ctx context.Context) (int64, error) {
 }
 
 func (t *tx) ReadLevel(ctx context.Context, sku string) (inventory.Level, error) {
-	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = $1`)
+	return readLevel(ctx, t.tx, sku, levelQuery)
 }
 
 func (t *tx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
-	return readLevel(ctx, t.tx, sku, `SELECT available, version, fence FROM stock WHERE sku = $1 FOR UPDATE`)
+	return readLevel(ctx, t.tx, sku, levelQuery+` FOR UPDATE`)
 }
 
 func (t *tx) Deduct(ctx context.Context, sku string, quantity int64) error {
@@ -306,7 +328,7 @@ func (t *tx) DeductIfVersion(ctx context.Context, sku string, quantity, version 
 func (t *tx) DeductIfAvailable(ctx context.Context, sku string, quantity int64) (bool, error) {
 	return t.execAffected(ctx, `
 		UPDATE stock SET available = available - $2, version = version + 1
-		WHERE sku = $1 AND available >= $2`, sku, quantity)
+		WHERE sku = $1 AND available >= $2 AND `+openNow, sku, quantity)
 }
 
 func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, readVersion int64) (bool, error) {
@@ -420,9 +442,19 @@ func (t *tx) InsertIdempotencyRecords(ctx context.Context, records []inventory.I
 	return int(tag.RowsAffected()), nil
 }
 
+// openNow is the condition of a sale whose window is open on the
+// database's clock, for the writes that check and deduct in one statement.
+const openNow = `(starts_at IS NULL OR starts_at <= now()) AND (ends_at IS NULL OR ends_at > now())`
+
+// levelQuery reads a stock row as inventory.Level: the window's state
+// judged by the database's clock.
+const levelQuery = `SELECT available, version, fence,
+	CASE WHEN starts_at > now() THEN 1 WHEN ends_at <= now() THEN 2 ELSE 0 END
+	FROM stock WHERE sku = $1`
+
 func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {
 	var l inventory.Level
-	err := q.QueryRow(ctx, query, sku).Scan(&l.Available, &l.Version, &l.Fence)
+	err := q.QueryRow(ctx, query, sku).Scan(&l.Available, &l.Version, &l.Fence, &l.Window)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return l, fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
 	}

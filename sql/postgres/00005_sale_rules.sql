@@ -16,6 +16,10 @@ CREATE TABLE buyer_units (
 -- the audit becomes initial + restocked = available + held + paid.
 ALTER TABLE stock ADD COLUMN restocked bigint NOT NULL DEFAULT 0;
 
+-- Sale windows: before starts_at and from ends_at on (the database's
+-- clock), orders are refused and nothing changes. NULL: no bound.
+ALTER TABLE stock ADD COLUMN starts_at timestamptz, ADD COLUMN ends_at timestamptz;
+
 -- +goose Down
-ALTER TABLE stock DROP COLUMN restocked;
+ALTER TABLE stock DROP COLUMN ends_at, DROP COLUMN starts_at, DROP COLUMN restocked;
 DROP TABLE buyer_units;

@@ -16,6 +16,12 @@ CREATE TABLE buyer_units (
 -- the audit becomes initial + restocked = available + held + paid.
 ALTER TABLE stock ADD COLUMN restocked BIGINT NOT NULL DEFAULT 0;
 
+-- Sale windows: before starts_at and from ends_at on (the database's
+-- clock, UTC_TIMESTAMP(6)), orders are refused and nothing changes. NULL:
+-- no bound.
+ALTER TABLE stock ADD COLUMN starts_at DATETIME(6) NULL DEFAULT NULL,
+    ADD COLUMN ends_at DATETIME(6) NULL DEFAULT NULL;
+
 -- +goose Down
-ALTER TABLE stock DROP COLUMN restocked;
+ALTER TABLE stock DROP COLUMN ends_at, DROP COLUMN starts_at, DROP COLUMN restocked;
 DROP TABLE buyer_units;
