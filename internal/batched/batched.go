@@ -271,7 +271,7 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 		for _, o := range orders {
 			claims[o.UserID] += o.Quantity
 		}
-		ok, err := tx.ClaimUnitsOf(ctx, sku, claims, limit)
+		ok, err := tx.ClaimUnitsOf(ctx, sku, claims, held, limit)
 		if err != nil {
 			return "", err
 		}

@@ -383,7 +383,7 @@ func (t *fakeBatchTx) LockBuyers(_ context.Context, _ string, users []string) (m
 	return held, nil
 }
 
-func (t *fakeBatchTx) ClaimUnitsOf(_ context.Context, _ string, claims map[string]int64, limit int64) (bool, error) {
+func (t *fakeBatchTx) ClaimUnitsOf(_ context.Context, _ string, claims, _ map[string]int64, limit int64) (bool, error) {
 	if t.st.buyers == nil {
 		t.st.buyers = map[string]int64{}
 	}

@@ -43,8 +43,8 @@ type Tx interface {
 	// have none are absent) (PER_USER_LIMIT).
 	LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error)
 	// ClaimUnitsOf adds each buyer's units of claims to its count, each
-	// only while it stays within limit, in buyer order; false when any was
-	// refused (a buyer row created since LockBuyers read them): the
-	// transaction must then not commit.
-	ClaimUnitsOf(ctx context.Context, sku string, claims map[string]int64, limit int64) (bool, error)
+	// only while it stays within limit, in buyer order; held is what
+	// LockBuyers read. False when any was refused (a buyer row created
+	// since LockBuyers read them): the transaction must then not commit.
+	ClaimUnitsOf(ctx context.Context, sku string, claims, held map[string]int64, limit int64) (bool, error)
 }

@@ -163,7 +163,7 @@ var errorStatus = []struct {
 	{inventory.ErrOrderFinal, http.StatusConflict, "final", ""},
 	{inventory.ErrIdempotencyConflict, http.StatusUnprocessableEntity, "idempotency_conflict", ""},
 	{inventory.ErrBusy, http.StatusServiceUnavailable, "busy", "the order could not be taken in time; nothing was deducted, retry later"},
-	{inventory.ErrOutcomeUnknown, http.StatusServiceUnavailable, "unavailable", "the database stopped answering while committing: the order may exist; retry with the same Idempotency-Key to learn its fate"},
+	{inventory.ErrOutcomeUnknown, http.StatusServiceUnavailable, "unavailable", "the database stopped answering while committing: the change may have happened; retry (an order with the same Idempotency-Key; a pay or a cancel as it was, they are idempotent) to learn its fate"},
 	{inventory.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "a backend is unavailable; nothing was deducted, retry later"},
 }
 

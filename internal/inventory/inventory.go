@@ -86,6 +86,9 @@ type Order struct {
 	// Hold, on a new order only, is how long its units are held for
 	// payment: the store sets expires_at to the database's now() + Hold.
 	Hold time.Duration
+	// Lapsed, on an order read from the store, says that it was held and
+	// its hold had run out by the database's clock at the read.
+	Lapsed bool
 }
 
 // Request asks for Quantity units of SKU for UserID. IdempotencyKey, when set,

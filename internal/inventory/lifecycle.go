@@ -84,13 +84,18 @@ func (s *Service) settle(ctx context.Context, id, userID, to string) (Order, err
 		if o.State != OrderHeld {
 			return answerSettled(o, to)
 		}
-		moved, err := s.transition(ctx, o, to)
+		moved, resolved, err := s.transition(ctx, o, to)
 		if err != nil {
 			return Order{}, err
 		}
 		if moved {
 			o.State = to
 			return o, nil
+		}
+		if resolved != nil {
+			// A lost commit answer, resolved by reading the order: answer
+			// from what it is now (the order's own time may be spent).
+			return answerSettled(*resolved, to)
 		}
 		// Lost: another transition moved it first, or the hold lapsed
 		// (the database said so by refusing); the next look answers.
@@ -121,11 +126,10 @@ func answerSettled(o Order, want string) (Order, error) {
 // its units in the same transaction when to gives them back, and reports
 // whether this call moved it. A commit whose answer was lost is resolved by
 // reading the order: the move and the return committed together or not at
-// all, so the state tells which.
-func (s *Service) transition(ctx context.Context, o Order, to string) (bool, error) {
-	var err error
+// all, so the state tells which, and resolved is the order as read.
+func (s *Service) transition(ctx context.Context, o Order, to string) (moved bool, resolved *Order, err error) {
 	for attempt := 0; attempt < s.txAttempts; attempt++ {
-		var moved bool
+		moved = false
 		err = s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
 			var terr error
 			moved, terr = tx.SettleOrder(ctx, o.ID, o.UserID, to)
@@ -144,37 +148,45 @@ func (s *Service) transition(ctx context.Context, o Order, to string) (bool, err
 			if moved {
 				s.obs.OrderSettled(s.strategy.Name(), to)
 			}
-			return moved, nil
+			return moved, nil, nil
 		case errors.Is(err, ErrOutcomeUnknown):
-			// Whether this call or another moved it, the state answers.
-			now, found, ferr := s.store.FindOrder(ctx, o.ID)
+			// Whether this call or another moved it, the state answers. The
+			// lookup has time of its own: the commit's answer is often lost
+			// to the deadline itself.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			now, found, ferr := s.store.FindOrder(lctx, o.ID)
+			cancel()
 			if ferr != nil || !found || now.State == OrderHeld {
-				return false, err
+				return false, nil, err
 			}
-			return false, nil
+			return false, &now, nil
 		case errors.Is(err, ErrConflict):
 			s.obs.Retried(s.strategy.Name(), "conflict")
 			if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
-				return false, perr
+				return false, nil, perr
 			}
 		default:
-			return false, s.classify(ctx, err)
+			return false, nil, s.classify(ctx, err)
 		}
 	}
-	return false, fmt.Errorf("%w: transaction aborted %d times: %w", ErrBusy, s.txAttempts, err)
+	return false, nil, fmt.Errorf("%w: transaction aborted %d times: %w", ErrBusy, s.txAttempts, err)
 }
 
 // expireIfLapsed is the lazy expiry: a held order that is read is expired
-// on the spot when its hold has lapsed by the database's clock (the
-// statement's own condition), so its buyer never sees a hold that can no
-// longer be paid, and its units go back without waiting for the sweep.
+// on the spot when its hold had lapsed by the database's clock at the read
+// (and the statement checks it again), so its buyer never sees a hold that
+// can no longer be paid, and its units go back without waiting for the
+// sweep. A hold that runs on costs the read only.
 func (s *Service) expireIfLapsed(ctx context.Context, o Order) (Order, error) {
-	if o.State != OrderHeld {
+	if o.State != OrderHeld || !o.Lapsed {
 		return o, nil
 	}
-	moved, err := s.transition(ctx, o, OrderExpired)
+	moved, resolved, err := s.transition(ctx, o, OrderExpired)
 	if err != nil {
 		return Order{}, err
+	}
+	if resolved != nil {
+		return *resolved, nil
 	}
 	if !moved {
 		// Not lapsed, or another expiry, pay or cancel came first: read
@@ -192,8 +204,10 @@ func (s *Service) expireIfLapsed(ctx context.Context, o Order) (Order, error) {
 	return o, nil
 }
 
-// DefaultSweepBatch is how many lapsed holds one sweep transaction expires.
-const DefaultSweepBatch = 500
+// DefaultSweepBatch is how many lapsed holds one sweep transaction expires:
+// enough that a sweep of thousands takes few transactions, few enough that
+// one holds the stock rows of at most that many SKUs, briefly.
+const DefaultSweepBatch = 200
 
 // ExpireHolds is the sweep: it expires lapsed holds, batch orders a
 // transaction (at most; rows another transaction holds are skipped and

@@ -277,6 +277,13 @@ func TestPerUserLimitAcrossInstances(t *testing.T) {
 				strategy := build(t, engine, db)
 				var instances [2]*inventory.Service
 				for i := range instances {
+					if i > 0 && name == inventory.NameBatched {
+						// A batcher of its own: the two orders of a buyer
+						// then race in two transactions, as on two
+						// instances. (A lock strategy shares its lock
+						// server, so it shares the strategy here.)
+						strategy = build(t, engine, db)
+					}
 					instances[i] = inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second),
 						inventory.WithHoldTTL(time.Hour), inventory.WithPerUserLimit(1))
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -358,20 +359,36 @@ func (s *Service) classify(ctx context.Context, err error) error {
 // the stream has written it to the database (usually within milliseconds
 // of its 201).
 func (s *Service) FindOrder(ctx context.Context, id, userID string) (Order, error) {
-	if _, err := uuid.Parse(id); err != nil {
-		return Order{}, fmt.Errorf("%w: order id %q is not a UUID", ErrInvalid, id)
+	if err := validateOrderID(id); err != nil {
+		return Order{}, err
 	}
 	if err := ValidateUserID(userID); err != nil {
 		return Order{}, err
 	}
+	// Bounded like an order: a read that waits behind a row lock (the
+	// lazy expiry's) gives up and answers busy.
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	o, found, err := s.store.FindOrder(ctx, id)
 	if err != nil {
-		return Order{}, err
+		return Order{}, s.classify(ctx, err)
 	}
 	if !found || o.UserID != userID {
 		return Order{}, fmt.Errorf("%w: %s", ErrOrderNotFound, id)
 	}
 	return s.expireIfLapsed(ctx, o)
+}
+
+// validateOrderID accepts an order id as the service writes it: a UUID in
+// its canonical 36-character form. uuid.Parse alone also takes
+// "urn:uuid:…" and braced spellings, which one engine would refuse as a
+// malformed value (a 500) and another answer as unknown.
+func validateOrderID(id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil || len(id) != 36 || u.String() != strings.ToLower(id) {
+		return fmt.Errorf("%w: order id %q is not a UUID (36 characters, as the order's answer gave it)", ErrInvalid, id)
+	}
+	return nil
 }
 
 // Level returns a SKU's stock.

@@ -26,13 +26,16 @@ func (t *tx) SettleOrder(ctx context.Context, id, userID, to string) (bool, erro
 	// lapsed: the two sides of expires_at on one clock, so exactly one of a
 	// racing pay and expiry matches. InnoDB's UPDATE reads the row's latest
 	// version under its lock, so the second of two racing UPDATEs sees the
-	// first one's state, whatever the transaction's snapshot.
+	// first one's state, whatever the transaction's snapshot. FORCE INDEX:
+	// on a small table MariaDB may plan this on the sweep's index (state,
+	// expires_at) and lock a range of other orders' entries, waiting behind
+	// a sweep for an order the sweep does not touch.
 	lapsed := `expires_at > UTC_TIMESTAMP(6)`
 	if to == inventory.OrderExpired {
 		lapsed = `expires_at <= UTC_TIMESTAMP(6)`
 	}
 	return t.execAffected(ctx, `
-		UPDATE orders SET state = ?, settled_at = UTC_TIMESTAMP(6)
+		UPDATE orders FORCE INDEX (PRIMARY) SET state = ?, settled_at = UTC_TIMESTAMP(6)
 		WHERE id = ? AND user_id = ? AND state = 'held' AND `+lapsed, to, id, userID)
 }
 
@@ -45,13 +48,40 @@ func (t *tx) ReturnUnits(ctx context.Context, sku string, quantity int64) error 
 }
 
 func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, error) {
-	// MariaDB's UPDATE has no RETURNING: lock the lapsed holds first (SKIP
-	// LOCKED: a second sweeper takes other orders, and an order a pay or
-	// cancel is moving is left to it), then move exactly those.
+	// Two steps, so that the sweep locks the orders it moves and nothing
+	// else. A locking read over the index (state, expires_at) would, under
+	// REPEATABLE READ, also lock the gap after the last lapsed hold, where
+	// every new hold is inserted: orders would queue behind the sweep, and
+	// deadlock with it. So: a plain read of candidates (no locks), then the
+	// candidates by primary key, locked, skipping those another
+	// transaction holds (a pay, a cancel, a second sweeper), still held and
+	// lapsed; then the move of exactly those.
 	rows, err := t.tx.QueryContext(ctx, `
-		SELECT id, sku, quantity, user_id FROM orders
+		SELECT id FROM orders
 		WHERE state = 'held' AND expires_at <= UTC_TIMESTAMP(6)
-		ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`, limit)
+		ORDER BY expires_at LIMIT ?`, limit)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	var candidates []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			_ = rows.Close()
+			return nil, wrap(ctx, err)
+		}
+		candidates = append(candidates, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, err)
+	}
+	if len(candidates) == 0 {
+		return nil, nil
+	}
+	rows, err = t.tx.QueryContext(ctx, `
+		SELECT id, sku, quantity, user_id FROM orders FORCE INDEX (PRIMARY)
+		WHERE id IN (`+placeholders(len(candidates), "?")+`) AND state = 'held' AND expires_at <= UTC_TIMESTAMP(6)
+		FOR UPDATE SKIP LOCKED`, candidates...)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
@@ -75,7 +105,7 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 		args[i] = o.ID
 	}
 	res, err := t.tx.ExecContext(ctx, `
-		UPDATE orders SET state = 'expired', settled_at = UTC_TIMESTAMP(6)
+		UPDATE orders FORCE INDEX (PRIMARY) SET state = 'expired', settled_at = UTC_TIMESTAMP(6)
 		WHERE state = 'held' AND id IN (`+placeholders(len(expired), "?")+`)`, args...)
 	if err != nil {
 		return nil, wrap(ctx, err)
@@ -133,22 +163,52 @@ func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[
 	return units, wrap(ctx, rows.Err())
 }
 
-func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims map[string]int64, limit int64) (bool, error) {
+func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map[string]int64, limit int64) (bool, error) {
 	users := make([]string, 0, len(claims))
 	for u := range claims {
 		users = append(users, u)
 	}
 	slices.Sort(users)
-	// One statement per buyer: MariaDB reports one count for a multi-row
-	// upsert (1 per insert, 2 per change), which cannot tell a refused row
-	// from a grown one.
+	args := make([]any, 0, 3*len(users)+1)
 	for _, u := range users {
-		ok, err := t.ClaimUnits(ctx, sku, u, claims[u], limit)
-		if err != nil || !ok {
-			return false, err
+		args = append(args, sku, u, claims[u])
+	}
+	args = append(args, limit)
+	// One upsert for the batch, in buyer order. MariaDB reports one count
+	// for it (1 per insert, 2 per change, 0 per row left alone), which
+	// cannot tell a refused row from the others: the rows, locked by this
+	// transaction now, are read back and each must have grown by its claim.
+	if _, err := t.tx.ExecContext(ctx, `
+		INSERT INTO buyer_units (sku, user_id, units) VALUES `+placeholders(len(users), "(?, ?, ?)")+`
+		ON DUPLICATE KEY UPDATE units = IF(units + VALUES(units) <= ?, units + VALUES(units), units)`, args...); err != nil {
+		return false, wrap(ctx, err)
+	}
+	read := []any{sku}
+	for _, u := range users {
+		read = append(read, u)
+	}
+	rows, err := t.tx.QueryContext(ctx, `
+		SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(users), "?")+`)
+		FOR UPDATE`, read...)
+	if err != nil {
+		return false, wrap(ctx, err)
+	}
+	defer rows.Close()
+	grown := 0
+	for rows.Next() {
+		var u string
+		var n int64
+		if err := rows.Scan(&u, &n); err != nil {
+			return false, wrap(ctx, err)
+		}
+		if q, ok := claims[u]; ok && n == held[u]+q && n <= limit {
+			grown++
 		}
 	}
-	return true, nil
+	if err := rows.Err(); err != nil {
+		return false, wrap(ctx, err)
+	}
+	return grown == len(users), nil
 }
 
 func (t *tx) Restock(ctx context.Context, sku string, quantity int64) (bool, error) {

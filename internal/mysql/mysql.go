@@ -609,8 +609,9 @@ func getOrder(ctx context.Context, q querier, id string) (inventory.Order, error
 	o := inventory.Order{ID: id}
 	var expires sql.NullTime
 	err := q.QueryRowContext(ctx, `
-		SELECT sku, quantity, user_id, strategy, state, expires_at FROM orders
-		WHERE id = ?`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires)
+		SELECT sku, quantity, user_id, strategy, state, expires_at,
+		       state = 'held' AND expires_at <= UTC_TIMESTAMP(6)
+		FROM orders WHERE id = ?`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires, &o.Lapsed)
 	if expires.Valid {
 		// DATETIME in UTC (UTC_TIMESTAMP), read back as UTC: the
 		// driver's default loc.

@@ -11,19 +11,22 @@ import (
 )
 
 // The order lifecycle's statements (inventory.Tx): each transition is one
-// conditional UPDATE on the order row, judged by the database's now().
+// conditional UPDATE on the order row, judged by the database's clock at
+// the statement: statement_timestamp(), not now(), which is the time the
+// transaction began (a transaction begun before a hold lapsed could pay it
+// after). MariaDB's UTC_TIMESTAMP(6) is the statement's time too.
 
 func (t *tx) SettleOrder(ctx context.Context, id, userID, to string) (bool, error) {
 	// Pay and cancel only while the hold runs, expiry only once it has
 	// lapsed: the two sides of expires_at on one clock, so exactly one of a
 	// racing pay and expiry matches. The row lock makes the second UPDATE
 	// re-check state = 'held' against the first one's commit.
-	lapsed := `expires_at > now()`
+	lapsed := `expires_at > statement_timestamp()`
 	if to == inventory.OrderExpired {
-		lapsed = `expires_at <= now()`
+		lapsed = `expires_at <= statement_timestamp()`
 	}
 	return t.execAffected(ctx, `
-		UPDATE orders SET state = $3, settled_at = now()
+		UPDATE orders SET state = $3, settled_at = statement_timestamp()
 		WHERE id = $1 AND user_id = $2 AND state = 'held' AND `+lapsed, id, userID, to)
 }
 
@@ -39,9 +42,9 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 	// SKIP LOCKED: a second sweeper takes other orders, and an order that a
 	// pay or cancel is moving is left to it (its UPDATE decides).
 	rows, err := t.tx.Query(ctx, `
-		UPDATE orders SET state = 'expired', settled_at = now()
+		UPDATE orders SET state = 'expired', settled_at = statement_timestamp()
 		WHERE state = 'held' AND id IN (
-			SELECT id FROM orders WHERE state = 'held' AND expires_at <= now()
+			SELECT id FROM orders WHERE state = 'held' AND expires_at <= statement_timestamp()
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
 		RETURNING id::text, sku, quantity, user_id`, limit)
 	if err != nil {
@@ -93,7 +96,7 @@ func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[
 	return units, wrap(ctx, rows.Err())
 }
 
-func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims map[string]int64, limit int64) (bool, error) {
+func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, _ map[string]int64, limit int64) (bool, error) {
 	users, quantities := make([]string, 0, len(claims)), make([]int64, 0, len(claims))
 	for u := range claims {
 		users = append(users, u)

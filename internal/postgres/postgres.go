@@ -341,11 +341,11 @@ func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, re
 }
 
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
-	// A held order's hold runs from the database's now(), never an
+	// A held order's hold runs from the database's clock, never an
 	// instance's clock.
 	_, err := t.tx.Exec(ctx, `
 		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' END)`,
+		VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN statement_timestamp() + $7::bigint * interval '1 microsecond' END)`,
 		o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds())
 	return wrap(ctx, err)
 }
@@ -416,7 +416,7 @@ func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
 	_, err := t.tx.Exec(ctx, `
 		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
 		SELECT id, sku, quantity, user_id, strategy, state,
-		       CASE WHEN hold > 0 THEN now() + hold * interval '1 microsecond' END
+		       CASE WHEN hold > 0 THEN statement_timestamp() + hold * interval '1 microsecond' END
 		FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
 		     AS o (id, sku, quantity, user_id, strategy, state, hold)`,
 		ids, skus, quantities, users, strategies, states, holds)
@@ -444,12 +444,12 @@ func (t *tx) InsertIdempotencyRecords(ctx context.Context, records []inventory.I
 
 // openNow is the condition of a sale whose window is open on the
 // database's clock, for the writes that check and deduct in one statement.
-const openNow = `(starts_at IS NULL OR starts_at <= now()) AND (ends_at IS NULL OR ends_at > now())`
+const openNow = `(starts_at IS NULL OR starts_at <= statement_timestamp()) AND (ends_at IS NULL OR ends_at > statement_timestamp())`
 
 // levelQuery reads a stock row as inventory.Level: the window's state
 // judged by the database's clock.
 const levelQuery = `SELECT available, version, fence,
-	CASE WHEN starts_at > now() THEN 1 WHEN ends_at <= now() THEN 2 ELSE 0 END
+	CASE WHEN starts_at > statement_timestamp() THEN 1 WHEN ends_at <= statement_timestamp() THEN 2 ELSE 0 END
 	FROM stock WHERE sku = $1`
 
 func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {
@@ -465,8 +465,9 @@ func getOrder(ctx context.Context, q querier, id string) (inventory.Order, error
 	o := inventory.Order{ID: id}
 	var expires *time.Time
 	err := q.QueryRow(ctx, `
-		SELECT sku, quantity, user_id, strategy, state, expires_at FROM orders
-		WHERE id = $1`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires)
+		SELECT sku, quantity, user_id, strategy, state, expires_at,
+		       state = 'held' AND expires_at <= statement_timestamp()
+		FROM orders WHERE id = $1`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires, &o.Lapsed)
 	if expires != nil {
 		o.ExpiresAt = expires.UTC()
 	}
