@@ -159,8 +159,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// indexed query a period.
 		HoldSweepEvery: duration("HOLD_SWEEP_EVERY", time.Second, true),
 		PerUserLimit:   integer("PER_USER_LIMIT", 0, 0, inventory.MaxInitialStock),
-		AdmissionLimit:   integer("ADMISSION_LIMIT", 0, 0, 1000),
-		JobLock:          str("JOB_LOCK", "table"),
+		AdmissionLimit: integer("ADMISSION_LIMIT", 0, 0, 1000),
+		JobLock:        str("JOB_LOCK", "table"),
 	}
 	switch d := str("RESERVE_DURABILITY", "aof"); d {
 	case "aof":

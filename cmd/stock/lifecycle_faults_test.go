@@ -23,7 +23,7 @@ import (
 // faults are checked against.
 type lifecycleAudit struct {
 	Initial, Available, Ordered, Held, Paid, Returned, Expired, Cancelled int64
-	Consistent                                                             bool
+	Consistent                                                            bool
 }
 
 func auditOf(t *testing.T, p *process, sku string) lifecycleAudit {

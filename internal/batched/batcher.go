@@ -24,7 +24,7 @@ type batchOrder struct {
 	// order of one Service, so one batch shares it.
 	limit int64
 	done  chan batchResult
-	lead        chan struct{}
+	lead  chan struct{}
 	// answered: done has its answer. Only the goroutine that answers o
 	// (its batch's leader) reads and writes it.
 	answered bool

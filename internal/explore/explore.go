@@ -24,6 +24,13 @@
 // faults answers every buyer 201 or 409, and the buyers' history for
 // linearizability against a stock counter (porcupine).
 //
+// The order lifecycle is explored the same way (Lifecycle): orders held
+// before the schedule, actors that pay, cancel, look up or sweep them or
+// buy, each transition and return of units a step, and a hold that lapses
+// at a step the scheduler picks (Clock). Its checks are the audit (no unit
+// returned twice, none lost), every answer against the order's row, and
+// the sweepers' counts against the expired orders.
+//
 // This is stateless model checking in the manner of CHESS and of
 // FoundationDB's deterministic simulation, but over the real server:
 // schedules are replayed, not simulated.
@@ -112,6 +119,12 @@ type Report struct {
 	// Failed counts them all.
 	Failures []Failure
 	Failed   int
+	// Unreplayed counts the schedules the server did not replay, even
+	// when run again (Lifecycle.RetryUnreplayed): the choices after the
+	// same steps differed (a statement waited for a lock that it had
+	// not waited for before). The untried choices at that point were
+	// left out.
+	Unreplayed int
 }
 
 func (r Report) String() string {
@@ -119,7 +132,11 @@ func (r Report) String() string {
 	if !r.Exhaustive {
 		how = fmt.Sprintf("the first %d schedules depth first and %d sampled with seed %d", r.Schedules-r.Sampled, r.Sampled, r.Seed)
 	}
-	return fmt.Sprintf("%s: %d schedules (%s) in %s, %d broke a rule", r.Scenario, r.Schedules, how, r.Elapsed.Round(time.Millisecond), r.Failed)
+	s := fmt.Sprintf("%s: %d schedules (%s) in %s, %d broke a rule", r.Scenario, r.Schedules, how, r.Elapsed.Round(time.Millisecond), r.Failed)
+	if r.Unreplayed > 0 {
+		s += fmt.Sprintf(", %d did not replay (their untried siblings left out)", r.Unreplayed)
+	}
+	return s
 }
 
 // Failure is one schedule that broke a rule.
@@ -146,6 +163,14 @@ type Explorer struct {
 	runs    int
 	prefix  string
 	res     map[string]Reservations
+	clock   *Clock
+}
+
+// WithClock gives the explorer the clock that lapses holds, for lifecycle
+// scenarios whose holds lapse (Lifecycle).
+func (x *Explorer) WithClock(c *Clock) *Explorer {
+	x.clock = c
+	return x
 }
 
 // WithReservations gives the explorer a reservation store under a name,
@@ -172,8 +197,24 @@ const maxFailures = 3
 // means the harness itself could not go on (the database went away, a
 // schedule did not replay the same).
 func (x *Explorer) Explore(ctx context.Context, sc Scenario) (Report, error) {
+	return walk(ctx, sc.Name, sc.MaxSchedules, sc.Samples, sc.Seed, 0, func(pick picker) (result, error) {
+		return x.run(ctx, sc, pick)
+	})
+}
+
+// picker chooses, at each choice point of a schedule, the index of the
+// choice taken.
+type picker func(depth int, cs []choice) (int, error)
+
+// walk runs the schedules of one scenario, each by run: depth first up to
+// maxSchedules, then samples drawn at random from seed when the walk did
+// not finish. A schedule that does not replay is an error, unless retries
+// is above 0: then it is run again up to retries times, and if it still
+// does not replay, it is counted (Report.Unreplayed) and the untried
+// choices where it diverged are left out.
+func walk(ctx context.Context, name string, maxSchedules, samples int, seed uint64, retries int, run func(picker) (result, error)) (Report, error) {
 	began := time.Now()
-	r := Report{Scenario: sc.Name, Seed: sc.Seed}
+	r := Report{Scenario: name, Seed: seed}
 	note := func(res result, sample int) {
 		r.Schedules++
 		if len(res.problems) == 0 {
@@ -193,8 +234,9 @@ func (x *Explorer) Explore(ctx context.Context, sc Scenario) (Report, error) {
 		taken int
 	}
 	var stack []frame
-	for r.Schedules < sc.MaxSchedules {
-		res, err := x.run(ctx, sc, func(depth int, cs []choice) (int, error) {
+	tries := 0
+	for r.Schedules+r.Unreplayed < maxSchedules {
+		res, err := run(func(depth int, cs []choice) (int, error) {
 			if depth < len(stack) {
 				f := stack[depth]
 				if got := choiceNames(cs); strings.Join(got, "|") != strings.Join(f.names, "|") {
@@ -202,31 +244,42 @@ func (x *Explorer) Explore(ctx context.Context, sc Scenario) (Report, error) {
 					for _, g := range stack[:depth] {
 						taken = append(taken, g.names[g.taken])
 					}
-					return 0, fmt.Errorf("explore: schedule did not replay: after %s the choices were %v, before %v",
-						strings.Join(taken, " → "), got, f.names)
+					return 0, &divergence{depth: depth, err: fmt.Errorf("explore: schedule did not replay: after %s the choices were %v, before %v",
+						strings.Join(taken, " → "), got, f.names)}
 				}
 				return f.taken, nil
 			}
 			stack = append(stack, frame{names: choiceNames(cs)})
 			return 0, nil
 		})
-		if err != nil {
+		var d *divergence
+		switch {
+		case errors.As(err, &d) && tries < retries:
+			tries++
+			continue
+		case errors.As(err, &d) && retries > 0:
+			r.Unreplayed++
+			stack = stack[:d.depth+1]
+			stack[d.depth].taken = len(stack[d.depth].names) - 1
+		case err != nil:
 			return r, err
+		default:
+			note(res, -1)
 		}
-		note(res, -1)
+		tries = 0
 		for len(stack) > 0 && stack[len(stack)-1].taken+1 >= len(stack[len(stack)-1].names) {
 			stack = stack[:len(stack)-1]
 		}
 		if len(stack) == 0 {
-			r.Exhaustive = true
+			r.Exhaustive = r.Unreplayed == 0
 			break
 		}
 		stack[len(stack)-1].taken++
 	}
 	if !r.Exhaustive {
-		rng := rand.New(rand.NewPCG(sc.Seed, 0x5ced))
-		for i := range sc.Samples {
-			res, err := x.run(ctx, sc, func(_ int, cs []choice) (int, error) { return rng.IntN(len(cs)), nil })
+		rng := rand.New(rand.NewPCG(seed, 0x5ced))
+		for i := range samples {
+			res, err := run(func(_ int, cs []choice) (int, error) { return rng.IntN(len(cs)), nil })
 			if err != nil {
 				return r, err
 			}
@@ -237,6 +290,16 @@ func (x *Explorer) Explore(ctx context.Context, sc Scenario) (Report, error) {
 	r.Elapsed = time.Since(began)
 	return r, nil
 }
+
+// divergence is the error of a schedule that did not replay: at depth, the
+// choices were not those of the schedule it replayed.
+type divergence struct {
+	depth int
+	err   error
+}
+
+func (d *divergence) Error() string { return d.err.Error() }
+func (d *divergence) Unwrap() error { return d.err }
 
 func choiceNames(cs []choice) []string {
 	names := make([]string, len(cs))
@@ -270,7 +333,13 @@ type Run struct {
 // that may happen next — the lowest buyer's step. An error says that a step
 // of prefix could not happen when its turn came.
 func (x *Explorer) Replay(ctx context.Context, sc Scenario, prefix []string) (Run, error) {
-	res, err := x.run(ctx, sc, func(depth int, cs []choice) (int, error) {
+	return replay(prefix, func(pick picker) (result, error) { return x.run(ctx, sc, pick) })
+}
+
+// replay runs one schedule by run, taking the steps of prefix and then
+// always the first choice.
+func replay(prefix []string, run func(picker) (result, error)) (Run, error) {
+	res, err := run(func(depth int, cs []choice) (int, error) {
 		if depth >= len(prefix) {
 			return 0, nil
 		}
@@ -293,11 +362,11 @@ type answer struct {
 }
 
 // run runs one schedule, asking pick at each choice point, and checks it.
-func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs []choice) (int, error)) (result, error) {
+func (x *Explorer) run(ctx context.Context, sc Scenario, pick picker) (result, error) {
 	x.runs++
 	sku := fmt.Sprintf("%s%d", x.prefix, x.runs)
 	s := newScheduler(x.blocked, sc.Faults)
-	st := &store{Store: x.store, s: s, inserted: map[int][]string{}}
+	st := newStore(x.store, s)
 	env := Env{Locker: &locker{s: s}, Store: st, Queue: queue{s}}
 	var w *writer
 	if sc.Reserved != "" {
@@ -339,38 +408,9 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick func(depth int, cs
 	if w != nil {
 		go w.run(ctx, sku)
 	}
-	returned := make([]int64, len(buyers))
-	// A schedule that cannot go on (a replay that diverged, a step named
-	// that cannot happen) is unwound, not left holding row locks.
-	abandon := func(err error) (result, error) {
-		s.abort(ctx)
+	returned, err := s.drive(ctx, pick, buyers)
+	if err != nil {
 		return result{trace: s.trace}, err
-	}
-	if err := s.settle(ctx); err != nil {
-		return abandon(err)
-	}
-	for depth := 0; ; depth++ {
-		for i, e := range buyers {
-			if e.state == done && returned[i] == 0 {
-				returned[i] = int64(depth + 1)
-			}
-		}
-		cs := s.choices()
-		if len(cs) == 0 {
-			break
-		}
-		i, err := pick(depth, cs)
-		if err != nil {
-			return abandon(err)
-		}
-		if err := s.do(ctx, cs[i]); err != nil {
-			return abandon(err)
-		}
-	}
-	for _, e := range s.entities {
-		if e.state != done {
-			return abandon(fmt.Errorf("explore: %s can never move again (deadlock) after %s", e.name, strings.Join(s.trace, " → ")))
-		}
 	}
 	res := result{trace: s.trace}
 	for _, a := range answers {

@@ -56,6 +56,13 @@ const (
 	stepIdemRead   = "read idempotency key"
 	stepIdemWrite  = "write idempotency key"
 	stepJoin       = "join the batch queue"
+	// The order lifecycle's: a transition of a held order ("settle paid",
+	// "settle cancelled", "settle expired"), the return of its units, one
+	// sweep of lapsed holds, and a hold lapsing (a clock's step).
+	stepSettle = "settle"
+	stepReturn = "return units"
+	stepSweep  = "sweep lapsed holds"
+	stepLapse  = "lapses"
 )
 
 // grant is the scheduler's answer to a parked entity.
@@ -214,7 +221,11 @@ func (s *scheduler) wake(e *entity)  { s.events <- event{e: e, kind: evWoken} }
 // takesLocks reports whether a step runs a statement that may wait for
 // another transaction's row lock.
 func takesLocks(step string) bool {
-	return step == stepWrite || step == stepLockRead || step == stepIdemWrite
+	switch step {
+	case stepWrite, stepLockRead, stepIdemWrite, stepReturn, stepSweep, stepLapse:
+		return true
+	}
+	return strings.HasPrefix(step, stepSettle+" ")
 }
 
 // choices lists what may happen next, in a fixed order so that a schedule
@@ -365,6 +376,47 @@ func (s *scheduler) settle(ctx context.Context) error {
 		}
 		poll = min(2*poll, 2*time.Millisecond)
 	}
+}
+
+// drive runs the schedule from here until no entity can move, asking pick
+// at each choice point, and returns for each of watched the depth at which
+// it was done (1 for done before the first choice). A schedule that cannot
+// go on (a replay that diverged, a step named that cannot happen, an
+// entity that can never move again) is unwound, not left holding row
+// locks, and its error returned.
+func (s *scheduler) drive(ctx context.Context, pick picker, watched []*entity) ([]int64, error) {
+	abandon := func(err error) ([]int64, error) {
+		s.abort(ctx)
+		return nil, err
+	}
+	returned := make([]int64, len(watched))
+	if err := s.settle(ctx); err != nil {
+		return abandon(err)
+	}
+	for depth := 0; ; depth++ {
+		for i, e := range watched {
+			if e.state == done && returned[i] == 0 {
+				returned[i] = int64(depth + 1)
+			}
+		}
+		cs := s.choices()
+		if len(cs) == 0 {
+			break
+		}
+		i, err := pick(depth, cs)
+		if err != nil {
+			return abandon(err)
+		}
+		if err := s.do(ctx, cs[i]); err != nil {
+			return abandon(err)
+		}
+	}
+	for _, e := range s.entities {
+		if e.state != done {
+			return abandon(fmt.Errorf("explore: %s can never move again (deadlock) after %s", e.name, strings.Join(s.trace, " → ")))
+		}
+	}
+	return returned, nil
 }
 
 // abort ends an abandoned schedule: every parked entity is told its step

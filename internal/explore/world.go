@@ -22,6 +22,13 @@ type store struct {
 
 	mu       sync.Mutex
 	inserted map[int][]string // buyer -> ids of the orders it tried to insert
+	// returned: buyer -> units that its committed transactions gave back
+	// (ReturnUnits), the late commits of its lost answers included.
+	returned map[int]int64
+}
+
+func newStore(db inventory.Store, s *scheduler) *store {
+	return &store{Store: db, s: s, inserted: map[int][]string{}, returned: map[int]int64{}}
 }
 
 var (
@@ -80,10 +87,11 @@ func runTx[T any](ctx context.Context, st *store, e *entity,
 	answer := make(chan error, 2)
 	go func() {
 		owner := e
+		var stp *stepper
 		// The transaction outlives the buyer's context when its answer is
 		// lost; the scheduler, not a deadline, decides when it ends.
 		err := begin(context.WithoutCancel(ctx), func(txCtx context.Context, inner T) error {
-			stp := &stepper{st: st, e: e, inner: inner}
+			stp = &stepper{st: st, e: e, inner: inner}
 			if err := fn(txCtx, wrap(inner, stp)); err != nil {
 				return err
 			}
@@ -101,6 +109,10 @@ func runTx[T any](ctx context.Context, st *store, e *entity,
 			}
 			return nil
 		})
+		if err == nil && stp != nil {
+			// Committed: what it gave back is back.
+			st.noteReturned(e.buyer, stp.returned)
+		}
 		if owner != e {
 			st.s.events <- event{e: owner, kind: evDone}
 			return
@@ -126,12 +138,23 @@ func (st *store) noteInsert(buyer int, id string) {
 	st.inserted[buyer] = append(st.inserted[buyer], id)
 }
 
+func (st *store) noteReturned(buyer int, units int64) {
+	if units == 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.returned[buyer] += units
+}
+
 // stepper parks an entity's transaction before a statement.
 type stepper struct {
 	st      *store
 	e       *entity
 	inner   any // the adapter's transaction, which tells its session
 	session int64
+	// returned counts the units the transaction gave back so far.
+	returned int64
 }
 
 func (t *stepper) step(ctx context.Context, name string) error {
@@ -199,6 +222,35 @@ func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, re
 		return false, err
 	}
 	return t.Tx.DeductIfFenced(ctx, sku, quantity, token, readVersion)
+}
+
+// SettleOrder, ReturnUnits and ExpireLapsed are the lifecycle's writes:
+// each takes the order's or the stock's row lock, and which of two racing
+// transitions gets it first is what the schedules of the lifecycle are
+// about.
+func (t *tx) SettleOrder(ctx context.Context, id, userID, to string) (bool, error) {
+	if err := t.step(ctx, stepSettle+" "+to); err != nil {
+		return false, err
+	}
+	return t.Tx.SettleOrder(ctx, id, userID, to)
+}
+
+func (t *tx) ReturnUnits(ctx context.Context, sku string, quantity int64) error {
+	if err := t.step(ctx, stepReturn); err != nil {
+		return err
+	}
+	if err := t.Tx.ReturnUnits(ctx, sku, quantity); err != nil {
+		return err
+	}
+	t.returned += quantity
+	return nil
+}
+
+func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, error) {
+	if err := t.step(ctx, stepSweep); err != nil {
+		return nil, err
+	}
+	return t.Tx.ExpireLapsed(ctx, limit)
 }
 
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
