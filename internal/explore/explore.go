@@ -123,8 +123,10 @@ type Report struct {
 	// when run again (Lifecycle.RetryUnreplayed): the choices after the
 	// same steps differed (a statement waited for a lock that it had
 	// not waited for before). The untried choices at that point were
-	// left out.
+	// left out. Rerun counts the runs again of a schedule that did not
+	// replay at first.
 	Unreplayed int
+	Rerun      int
 }
 
 func (r Report) String() string {
@@ -133,8 +135,11 @@ func (r Report) String() string {
 		how = fmt.Sprintf("the first %d schedules depth first and %d sampled with seed %d", r.Schedules-r.Sampled, r.Sampled, r.Seed)
 	}
 	s := fmt.Sprintf("%s: %d schedules (%s) in %s, %d broke a rule", r.Scenario, r.Schedules, how, r.Elapsed.Round(time.Millisecond), r.Failed)
+	if r.Rerun > 0 {
+		s += fmt.Sprintf(", %d runs again of a schedule that did not replay at first", r.Rerun)
+	}
 	if r.Unreplayed > 0 {
-		s += fmt.Sprintf(", %d did not replay (their untried siblings left out)", r.Unreplayed)
+		s += fmt.Sprintf(", %d did not replay even so (their untried siblings left out)", r.Unreplayed)
 	}
 	return s
 }
@@ -256,6 +261,7 @@ func walk(ctx context.Context, name string, maxSchedules, samples int, seed uint
 		switch {
 		case errors.As(err, &d) && tries < retries:
 			tries++
+			r.Rerun++
 			continue
 		case errors.As(err, &d) && retries > 0:
 			r.Unreplayed++

@@ -39,8 +39,10 @@ func (NopObserver) FencedOff(string)                         {}
 func (NopObserver) OrderSettled(string, string)              {}
 
 // Outcome names the result of an order for metrics and logs: "created",
-// "sold_out", "unknown_sku", "invalid", "idempotency_conflict", "busy",
-// "unavailable" or "error".
+// "sold_out", "limit_reached", "not_started", "ended", "unknown_sku",
+// "invalid", "idempotency_conflict", "busy", "unavailable" or "error" (and,
+// for pay and cancel, "order_not_found", "paid", "cancelled", "expired",
+// "final").
 func Outcome(err error) string {
 	switch {
 	case err == nil:

@@ -64,7 +64,7 @@ func New() *Metrics {
 		registry: prometheus.NewRegistry(),
 		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stock_orders_total",
-			Help: "Orders by strategy and outcome (created, sold_out, unknown_sku, invalid, idempotency_conflict, busy, unavailable, error).",
+			Help: "Orders by strategy and outcome (created, sold_out, limit_reached, not_started, ended, unknown_sku, invalid, idempotency_conflict, busy, unavailable, error).",
 		}, []string{"strategy", "outcome"}),
 		deduction: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "stock_deduction_seconds",
