@@ -1,0 +1,437 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/flashsale/stock/internal/history"
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// Lifecycle is an exploration of the order lifecycle: orders placed and
+// held through the strategy under test before the schedule's choices
+// begin, then actors that pay, cancel or look them up, sweep lapsed holds
+// or buy, while the scheduler picks the step at which each hold that may
+// lapse does. The rule on trial: a unit comes back only in the transaction
+// that moved its order out of held, and an order leaves held once.
+type Lifecycle struct {
+	Name  string
+	Stock int64
+	Holds []Hold
+	// Actors run at once, one entity each, named A, B, … in this order.
+	Actors   []Actor
+	Strategy func(Env) inventory.Strategy
+	Faults   Faults
+	// MaxSchedules, Samples and Seed are as in Scenario.
+	MaxSchedules int
+	Samples      int
+	Seed         uint64
+	// RetryUnreplayed is how often a schedule that the server did not
+	// replay is run again before it is counted (Report.Unreplayed) and
+	// the untried choices where it diverged are left out; 0: it is an
+	// error, as in Explore. MariaDB (10.11) needs it: a locking read with
+	// SKIP LOCKED sometimes waits for a row another transaction holds
+	// instead of skipping it, which no schedule decides.
+	RetryUnreplayed int
+}
+
+// Hold is an order placed before the schedule begins, held for a day:
+// long enough that only the scheduler lapses it.
+type Hold struct {
+	Quantity int64
+	Lapse    Lapse
+}
+
+// Lapse says when a hold lapses.
+type Lapse int
+
+const (
+	// NeverLapses: not during the schedule.
+	NeverLapses Lapse = iota
+	// LapsedBefore: before the schedule's first step.
+	LapsedBefore
+	// LapsesInSchedule: at a step the scheduler picks ("hold 1: lapses"),
+	// possibly after every actor is done.
+	LapsesInSchedule
+)
+
+// Act is what an actor does.
+type Act int
+
+const (
+	// Pay pays its hold (Service.PayOrder).
+	Pay Act = iota + 1
+	// Cancel cancels its hold (Service.CancelOrder).
+	Cancel
+	// Look reads its hold (Service.FindOrder), which expires a lapsed one
+	// on the spot.
+	Look
+	// Sweep expires lapsed holds (Service.ExpireHolds).
+	Sweep
+	// Buy places an order of Quantity (Service.PlaceOrder).
+	Buy
+)
+
+func (a Act) String() string {
+	switch a {
+	case Pay:
+		return "pays"
+	case Cancel:
+		return "cancels"
+	case Look:
+		return "looks up"
+	case Sweep:
+		return "sweeps"
+	case Buy:
+		return "buys"
+	}
+	return fmt.Sprintf("act %d", int(a))
+}
+
+// Actor is one thread of the lifecycle scenario.
+type Actor struct {
+	Act Act
+	// Hold is the index in Lifecycle.Holds of the order it pays, cancels
+	// or looks up.
+	Hold int
+	// Quantity is what it buys.
+	Quantity int64
+	// Batch is how many holds one of its sweep transactions expires (0:
+	// inventory.DefaultSweepBatch).
+	Batch int
+	// Instance is the instance of the service it calls: instances share
+	// the database and the lock, as two processes behind one load
+	// balancer do, and nothing else.
+	Instance int
+}
+
+// holdTTL is how long every order of a lifecycle schedule is held: long
+// enough that only the scheduler lapses it, and that no hold an earlier
+// schedule left lapses during a long exploration (EXPLORE_SCALE) for a
+// later schedule's sweep to take.
+const holdTTL = 24 * time.Hour
+
+// setupBuyer numbers the entities that place the holds before the
+// schedule, apart from the actors (0, 1, …) in the scheduler's books.
+const setupBuyer = 100
+
+// lifecycleAnswer is what an actor's call returned.
+type lifecycleAnswer struct {
+	order inventory.Order
+	swept int
+	err   error
+}
+
+// said is the state of its order an answer names: the order's state on
+// success, the state a refusal reports (ErrOrderExpired: expired), or ""
+// for an answer that names none (busy, unavailable, a sweep, a buy).
+func (a lifecycleAnswer) said(act Act) string {
+	if act != Pay && act != Cancel && act != Look {
+		return ""
+	}
+	if a.err == nil {
+		return a.order.State
+	}
+	for _, s := range []struct {
+		err   error
+		state string
+	}{
+		{inventory.ErrOrderPaid, inventory.OrderPaid},
+		{inventory.ErrOrderCancelled, inventory.OrderCancelled},
+		{inventory.ErrOrderExpired, inventory.OrderExpired},
+		{inventory.ErrOrderFinal, inventory.OrderFinal},
+	} {
+		if errors.Is(a.err, s.err) {
+			return s.state
+		}
+	}
+	return ""
+}
+
+// outcome names the answer as a report shows it: the state an answer
+// names, "swept N", or inventory.Outcome.
+func (a lifecycleAnswer) outcome(act Act) string {
+	switch {
+	case a.said(act) != "":
+		return a.said(act)
+	case act == Sweep && a.err == nil:
+		return fmt.Sprintf("swept %d", a.swept)
+	}
+	return inventory.Outcome(a.err)
+}
+
+// ExploreLifecycle runs the lifecycle scenario's schedules and reports
+// what broke, as Explore does.
+func (x *Explorer) ExploreLifecycle(ctx context.Context, lc Lifecycle) (Report, error) {
+	return walk(ctx, lc.Name, lc.MaxSchedules, lc.Samples, lc.Seed, lc.RetryUnreplayed, func(pick picker) (result, error) {
+		return x.runLifecycle(ctx, lc, pick)
+	})
+}
+
+// ReplayLifecycle runs one schedule of the lifecycle scenario, as Replay
+// does. The outcomes are the state each answer names ("paid", "expired"),
+// "swept N" for a sweep, or inventory.Outcome's name.
+func (x *Explorer) ReplayLifecycle(ctx context.Context, lc Lifecycle, prefix []string) (Run, error) {
+	return replay(prefix, func(pick picker) (result, error) { return x.runLifecycle(ctx, lc, pick) })
+}
+
+// runLifecycle runs one schedule of lc, asking pick at each choice point,
+// and checks it.
+func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) (result, error) {
+	lapses := false
+	for _, h := range lc.Holds {
+		lapses = lapses || h.Lapse != NeverLapses
+	}
+	if lapses && x.clock == nil {
+		return result{}, errors.New("explore: the scenario's holds lapse, but the explorer has no clock (WithClock)")
+	}
+	x.runs++
+	sku := fmt.Sprintf("%s%d", x.prefix, x.runs)
+	s := newScheduler(x.blocked, lc.Faults)
+	st := newStore(x.store, s)
+	env := Env{Locker: &locker{s: s}, Store: st, Queue: queue{s}}
+	instances := 1
+	for _, a := range lc.Actors {
+		instances = max(instances, a.Instance+1)
+	}
+	services := make([]*inventory.Service, instances)
+	for i := range services {
+		services[i] = inventory.NewService(st, lc.Strategy(env),
+			// The scheduler decides what happens when; no deadline may,
+			// and no hold lapses but by the scheduler's choice.
+			inventory.WithOrderTimeout(time.Minute),
+			inventory.WithHoldTTL(holdTTL),
+			inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	}
+	if err := services[0].StartSale(ctx, sku, lc.Stock); err != nil {
+		return result{}, err
+	}
+
+	// The holds are placed one after the other through the strategy, its
+	// steps always the plain next one: they are the scenario's starting
+	// point, not part of its schedule.
+	holds := make([]inventory.Order, len(lc.Holds))
+	for i, h := range lc.Holds {
+		e := s.newEntity(fmt.Sprintf("placing hold %d", i+1), setupBuyer+i)
+		req := inventory.Request{SKU: sku, Quantity: h.Quantity, UserID: fmt.Sprintf("holder-%d", i+1)}
+		var placeErr error
+		go func() {
+			holds[i], placeErr = services[0].PlaceOrder(withEntity(ctx, e), req)
+			s.events <- event{e: e, kind: evDone}
+		}()
+		if _, err := s.drive(ctx, func(int, []choice) (int, error) { return 0, nil }, nil); err != nil {
+			return result{}, fmt.Errorf("explore: place hold %d: %w", i+1, err)
+		}
+		if placeErr != nil {
+			return result{}, fmt.Errorf("explore: place hold %d: %w", i+1, placeErr)
+		}
+		if holds[i].State != inventory.OrderHeld {
+			return result{}, fmt.Errorf("explore: hold %d was placed %q, not held: the strategy does not take holds", i+1, holds[i].State)
+		}
+		if h.Lapse == LapsedBefore {
+			if err := x.clock.Lapse(ctx, holds[i].ID); err != nil {
+				return result{}, err
+			}
+		}
+	}
+	s.trace = nil
+
+	answers := make([]lifecycleAnswer, len(lc.Actors))
+	actors := make([]*entity, len(lc.Actors))
+	for i, a := range lc.Actors {
+		e := s.newEntity(string(rune('A'+i)), i)
+		actors[i] = e
+		svc := services[a.Instance]
+		go func() {
+			ectx := withEntity(ctx, e)
+			var ans lifecycleAnswer
+			switch a.Act {
+			case Pay:
+				ans.order, ans.err = svc.PayOrder(ectx, holds[a.Hold].ID, holds[a.Hold].UserID)
+			case Cancel:
+				ans.order, ans.err = svc.CancelOrder(ectx, holds[a.Hold].ID, holds[a.Hold].UserID)
+			case Look:
+				ans.order, ans.err = svc.FindOrder(ectx, holds[a.Hold].ID, holds[a.Hold].UserID)
+			case Sweep:
+				ans.swept, ans.err = svc.ExpireHolds(ectx, a.Batch)
+			case Buy:
+				ans.order, ans.err = svc.PlaceOrder(ectx, inventory.Request{SKU: sku, Quantity: a.Quantity, UserID: "buyer-" + e.name})
+			default:
+				ans.err = fmt.Errorf("explore: actor %s has no act", e.name)
+			}
+			answers[i] = ans
+			s.events <- event{e: e, kind: evDone}
+		}()
+	}
+	lapseErrs := make([]error, len(lc.Holds))
+	for i, h := range lc.Holds {
+		if h.Lapse != LapsesInSchedule {
+			continue
+		}
+		e := s.newEntity(fmt.Sprintf("hold %d", i+1), -1)
+		go func() {
+			defer func() { s.events <- event{e: e, kind: evDone} }()
+			if s.park(e, stepLapse, x.clock.session).abort {
+				return
+			}
+			lapseErrs[i] = x.clock.Lapse(ctx, holds[i].ID)
+		}()
+	}
+	returned, err := s.drive(ctx, pick, actors)
+	if err != nil {
+		return result{trace: s.trace}, errors.Join(err, sweepLeftovers(ctx, services[0]))
+	}
+	if err := errors.Join(lapseErrs...); err != nil {
+		return result{trace: s.trace}, err
+	}
+	res := result{trace: s.trace}
+	for i, a := range lc.Actors {
+		res.outcomes = append(res.outcomes, answers[i].outcome(a.Act))
+	}
+	res.audit, res.problems = x.checkLifecycle(ctx, lc, sku, st, holds, answers, returned, s)
+	return res, sweepLeftovers(ctx, services[0])
+}
+
+// sweepLeftovers expires, outside any schedule, the holds a schedule left
+// lapsed but held: the next schedule's sweepers would take them (a sweep
+// takes every SKU's).
+func sweepLeftovers(ctx context.Context, svc *inventory.Service) error {
+	if _, err := svc.ExpireHolds(ctx, 0); err != nil {
+		return fmt.Errorf("explore: expire the holds the schedule left lapsed: %w", err)
+	}
+	return nil
+}
+
+// checkLifecycle holds one finished schedule of the lifecycle to the
+// rules: the audit adds up (no unit returned twice, none lost, none
+// oversold); the units the committed transactions gave back are the units
+// of the orders that came back; every answer that names an order's state
+// names the state its row has (a state other than held never changes);
+// busy and unavailable only where a fault struck the actor; the sweepers
+// expired no more orders than there are expired, and exactly as many when
+// nothing else expires them; and the buyers' history is linearizable
+// against a stock counter that the returns add to.
+func (x *Explorer) checkLifecycle(ctx context.Context, lc Lifecycle, sku string, st *store, holds []inventory.Order,
+	answers []lifecycleAnswer, returned []int64, s *scheduler,
+) (inventory.Audit, []string) {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	a, err := x.store.Audit(ctx, sku)
+	if err != nil {
+		return a, []string{fmt.Sprintf("audit: %v", err)}
+	}
+	if !a.Consistent() {
+		add("audit broken: initial %d, available %d, held or paid %d, returned %d (%d cancelled, %d expired orders)",
+			a.Initial, a.Available, a.Ordered, a.Returned, a.Cancelled, a.Expired)
+	}
+	var back int64
+	for _, units := range st.returned {
+		back += units
+	}
+	if back != a.Returned {
+		add("committed transactions gave back %d units, but the cancelled and expired orders hold %d", back, a.Returned)
+	}
+	rows := make([]inventory.Order, len(holds))
+	for i, h := range holds {
+		o, found, err := x.store.FindOrder(ctx, h.ID)
+		if err != nil || !found {
+			add("hold %d's order %s is not there (%v)", i+1, h.ID, err)
+			continue
+		}
+		rows[i] = o
+	}
+
+	initial := lc.Stock
+	for _, h := range lc.Holds {
+		initial -= h.Quantity
+	}
+	var ops []history.Op
+	swept, sweptKnown, onlySweepers := 0, true, true
+	for i, act := range lc.Actors {
+		name, ans := string(rune('A'+i)), answers[i]
+		onlySweepers = onlySweepers && act.Act == Sweep
+		// The units an actor gave back are an operation of its own in
+		// the history: taking a negative quantity, which the counter
+		// always allows (history's model takes q whenever q <= what is
+		// left), is a return. The harness saw them commit: by the
+		// actor's answer, or, when its commit answer was lost, by the
+		// end of the schedule (its late commit may land after its
+		// answer).
+		if units := st.returned[i]; units > 0 {
+			op := history.Op{Client: i, SKU: sku, Quantity: -units, Return: returned[i], Outcome: history.OK}
+			if s.lostAnswer[i] {
+				op.Return = int64(len(s.trace) + 1)
+			}
+			ops = append(ops, op)
+		}
+		if said := ans.said(act.Act); said != "" {
+			row := rows[act.Hold]
+			want := map[Act]string{Pay: inventory.OrderPaid, Cancel: inventory.OrderCancelled}[act.Act]
+			switch {
+			case ans.err == nil && want != "" && said != want:
+				add("%s %s hold %d and was answered with the order %s", name, act.Act, act.Hold+1, said)
+			case said != inventory.OrderHeld && said != row.State:
+				add("%s %s hold %d and was answered %s, but the order is %s", name, act.Act, act.Hold+1, said, row.State)
+			}
+			continue
+		}
+		if act.Act == Buy {
+			outcome := outcomeOf(ans.err)
+			ops = append(ops, history.Op{Client: i, SKU: sku, Quantity: act.Quantity, Return: returned[i], Outcome: outcome})
+			switch outcome {
+			case history.OK:
+				if o, found, err := x.store.FindOrder(ctx, ans.order.ID); err != nil || !found || o.Quantity != act.Quantity {
+					add("%s was answered 201 but its order %s is not there (%v)", name, ans.order.ID, err)
+				}
+				continue
+			case history.SoldOut, history.NoEffect:
+				for _, id := range st.inserted[i] {
+					if _, found, err := x.store.FindOrder(ctx, id); err != nil || found {
+						add("%s was refused (%v) but its order %s exists (%v)", name, ans.err, id, err)
+					}
+				}
+			}
+			if outcome == history.SoldOut {
+				continue
+			}
+		}
+		if act.Act == Sweep {
+			swept += ans.swept
+			if ans.err == nil {
+				continue
+			}
+			sweptKnown = false
+		}
+		// What is left is an answer that says nothing of the order:
+		// busy, when the actor's lock expired under it or its commit
+		// answer was lost; unavailable, when its commit answer was lost.
+		switch answer := inventory.Outcome(ans.err); {
+		case answer == "busy" && (s.expired[i] || s.lostAnswer[i]):
+		case answer == "unavailable" && (s.lostAnswer[i] || errors.Is(ans.err, errLostAnswer)):
+		default:
+			add("%s %s and was answered %q, which no fault of the schedule explains (lock expired: %v, commit answer lost: %v): %v",
+				name, act.Act, answer, s.expired[i], s.lostAnswer[i], ans.err)
+		}
+	}
+	switch {
+	case int64(swept) > a.Expired:
+		add("the sweepers expired %d orders, but %d are expired", swept, a.Expired)
+	case onlySweepers && sweptKnown && int64(swept) != a.Expired:
+		add("the sweepers expired %d orders and nobody else expires any, but %d are expired", swept, a.Expired)
+	}
+	verdicts, err := history.Check(ops, map[string]int64{sku: initial}, 10*time.Second, "")
+	if err != nil {
+		add("linearizability check: %v", err)
+	}
+	for _, v := range verdicts {
+		if !v.Linearizable() {
+			add("history not linearizable: %s", v)
+		}
+	}
+	return a, problems
+}
