@@ -71,9 +71,13 @@ fuzz: ## fuzz the order handler for FUZZTIME (default 5000x)
 # The schedule explorer (internal/explore) with a budget 20 times that of
 # make test: about 5 minutes here, exhaustive for 3 buyers of every strategy
 # but version-cas and the lock strategies. EXPLORE_SEED=<n> replays a sample;
-# EXPLORE_STRATEGY=<name> runs one strategy.
-explore: services ## every schedule of 2-3 buyers per strategy, 20x make test's budget
-	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run TestEverySchedule -v ./internal/explore/
+# EXPLORE_STRATEGY=<name> runs one strategy. Then the lifecycle's races
+# (pay against expiry, retried cancel, two sweepers, a buyer for a returned
+# unit, one buyer twice under PER_USER_LIMIT=1) at 5 times make test's
+# budget (EXPLORE_LIFECYCLE_SCALE): about 9 minutes more.
+explore: services ## every schedule of 2-3 buyers per strategy, 20x make test's budget; the lifecycle's races, 5x
+	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run 'TestEverySchedule$$' -v ./internal/explore/
+	EXPLORE_SCALE=$${EXPLORE_LIFECYCLE_SCALE:-5} $(GO) test -race -count=1 -timeout 90m -run 'TestEveryLifecycleSchedule$$' -v ./internal/explore/
 
 # The fault scenarios (internal/faults, cmd/faults): kill -9, paused lock
 # holders, lost Redis servers, a crashed database, retried idempotent orders,

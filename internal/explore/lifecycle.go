@@ -26,6 +26,8 @@ type Lifecycle struct {
 	Actors   []Actor
 	Strategy func(Env) inventory.Strategy
 	Faults   Faults
+	// PerUserLimit is every instance's PER_USER_LIMIT (0: none).
+	PerUserLimit int64
 	// MaxSchedules, Samples and Seed are as in Scenario.
 	MaxSchedules int
 	Samples      int
@@ -107,6 +109,8 @@ type Actor struct {
 	// the database and the lock, as two processes behind one load
 	// balancer do, and nothing else.
 	Instance int
+	// User is the buyer's user_id for Buy; "" for one of its own.
+	User string
 }
 
 // holdTTL is how long every order of a lifecycle schedule is held: long
@@ -204,7 +208,7 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 			// The scheduler decides what happens when; no deadline may,
 			// and no hold lapses but by the scheduler's choice.
 			inventory.WithOrderTimeout(time.Minute),
-			inventory.WithHoldTTL(holdTTL),
+			inventory.WithHoldTTL(holdTTL), inventory.WithPerUserLimit(lc.PerUserLimit),
 			inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	}
 	if err := services[0].StartSale(ctx, sku, lc.Stock); err != nil {
@@ -259,7 +263,11 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 			case Sweep:
 				ans.swept, ans.err = svc.ExpireHolds(ectx, a.Batch)
 			case Buy:
-				ans.order, ans.err = svc.PlaceOrder(ectx, inventory.Request{SKU: sku, Quantity: a.Quantity, UserID: "buyer-" + e.name})
+				user := a.User
+				if user == "" {
+					user = "buyer-" + e.name
+				}
+				ans.order, ans.err = svc.PlaceOrder(ectx, inventory.Request{SKU: sku, Quantity: a.Quantity, UserID: user})
 			default:
 				ans.err = fmt.Errorf("explore: actor %s has no act", e.name)
 			}
@@ -399,6 +407,12 @@ func (x *Explorer) checkLifecycle(ctx context.Context, lc Lifecycle, sku string,
 			if outcome == history.SoldOut {
 				continue
 			}
+			if errors.Is(ans.err, inventory.ErrLimitReached) {
+				if lc.PerUserLimit == 0 {
+					add("%s was refused for a per-user limit, with none set: %v", name, ans.err)
+				}
+				continue
+			}
 		}
 		if act.Act == Sweep {
 			swept += ans.swept
@@ -416,6 +430,21 @@ func (x *Explorer) checkLifecycle(ctx context.Context, lc Lifecycle, sku string,
 		default:
 			add("%s %s and was answered %q, which no fault of the schedule explains (lock expired: %v, commit answer lost: %v): %v",
 				name, act.Act, answer, s.expired[i], s.lostAnswer[i], ans.err)
+		}
+	}
+	if lc.PerUserLimit > 0 {
+		// What each buyer holds or paid for, by the rows: never past the
+		// limit, however its orders on several instances interleaved.
+		taken := map[string]int64{}
+		for i, act := range lc.Actors {
+			if act.Act == Buy && answers[i].err == nil {
+				taken[answers[i].order.UserID] += act.Quantity
+			}
+		}
+		for user, units := range taken {
+			if units > lc.PerUserLimit {
+				add("buyer %s was sold %d units under a per-user limit of %d", user, units, lc.PerUserLimit)
+			}
 		}
 	}
 	switch {

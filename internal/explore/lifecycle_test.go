@@ -55,6 +55,8 @@ type lifecycleShape struct {
 	actors  []explore.Actor
 	max     int
 	samples int
+	// limit is PER_USER_LIMIT (0: none).
+	limit int64
 }
 
 // lifecycleShapes are the races of the lifecycle: each pits two
@@ -80,6 +82,10 @@ func lifecycleShapes(t *testing.T) []lifecycleShape {
 			max:    scaled(t, 250), samples: scaled(t, 50)},
 		{name: "a buyer for the last unit while a lookup expires its hold", stock: 1, holds: lapses,
 			actors: []explore.Actor{{Act: explore.Look}, {Act: explore.Buy, Quantity: 1, Instance: 1}},
+			max:    scaled(t, 250), samples: scaled(t, 50)},
+		// Stock enough for both: only the limit may refuse one.
+		{name: "one buyer ordering twice on two instances, PER_USER_LIMIT=1", stock: 2, limit: 1,
+			actors: []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
 			max:    scaled(t, 250), samples: scaled(t, 50)},
 	}
 }
@@ -132,6 +138,7 @@ func TestEveryLifecycleSchedule(t *testing.T) {
 						Actors:          shape.actors,
 						Strategy:        c.strategy,
 						Faults:          c.faults,
+						PerUserLimit:    shape.limit,
 						MaxSchedules:    shape.max,
 						Samples:         shape.samples,
 						Seed:            s,
@@ -293,5 +300,43 @@ func TestHarnessCatchesAUnitReturnedTwice(t *testing.T) {
 	t.Logf("caught, as it must be: %s", f)
 	if problems := strings.Join(f.Problems, "; "); !strings.Contains(problems, "audit broken") {
 		t.Errorf("the first failure does not show the audit broken: %s", problems)
+	}
+}
+
+// limitIgnored is a store whose transactions take every claim of a buyer's
+// units without counting them: the per-user limit never checked.
+type limitIgnored struct{ inventory.Store }
+
+func (s limitIgnored) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
+	return s.Store.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
+		return fn(ctx, claimAllTx{sloppyTx{tx}})
+	})
+}
+
+type claimAllTx struct{ sloppyTx }
+
+func (claimAllTx) ClaimUnits(context.Context, string, string, int64, int64) (bool, error) {
+	return true, nil
+}
+
+// TestHarnessCatchesABuyerPastTheLimit: the control of the per-user limit's
+// row. With a limit that is never checked, one buyer's two orders on two
+// instances both succeed, and the checks must say so.
+func TestHarnessCatchesABuyerPastTheLimit(t *testing.T) {
+	x := openLifecycle(t, "mysql", func(db inventory.Store) inventory.Store { return limitIgnored{db} })
+	lc := explore.Lifecycle{Name: "one buyer ordering twice on two instances, the limit unchecked", Stock: 2, PerUserLimit: 1,
+		Actors: []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
+		Strategy: func(explore.Env) inventory.Strategy { return inventory.NewConditional() },
+		MaxSchedules: 100, Samples: 0, Seed: 1, RetryUnreplayed: 2}
+	r, err := x.ExploreLifecycle(context.Background(), lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Failed == 0 {
+		t.Fatalf("%s: no schedule broke a rule", lc.Name)
+	}
+	if problems := strings.Join(r.Failures[0].Problems, "; "); !strings.Contains(problems, "per-user limit of 1") {
+		t.Errorf("the first failure does not name the limit: %s", problems)
 	}
 }

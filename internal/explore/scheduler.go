@@ -63,6 +63,7 @@ const (
 	stepReturn = "return units"
 	stepSweep  = "sweep lapsed holds"
 	stepLapse  = "lapses"
+	stepClaim  = "claim buyer's units"
 )
 
 // grant is the scheduler's answer to a parked entity.
@@ -222,7 +223,7 @@ func (s *scheduler) wake(e *entity)  { s.events <- event{e: e, kind: evWoken} }
 // another transaction's row lock.
 func takesLocks(step string) bool {
 	switch step {
-	case stepWrite, stepLockRead, stepIdemWrite, stepReturn, stepSweep, stepLapse:
+	case stepWrite, stepLockRead, stepIdemWrite, stepReturn, stepSweep, stepLapse, stepClaim:
 		return true
 	}
 	return strings.HasPrefix(step, stepSettle+" ")

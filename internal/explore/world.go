@@ -253,6 +253,16 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 	return t.Tx.ExpireLapsed(ctx, limit)
 }
 
+// ClaimUnits and ReleaseUnits take the buyer's row lock (PER_USER_LIMIT):
+// two orders of one buyer queue there, and which claims first is the race
+// of the per-user limit.
+func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit int64) (bool, error) {
+	if err := t.step(ctx, stepClaim); err != nil {
+		return false, err
+	}
+	return t.Tx.ClaimUnits(ctx, sku, userID, quantity, limit)
+}
+
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
 	t.st.noteInsert(t.e.buyer, o.ID)
 	return t.Tx.InsertOrder(ctx, o)
@@ -291,6 +301,22 @@ func (t *batchTx) InsertIdempotencyRecords(ctx context.Context, records []invent
 		return 0, err
 	}
 	return t.Tx.InsertIdempotencyRecords(ctx, records)
+}
+
+// LockBuyers and ClaimUnitsOf are the batch's statements on its buyers'
+// rows (PER_USER_LIMIT).
+func (t *batchTx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
+	if err := t.step(ctx, stepLockRead); err != nil {
+		return nil, err
+	}
+	return t.Tx.LockBuyers(ctx, sku, userIDs)
+}
+
+func (t *batchTx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map[string]int64, limit int64) (bool, error) {
+	if err := t.step(ctx, stepClaim); err != nil {
+		return false, err
+	}
+	return t.Tx.ClaimUnitsOf(ctx, sku, claims, held, limit)
 }
 
 // InsertOrders notes each order under its buyer: the batch's leader
