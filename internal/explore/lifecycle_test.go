@@ -325,8 +325,8 @@ func (claimAllTx) ClaimUnits(context.Context, string, string, int64, int64) (boo
 func TestHarnessCatchesABuyerPastTheLimit(t *testing.T) {
 	x := openLifecycle(t, "mysql", func(db inventory.Store) inventory.Store { return limitIgnored{db} })
 	lc := explore.Lifecycle{Name: "one buyer ordering twice on two instances, the limit unchecked", Stock: 2, PerUserLimit: 1,
-		Actors: []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
-		Strategy: func(explore.Env) inventory.Strategy { return inventory.NewConditional() },
+		Actors:       []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
+		Strategy:     func(explore.Env) inventory.Strategy { return inventory.NewConditional() },
 		MaxSchedules: 100, Samples: 0, Seed: 1, RetryUnreplayed: 2}
 	r, err := x.ExploreLifecycle(context.Background(), lc)
 	if err != nil {
