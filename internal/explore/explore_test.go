@@ -35,6 +35,14 @@ func open(t *testing.T, engine string) *explore.Explorer {
 // by sink (a control may break it).
 func openWith(t *testing.T, engine string, sink func(store.Store) reservation.Sink) *explore.Explorer {
 	t.Helper()
+	db, _, waits := openDatabase(t, engine)
+	return withReservations(t, explore.New(db, waits.Blocked), db, sink)
+}
+
+// openDatabase opens a fresh, migrated database of the engine, closed when
+// the test ends, with its URL and the view of its lock waits.
+func openDatabase(t *testing.T, engine string) (store.Store, string, *explore.WaitObserver) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	url := testdb.URL(t, engine)
@@ -51,7 +59,7 @@ func openWith(t *testing.T, engine string, sink func(store.Store) reservation.Si
 		t.Fatalf("observe lock waits on %s: %v", engine, err)
 	}
 	t.Cleanup(waits.Close)
-	return withReservations(t, explore.New(db, waits.Blocked), db, sink)
+	return db, url, waits
 }
 
 // withReservations gives x the reservation stores of redis-reserve and

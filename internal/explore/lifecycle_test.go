@@ -11,7 +11,6 @@ import (
 	"github.com/flashsale/stock/internal/explore"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
 )
 
 // openLifecycle returns an Explorer over a fresh database of the engine,
@@ -19,22 +18,9 @@ import (
 // database (a control breaks it there); nil for none.
 func openLifecycle(t *testing.T, engine string, wrap func(inventory.Store) inventory.Store) *explore.Explorer {
 	t.Helper()
+	db, url, waits := openDatabase(t, engine)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	url := testdb.URL(t, engine)
-	db, err := store.Open(ctx, url, 8)
-	if err != nil {
-		t.Fatalf("open %s: %v", engine, err)
-	}
-	t.Cleanup(db.Close)
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatalf("migrate %s: %v", engine, err)
-	}
-	waits, err := explore.ObserveWaits(ctx, url)
-	if err != nil {
-		t.Fatalf("observe lock waits on %s: %v", engine, err)
-	}
-	t.Cleanup(waits.Close)
 	clock, err := explore.OpenClock(ctx, url)
 	if err != nil {
 		t.Fatalf("open the clock on %s: %v", engine, err)
