@@ -38,9 +38,11 @@ type Tx interface {
 	// the same keys, and reports how many it inserted: fewer than given
 	// means another request committed one of the keys first.
 	InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (inserted int, err error)
-	// LockBuyers reads, and locks until the transaction ends, the units
-	// each of userIDs holds or has paid for in sku's sale (the buyers that
-	// have none are absent) (PER_USER_LIMIT).
+	// LockBuyers reads the units each of userIDs holds or has paid for in
+	// sku's sale (the buyers that have none are absent) (PER_USER_LIMIT),
+	// to plan the batch; an adapter may lock the rows it finds until the
+	// transaction ends (PostgreSQL does; MariaDB does not, as a locking
+	// read there gap-locks a missing row). ClaimUnitsOf decides.
 	LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error)
 	// ClaimUnitsOf adds each buyer's units of claims to its count, each
 	// only while it stays within limit, in buyer order; held is what

@@ -3,11 +3,13 @@ package explore_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/explore"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
@@ -324,5 +326,34 @@ func TestHarnessCatchesABuyerPastTheLimit(t *testing.T) {
 	}
 	if problems := strings.Join(r.Failures[0].Problems, "; "); !strings.Contains(problems, "per-user limit of 1") {
 		t.Errorf("the first failure does not name the limit: %s", problems)
+	}
+}
+
+// TestTwoBatchesOfOneBuyerDoNotDeadlock replays the schedule that caught a
+// deadlock on MariaDB: two instances' batches each read their buyer's row,
+// which does not exist yet, with FOR UPDATE (on MariaDB, a gap lock on the
+// row's place), then deduct, the second waiting for the first's stock row
+// lock; the first's claim inserts the buyer's row into the gap the second
+// locked. Reading the buyers without a lock (the claim's conditional upsert
+// and its read-back decide) leaves nothing for the insert to wait on.
+func TestTwoBatchesOfOneBuyerDoNotDeadlock(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			x := openLifecycle(t, engine, nil)
+			lc := explore.Lifecycle{Name: "one buyer ordering twice on two instances, batched", Stock: 2, PerUserLimit: 1,
+				Actors: []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
+				Strategy: func(env explore.Env) inventory.Strategy {
+					return batched.New(env.Store, batched.WithQueueObserver(env.Queue), batched.WithLogger(slog.New(slog.DiscardHandler)))
+				}}
+			steps := []string{"B: join the batch queue", "B: read for update", "A: join the batch queue", "A: read for update", "B: write", "A: write", "B: claim buyer's units"}
+			run, err := x.ReplayLifecycle(context.Background(), lc, steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			created := slices.Index(run.Outcomes, "created") >= 0
+			if !created || len(run.Problems) > 0 || run.Audit.Orders != 1 {
+				t.Errorf("answers %v, audit %+v, problems %v\n    schedule: %s", run.Outcomes, run.Audit, run.Problems, strings.Join(run.Schedule, " → "))
+			}
+		})
 	}
 }

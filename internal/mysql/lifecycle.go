@@ -2,8 +2,12 @@ package mysql
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -140,75 +144,109 @@ func (t *tx) ReleaseUnits(ctx context.Context, sku, userID string, quantity int6
 }
 
 func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
-	args := []any{sku}
-	for _, u := range userIDs {
-		args = append(args, u)
-	}
-	rows, err := t.tx.QueryContext(ctx, `
-		SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(userIDs), "?")+`)
-		ORDER BY user_id FOR UPDATE`, args...)
-	if err != nil {
-		return nil, wrap(ctx, err)
-	}
-	defer rows.Close()
-	units := map[string]int64{}
-	for rows.Next() {
-		var u string
-		var n int64
-		if err := rows.Scan(&u, &n); err != nil {
+	// Two reads. A locking read of a buyer row that does not exist yet
+	// would gap-lock its place on InnoDB, and two instances' batches of one
+	// new buyer then deadlock (each holds a gap the other's claim inserts
+	// into, while one waits for the other's stock row; the schedule
+	// explorer found it). So: a plain read finds the buyers that have a
+	// row, and only those rows are locked (record locks, no gaps). A buyer
+	// without one is inserted by ClaimUnitsOf with a plain INSERT, which a
+	// row created meanwhile refuses.
+	read := func(users []string, lock string) (map[string]int64, error) {
+		args := []any{sku}
+		for _, u := range users {
+			args = append(args, u)
+		}
+		rows, err := t.tx.QueryContext(ctx, `
+			SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(users), "?")+`)`+lock, args...)
+		if err != nil {
 			return nil, wrap(ctx, err)
 		}
-		units[u] = n
+		defer rows.Close()
+		units := map[string]int64{}
+		for rows.Next() {
+			var u string
+			var n int64
+			if err := rows.Scan(&u, &n); err != nil {
+				return nil, wrap(ctx, err)
+			}
+			units[u] = n
+		}
+		return units, wrap(ctx, rows.Err())
 	}
-	return units, wrap(ctx, rows.Err())
+	found, err := read(userIDs, "")
+	if err != nil || len(found) == 0 {
+		return found, err
+	}
+	existing := make([]string, 0, len(found))
+	for u := range found {
+		existing = append(existing, u)
+	}
+	slices.Sort(existing)
+	return read(existing, " ORDER BY user_id FOR UPDATE")
 }
 
 func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map[string]int64, limit int64) (bool, error) {
-	users := make([]string, 0, len(claims))
+	var fresh, grown []string
 	for u := range claims {
-		users = append(users, u)
+		if _, ok := held[u]; ok {
+			grown = append(grown, u)
+		} else {
+			fresh = append(fresh, u)
+		}
 	}
-	slices.Sort(users)
-	args := make([]any, 0, 3*len(users)+1)
-	for _, u := range users {
-		args = append(args, sku, u, claims[u])
-	}
-	args = append(args, limit)
-	// One upsert for the batch, in buyer order. MariaDB reports one count
-	// for it (1 per insert, 2 per change, 0 per row left alone), which
-	// cannot tell a refused row from the others: the rows, locked by this
-	// transaction now, are read back and each must have grown by its claim.
-	if _, err := t.tx.ExecContext(ctx, `
-		INSERT INTO buyer_units (sku, user_id, units) VALUES `+placeholders(len(users), "(?, ?, ?)")+`
-		ON DUPLICATE KEY UPDATE units = IF(units + VALUES(units) <= ?, units + VALUES(units), units)`, args...); err != nil {
-		return false, wrap(ctx, err)
-	}
-	read := []any{sku}
-	for _, u := range users {
-		read = append(read, u)
-	}
-	rows, err := t.tx.QueryContext(ctx, `
-		SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(users), "?")+`)
-		FOR UPDATE`, read...)
-	if err != nil {
-		return false, wrap(ctx, err)
-	}
-	defer rows.Close()
-	grown := 0
-	for rows.Next() {
-		var u string
-		var n int64
-		if err := rows.Scan(&u, &n); err != nil {
+	slices.Sort(fresh)
+	slices.Sort(grown)
+	if len(fresh) > 0 {
+		// Buyers without a row: a plain INSERT, refused (duplicate key)
+		// when another transaction created the row since LockBuyers read.
+		args := make([]any, 0, 3*len(fresh))
+		for _, u := range fresh {
+			if claims[u] > limit {
+				return false, nil
+			}
+			args = append(args, sku, u, claims[u])
+		}
+		_, err := t.tx.ExecContext(ctx, `
+			INSERT INTO buyer_units (sku, user_id, units) VALUES `+placeholders(len(fresh), "(?, ?, ?)"), args...)
+		var myErr *mysql.MySQLError
+		if errors.As(err, &myErr) && myErr.Number == erDuplicateKey {
+			return false, nil
+		}
+		if err != nil {
 			return false, wrap(ctx, err)
 		}
-		if q, ok := claims[u]; ok && n == held[u]+q && n <= limit {
-			grown++
+	}
+	if len(grown) > 0 {
+		// Buyers with a row, locked by LockBuyers since it read them: each
+		// grows by its claim while it stays within the limit, and every
+		// one must (one statement, one count: each matched row changes).
+		var when strings.Builder
+		var pairs []any
+		for _, u := range grown {
+			when.WriteString(" WHEN ? THEN ?")
+			pairs = append(pairs, u, claims[u])
+		}
+		args := append([]any{}, pairs...)
+		args = append(args, sku)
+		for _, u := range grown {
+			args = append(args, u)
+		}
+		args = append(args, pairs...)
+		args = append(args, limit)
+		res, err := t.tx.ExecContext(ctx, `
+			UPDATE buyer_units SET units = units + CASE user_id`+when.String()+` END
+			WHERE sku = ? AND user_id IN (`+placeholders(len(grown), "?")+`)
+			  AND units + CASE user_id`+when.String()+` END <= ?`, args...)
+		if err != nil {
+			return false, wrap(ctx, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n != int64(len(grown)) {
+			return false, wrap(ctx, err)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return false, wrap(ctx, err)
-	}
-	return grown == len(users), nil
+	return true, nil
 }
 
 func (t *tx) Restock(ctx context.Context, sku string, quantity int64) (bool, error) {

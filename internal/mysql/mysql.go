@@ -634,6 +634,7 @@ func (t *tx) execAffected(ctx context.Context, query string, args ...any) (bool,
 const (
 	erLockWaitTimeout   = 1205
 	erLockDeadlock      = 1213
+	erDuplicateKey      = 1062
 	erCheckRead         = 1020 // MariaDB innodb_snapshot_isolation: the row changed since the snapshot
 	erTooManyConns      = 1040
 	erServerShutdown    = 1053
