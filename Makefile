@@ -74,7 +74,7 @@ fuzz: ## fuzz the order handler for FUZZTIME (default 5000x)
 # EXPLORE_STRATEGY=<name> runs one strategy. Then the lifecycle's races
 # (pay against expiry, retried cancel, two sweepers, a buyer for a returned
 # unit, one buyer twice under PER_USER_LIMIT=1) at 5 times make test's
-# budget (EXPLORE_LIFECYCLE_SCALE): about 9 minutes more.
+# budget (EXPLORE_LIFECYCLE_SCALE): about 5 minutes more.
 explore: services ## every schedule of 2-3 buyers per strategy, 20x make test's budget; the lifecycle's races, 5x
 	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run 'TestEverySchedule$$' -v ./internal/explore/
 	EXPLORE_SCALE=$${EXPLORE_LIFECYCLE_SCALE:-5} $(GO) test -race -count=1 -timeout 90m -run 'TestEveryLifecycleSchedule$$' -v ./internal/explore/

@@ -55,26 +55,26 @@ func lifecycleShapes(t *testing.T) []lifecycleShape {
 	return []lifecycleShape{
 		{name: "a pay racing the sweep", stock: 1, holds: lapses,
 			actors: []explore.Actor{{Act: explore.Pay}, {Act: explore.Sweep}},
-			max:    scaled(t, 150), samples: scaled(t, 50)},
+			max:    scaled(t, 80), samples: scaled(t, 20)},
 		{name: "a cancel retried on a second instance", stock: 1, holds: lapses,
 			actors: []explore.Actor{{Act: explore.Cancel}, {Act: explore.Cancel, Instance: 1}},
-			max:    scaled(t, 150), samples: scaled(t, 50)},
+			max:    scaled(t, 80), samples: scaled(t, 20)},
 		// One sweep transaction a hold: the second sweeper skips the hold
 		// the first has locked and takes the next, or finds none.
 		{name: "two sweepers, one hold lapsed and one lapsing", stock: 3,
 			holds:  []explore.Hold{{Quantity: 1, Lapse: explore.LapsedBefore}, {Quantity: 2, Lapse: explore.LapsesInSchedule}},
 			actors: []explore.Actor{{Act: explore.Sweep, Batch: 1}, {Act: explore.Sweep, Batch: 1, Instance: 1}},
-			max:    scaled(t, 150), samples: scaled(t, 50)},
+			max:    scaled(t, 80), samples: scaled(t, 20)},
 		{name: "a buyer for the last unit while the sweep returns it", stock: 1, holds: lapses,
 			actors: []explore.Actor{{Act: explore.Sweep}, {Act: explore.Buy, Quantity: 1, Instance: 1}},
-			max:    scaled(t, 250), samples: scaled(t, 50)},
+			max:    scaled(t, 120), samples: scaled(t, 30)},
 		{name: "a buyer for the last unit while a lookup expires its hold", stock: 1, holds: lapses,
 			actors: []explore.Actor{{Act: explore.Look}, {Act: explore.Buy, Quantity: 1, Instance: 1}},
-			max:    scaled(t, 250), samples: scaled(t, 50)},
+			max:    scaled(t, 120), samples: scaled(t, 30)},
 		// Stock enough for both: only the limit may refuse one.
 		{name: "one buyer ordering twice on two instances, PER_USER_LIMIT=1", stock: 2, limit: 1,
 			actors: []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
-			max:    scaled(t, 250), samples: scaled(t, 50)},
+			max:    scaled(t, 120), samples: scaled(t, 30)},
 	}
 }
 
