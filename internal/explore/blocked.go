@@ -43,15 +43,10 @@ func ObserveWaits(ctx context.Context, databaseURL string) (*WaitObserver, error
 			return n > 0, err
 		}}, nil
 	}
-	cfg, err := mysql.ParseURL(databaseURL)
+	db, err := openMySQL(databaseURL)
 	if err != nil {
 		return nil, err
 	}
-	connector, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		return nil, err
-	}
-	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(1)
 	return &WaitObserver{close: func() { _ = db.Close() }, Blocked: func(ctx context.Context, thread int64) (bool, error) {
 		var typ, name, status string
@@ -86,4 +81,18 @@ func innodbWaits(status string) map[int64]bool {
 		}
 	}
 	return waits
+}
+
+// openMySQL opens a database/sql pool on a mysql:// DATABASE_URL, with the
+// adapter's own reading of the URL.
+func openMySQL(databaseURL string) (*sql.DB, error) {
+	cfg, err := mysql.ParseURL(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	connector, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(connector), nil
 }

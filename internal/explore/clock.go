@@ -2,14 +2,11 @@ package explore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sync"
 
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flashsale/stock/internal/mysql"
 	dbstore "github.com/flashsale/stock/internal/store"
 )
 
@@ -56,15 +53,10 @@ func OpenClock(ctx context.Context, databaseURL string) (*Clock, error) {
 			},
 		}, nil
 	}
-	cfg, err := mysql.ParseURL(databaseURL)
+	db, err := openMySQL(databaseURL)
 	if err != nil {
 		return nil, err
 	}
-	connector, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		return nil, err
-	}
-	db := sql.OpenDB(connector)
 	// One pinned connection: its thread id is the session the scheduler
 	// asks about.
 	conn, err := db.Conn(ctx)

@@ -262,35 +262,28 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 	}
 }
 
-// unitsByBuyer sums the orders' quantities per SKU and buyer, in that
-// order.
-func unitsByBuyer(orders []Order) []Order {
-	type buyer struct{ sku, user string }
-	sum := map[buyer]int64{}
+// unitsByBuyer sums the orders' quantities per SKU and buyer, and
+// unitsBySKU per SKU, each in that order.
+func unitsByBuyer(orders []Order) []Order { return sumUnits(orders, true) }
+func unitsBySKU(orders []Order) []Order   { return sumUnits(orders, false) }
+
+func sumUnits(orders []Order, byBuyer bool) []Order {
+	type key struct{ sku, user string }
+	sum := map[key]int64{}
 	for _, o := range orders {
-		sum[buyer{o.SKU, o.UserID}] += o.Quantity
+		k := key{sku: o.SKU}
+		if byBuyer {
+			k.user = o.UserID
+		}
+		sum[k] += o.Quantity
 	}
 	out := make([]Order, 0, len(sum))
-	for b, q := range sum {
-		out = append(out, Order{SKU: b.sku, UserID: b.user, Quantity: q})
+	for k, q := range sum {
+		out = append(out, Order{SKU: k.sku, UserID: k.user, Quantity: q})
 	}
 	slices.SortFunc(out, func(a, b Order) int {
 		return cmp.Or(cmp.Compare(a.SKU, b.SKU), cmp.Compare(a.UserID, b.UserID))
 	})
-	return out
-}
-
-// unitsBySKU sums the orders' quantities per SKU, in SKU order.
-func unitsBySKU(orders []Order) []Order {
-	sum := map[string]int64{}
-	for _, o := range orders {
-		sum[o.SKU] += o.Quantity
-	}
-	out := make([]Order, 0, len(sum))
-	for sku, q := range sum {
-		out = append(out, Order{SKU: sku, Quantity: q})
-	}
-	slices.SortFunc(out, func(a, b Order) int { return cmp.Compare(a.SKU, b.SKU) })
 	return out
 }
 
@@ -308,6 +301,10 @@ func (s *Service) Restock(ctx context.Context, sku string, n int64) (Level, erro
 	if _, ok := s.strategy.(SaleKeeper); ok {
 		return Level{}, fmt.Errorf("%w: %s counts the stock outside the database and cannot restock yet; start a new sale instead", ErrInvalid, s.strategy.Name())
 	}
+	// Bounded like an order: a restock behind a busy row answers busy
+	// rather than hold its admin's request open.
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	err := s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
 		ok, err := tx.Restock(ctx, sku, n)
 		if err == nil && !ok {
@@ -316,7 +313,7 @@ func (s *Service) Restock(ctx context.Context, sku string, n int64) (Level, erro
 		return err
 	})
 	if err != nil {
-		return Level{}, err
+		return Level{}, s.classify(ctx, err)
 	}
 	return s.store.Level(ctx, sku)
 }

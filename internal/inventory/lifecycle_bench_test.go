@@ -3,8 +3,6 @@ package inventory_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,26 +47,7 @@ func BenchmarkLifecycleBurst(b *testing.B) {
 					if err := svc.StartSale(ctx, "hot", inventory.MaxInitialStock); err != nil {
 						b.Fatal(err)
 					}
-					var next, failed atomic.Int64
-					var wg sync.WaitGroup
-					b.ResetTimer()
-					began := time.Now()
-					for range 64 {
-						wg.Go(func() {
-							for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-								if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "hot", Quantity: 1, UserID: fmt.Sprint("u-", i)}); err != nil {
-									failed.Add(1)
-								}
-							}
-						})
-					}
-					wg.Wait()
-					elapsed := time.Since(began)
-					b.StopTimer()
-					if n := failed.Load(); n > 0 {
-						b.Errorf("%d of %d orders failed", n, b.N)
-					}
-					b.ReportMetric(float64(b.N)/elapsed.Seconds(), "orders/s")
+					burstOnHotRow(b, svc, 64)
 				})
 			}
 		}

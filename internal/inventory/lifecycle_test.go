@@ -26,6 +26,23 @@ func lifecycleStrategies() map[string]builder {
 	return built
 }
 
+// forEachHoldingStrategy runs test, in parallel, for every safe strategy
+// that takes holds on both engines, each over a fresh database of its own
+// (16 connections).
+func forEachHoldingStrategy(t *testing.T, test func(t *testing.T, engine, name string, db store.Store, build builder)) {
+	for _, engine := range store.Engines {
+		for name, build := range lifecycleStrategies() {
+			if inventory.IsControl(name) {
+				continue
+			}
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				test(t, engine, name, testdb.New(t, engine, 16), build)
+			})
+		}
+	}
+}
+
 // TestLifecycleConformance: on every strategy that takes holds and both
 // engines, 20 units are held by 20 of 40 racing buyers; then 10 holders
 // cancel, each twice at once (a retried cancel on a second instance), 5
@@ -35,85 +52,76 @@ func lifecycleStrategies() map[string]builder {
 // balance (initial = available + held + paid).
 func TestLifecycleConformance(t *testing.T) {
 	const initial = 20
-	for _, engine := range store.Engines {
-		for name, build := range lifecycleStrategies() {
-			if inventory.IsControl(name) {
-				continue
+	forEachHoldingStrategy(t, func(t *testing.T, engine, name string, db store.Store, build builder) {
+		svc := inventory.NewService(db, build(t, engine, db), inventory.WithOrderTimeout(30*time.Second),
+			inventory.WithHoldTTL(time.Hour))
+		ctx := context.Background()
+		sku := "life-" + name
+		if err := svc.StartSale(ctx, sku, initial); err != nil {
+			t.Fatalf("start sale: %v", err)
+		}
+		first := placeOnes(t, svc, sku, "first", 40)
+		held := heldOrders(t, first, initial)
+
+		var wg sync.WaitGroup
+		cancels := make([]error, 20)
+		for i, o := range held[:10] {
+			for j := range 2 {
+				wg.Go(func() {
+					got, err := svc.CancelOrder(ctx, o.ID, o.UserID)
+					if err == nil && got.State != inventory.OrderCancelled {
+						err = fmt.Errorf("answered state %q", got.State)
+					}
+					cancels[2*i+j] = err
+				})
 			}
-			t.Run(engine+"/"+name, func(t *testing.T) {
-				t.Parallel()
-				db := testdb.New(t, engine, 16)
-				svc := inventory.NewService(db, build(t, engine, db), inventory.WithOrderTimeout(30*time.Second),
-					inventory.WithHoldTTL(time.Hour))
-				ctx := context.Background()
-				sku := "life-" + name
-				if err := svc.StartSale(ctx, sku, initial); err != nil {
-					t.Fatalf("start sale: %v", err)
+		}
+		pays := make([]error, 5)
+		for i, o := range held[10:15] {
+			wg.Go(func() {
+				got, err := svc.PayOrder(ctx, o.ID, o.UserID)
+				if err == nil && got.State != inventory.OrderPaid {
+					err = fmt.Errorf("answered state %q", got.State)
 				}
-				first := placeOnes(t, svc, sku, "first", 40)
-				held := heldOrders(t, first, initial)
-
-				var wg sync.WaitGroup
-				cancels := make([]error, 20)
-				for i, o := range held[:10] {
-					for j := range 2 {
-						wg.Go(func() {
-							got, err := svc.CancelOrder(ctx, o.ID, o.UserID)
-							if err == nil && got.State != inventory.OrderCancelled {
-								err = fmt.Errorf("answered state %q", got.State)
-							}
-							cancels[2*i+j] = err
-						})
-					}
-				}
-				pays := make([]error, 5)
-				for i, o := range held[10:15] {
-					wg.Go(func() {
-						got, err := svc.PayOrder(ctx, o.ID, o.UserID)
-						if err == nil && got.State != inventory.OrderPaid {
-							err = fmt.Errorf("answered state %q", got.State)
-						}
-						pays[i] = err
-					})
-				}
-				var second []outcome
-				wg.Go(func() { second = placeOnes(t, svc, sku, "second", 20) })
-				wg.Wait()
-				for i, err := range cancels {
-					if err != nil {
-						t.Errorf("cancel %d of order %s: %v", i%2, held[i/2].ID, err)
-					}
-				}
-				for i, err := range pays {
-					if err != nil {
-						t.Errorf("pay of order %s: %v", held[10+i].ID, err)
-					}
-				}
-				// What the race with the returns did not sell, buyers who
-				// come after it do: every returned unit is for sale.
-				third := placeOnes(t, svc, sku, "third", 20)
-
-				a, err := svc.Audit(ctx, sku)
-				if err != nil {
-					t.Fatal(err)
-				}
-				sold := int64(0)
-				for _, r := range slices.Concat(first, second, third) {
-					switch {
-					case r.err == nil:
-						sold++
-					case !errors.Is(r.err, inventory.ErrSoldOut):
-						t.Errorf("an order answered %v", r.err)
-					}
-				}
-				t.Logf("audit %+v; %d orders placed", a, sold)
-				if !a.Consistent() || a.Available != 0 || a.Held+a.Paid != initial || a.Paid != 5 ||
-					a.Cancelled != 10 || a.Returned != 10 || sold != initial+10 || a.Orders != initial {
-					t.Errorf("audit %+v after %d orders placed: want every unit held or paid (5 paid), 10 cancelled orders whose 10 units came back once and were sold again", a, sold)
-				}
+				pays[i] = err
 			})
 		}
-	}
+		var second []outcome
+		wg.Go(func() { second = placeOnes(t, svc, sku, "second", 20) })
+		wg.Wait()
+		for i, err := range cancels {
+			if err != nil {
+				t.Errorf("cancel %d of order %s: %v", i%2, held[i/2].ID, err)
+			}
+		}
+		for i, err := range pays {
+			if err != nil {
+				t.Errorf("pay of order %s: %v", held[10+i].ID, err)
+			}
+		}
+		// What the race with the returns did not sell, buyers who
+		// come after it do: every returned unit is for sale.
+		third := placeOnes(t, svc, sku, "third", 20)
+
+		a, err := svc.Audit(ctx, sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sold := int64(0)
+		for _, r := range slices.Concat(first, second, third) {
+			switch {
+			case r.err == nil:
+				sold++
+			case !errors.Is(r.err, inventory.ErrSoldOut):
+				t.Errorf("an order answered %v", r.err)
+			}
+		}
+		t.Logf("audit %+v; %d orders placed", a, sold)
+		if !a.Consistent() || a.Available != 0 || a.Held+a.Paid != initial || a.Paid != 5 ||
+			a.Cancelled != 10 || a.Returned != 10 || sold != initial+10 || a.Orders != initial {
+			t.Errorf("audit %+v after %d orders placed: want every unit held or paid (5 paid), 10 cancelled orders whose 10 units came back once and were sold again", a, sold)
+		}
+	})
 }
 
 // placeOnes has n buyers named prefix-i order one unit of sku at once.
@@ -266,91 +274,82 @@ func TestFinalOrdersCannotBeSettled(t *testing.T) {
 // outright.
 func TestPerUserLimitAcrossInstances(t *testing.T) {
 	const buyers = 20
-	for _, engine := range store.Engines {
-		for name, build := range lifecycleStrategies() {
-			if inventory.IsControl(name) {
-				continue
+	forEachHoldingStrategy(t, func(t *testing.T, engine, name string, db store.Store, build builder) {
+		strategy := build(t, engine, db)
+		var instances [2]*inventory.Service
+		for i := range instances {
+			if i > 0 && name == inventory.NameBatched {
+				// A batcher of its own: the two orders of a buyer
+				// then race in two transactions, as on two
+				// instances. (A lock strategy shares its lock
+				// server, so it shares the strategy here.)
+				strategy = build(t, engine, db)
 			}
-			t.Run(engine+"/"+name, func(t *testing.T) {
-				t.Parallel()
-				db := testdb.New(t, engine, 16)
-				strategy := build(t, engine, db)
-				var instances [2]*inventory.Service
-				for i := range instances {
-					if i > 0 && name == inventory.NameBatched {
-						// A batcher of its own: the two orders of a buyer
-						// then race in two transactions, as on two
-						// instances. (A lock strategy shares its lock
-						// server, so it shares the strategy here.)
-						strategy = build(t, engine, db)
-					}
-					instances[i] = inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second),
-						inventory.WithHoldTTL(time.Hour), inventory.WithPerUserLimit(1))
-				}
-				ctx := context.Background()
-				sku := "limit-" + name
-				if err := instances[0].StartSale(ctx, sku, 100); err != nil {
-					t.Fatal(err)
-				}
-				type answer struct {
-					order inventory.Order
-					err   error
-				}
-				answers := make([][2]answer, buyers)
-				var wg sync.WaitGroup
-				for b := range buyers {
-					for i, svc := range instances {
-						wg.Go(func() {
-							o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: fmt.Sprintf("buyer-%d", b)})
-							answers[b][i] = answer{o, err}
-						})
-					}
-				}
-				wg.Wait()
-				var won []inventory.Order
-				for b, pair := range answers {
-					ok, limited := 0, 0
-					for _, a := range pair {
-						switch {
-						case a.err == nil:
-							ok++
-							won = append(won, a.order)
-						case errors.Is(a.err, inventory.ErrLimitReached):
-							limited++
-						default:
-							t.Errorf("buyer %d: %v", b, a.err)
-						}
-					}
-					if ok != 1 || limited != 1 {
-						t.Errorf("buyer %d: %d orders taken and %d refused for the limit, want 1 and 1", b, ok, limited)
-					}
-				}
-				if len(won) == 0 {
-					t.FailNow()
-				}
-				o := won[0]
-				if _, err := instances[1].CancelOrder(ctx, o.ID, o.UserID); err != nil {
-					t.Fatalf("cancel: %v", err)
-				}
-				if _, err := instances[1].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: o.UserID}); err != nil {
-					t.Errorf("an order after the buyer cancelled: %v", err)
-				}
-				if _, err := instances[0].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: o.UserID}); !errors.Is(err, inventory.ErrLimitReached) {
-					t.Errorf("a third order of the buyer: %v, want limit reached", err)
-				}
-				if _, err := instances[0].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 2, UserID: "newcomer"}); !errors.Is(err, inventory.ErrLimitReached) {
-					t.Errorf("an order of 2 under a limit of 1: %v, want limit reached", err)
-				}
-				a, err := instances[0].Audit(ctx, sku)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !a.Consistent() || a.Orders != buyers || a.Held != buyers || a.Returned != 1 {
-					t.Errorf("audit %+v: want %d orders held, one cancelled", a, buyers)
-				}
-			})
+			instances[i] = inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second),
+				inventory.WithHoldTTL(time.Hour), inventory.WithPerUserLimit(1))
 		}
-	}
+		ctx := context.Background()
+		sku := "limit-" + name
+		if err := instances[0].StartSale(ctx, sku, 100); err != nil {
+			t.Fatal(err)
+		}
+		type answer struct {
+			order inventory.Order
+			err   error
+		}
+		answers := make([][2]answer, buyers)
+		var wg sync.WaitGroup
+		for b := range buyers {
+			for i, svc := range instances {
+				wg.Go(func() {
+					o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: fmt.Sprintf("buyer-%d", b)})
+					answers[b][i] = answer{o, err}
+				})
+			}
+		}
+		wg.Wait()
+		var won []inventory.Order
+		for b, pair := range answers {
+			ok, limited := 0, 0
+			for _, a := range pair {
+				switch {
+				case a.err == nil:
+					ok++
+					won = append(won, a.order)
+				case errors.Is(a.err, inventory.ErrLimitReached):
+					limited++
+				default:
+					t.Errorf("buyer %d: %v", b, a.err)
+				}
+			}
+			if ok != 1 || limited != 1 {
+				t.Errorf("buyer %d: %d orders taken and %d refused for the limit, want 1 and 1", b, ok, limited)
+			}
+		}
+		if len(won) == 0 {
+			t.FailNow()
+		}
+		o := won[0]
+		if _, err := instances[1].CancelOrder(ctx, o.ID, o.UserID); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		if _, err := instances[1].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: o.UserID}); err != nil {
+			t.Errorf("an order after the buyer cancelled: %v", err)
+		}
+		if _, err := instances[0].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: o.UserID}); !errors.Is(err, inventory.ErrLimitReached) {
+			t.Errorf("a third order of the buyer: %v, want limit reached", err)
+		}
+		if _, err := instances[0].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 2, UserID: "newcomer"}); !errors.Is(err, inventory.ErrLimitReached) {
+			t.Errorf("an order of 2 under a limit of 1: %v, want limit reached", err)
+		}
+		a, err := instances[0].Audit(ctx, sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.Consistent() || a.Orders != buyers || a.Held != buyers || a.Returned != 1 {
+			t.Errorf("audit %+v: want %d orders held, one cancelled", a, buyers)
+		}
+	})
 }
 
 // TestRestockAddsUnitsAndKeepsOrders: a restock adds units to the sale in
