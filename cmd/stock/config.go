@@ -246,9 +246,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.HoldTTL > 0 && isReservedStrategy(c.Strategy) {
 		bad("HOLD_TTL is not supported by STRATEGY=%s yet: its returns must go through Redis with the order's state (issue 25); use HOLD_TTL=0 or a database or lock strategy", c.Strategy)
 	}
-	if c.PerUserLimit > 0 && isReservedStrategy(c.Strategy) {
-		bad("PER_USER_LIMIT is not supported by STRATEGY=%s yet: its count must live in Redis beside the stock (issue 25); use PER_USER_LIMIT=0 or a database or lock strategy", c.Strategy)
-	}
 	if c.HoldTTL > 0 && c.HoldTTL < time.Second {
 		bad("HOLD_TTL=%s is shorter than a second: a buyer could not pay in time", c.HoldTTL)
 	}

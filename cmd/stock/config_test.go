@@ -294,7 +294,8 @@ func TestDefaultHTTPMaxConns(t *testing.T) {
 // per-user limit to none, and the
 // sweep to every second; a hold shorter than a second, and a hold with the
 // reservation strategies (whose returns do not go through Redis yet), are
-// refused with a line that names the variable.
+// refused with a line that names the variable; PER_USER_LIMIT is taken by
+// every strategy.
 func TestHoldConfig(t *testing.T) {
 	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db"}))
 	if err != nil || c.HoldTTL != 0 || c.HoldSweepEvery != time.Second || c.PerUserLimit != 0 {
@@ -304,6 +305,11 @@ func TestHoldConfig(t *testing.T) {
 	if err != nil || c.HoldTTL != 15*time.Minute || c.HoldSweepEvery != 0 {
 		t.Fatalf("HOLD_TTL=15m HOLD_SWEEP_EVERY=0: %v, %v, %v", c.HoldTTL, c.HoldSweepEvery, err)
 	}
+	// The reservation strategies count the buyers' units in Redis.
+	c, err = loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "PER_USER_LIMIT": "2", "STRATEGY": "redis-reserve"}))
+	if err != nil || c.PerUserLimit != 2 {
+		t.Fatalf("PER_USER_LIMIT=2 with redis-reserve: %v, %v", c.PerUserLimit, err)
+	}
 	for _, bad := range []map[string]string{
 		{"HOLD_TTL": "500ms"},
 		{"HOLD_TTL": "-1s"},
@@ -312,7 +318,6 @@ func TestHoldConfig(t *testing.T) {
 		{"HOLD_TTL": "15m", "STRATEGY": "redis-reserve"},
 		{"HOLD_TTL": "15m", "STRATEGY": "redis-watch"},
 		{"PER_USER_LIMIT": "-1"},
-		{"PER_USER_LIMIT": "2", "STRATEGY": "redis-reserve"},
 	} {
 		bad["DATABASE_URL"] = "postgres://u@h/db"
 		_, err := loadConfig(env(bad))

@@ -38,12 +38,14 @@ func (e *SaleNumberBehind) Error() string {
 }
 
 // Reservation is one order as the reservation store takes it: the order
-// (its id chosen before, so a retry of the same call is recognised) and its
-// idempotency key and request fingerprint, if it has a key.
+// (its id chosen before, so a retry of the same call is recognised), its
+// idempotency key and request fingerprint, if it has a key, and the units
+// one buyer may take in the sale (0: no limit).
 type Reservation struct {
-	Order       Order
-	Key         string
-	Fingerprint []byte
+	Order        Order
+	Key          string
+	Fingerprint  []byte
+	PerUserLimit int64
 }
 
 // Tally is the reservation store's bookkeeping of one SKU's sale.
@@ -66,7 +68,9 @@ type Tally struct {
 // consumer then writes the logged orders to the database.
 type Reservations interface {
 	// Reserve takes r.Order.Quantity units and logs r.Order, or refuses
-	// with ErrSoldOut, ErrIdempotencyConflict or ErrSaleNotLoaded. It
+	// with ErrSoldOut, ErrLimitReached (the buyer's units in the sale,
+	// counted in the same atomic step as the stock, would pass
+	// r.PerUserLimit), ErrIdempotencyConflict or ErrSaleNotLoaded. It
 	// returns the id of the order that answers the request: r.Order.ID, or
 	// the order an earlier request with the same key created. It returns
 	// only once the order is durable.
@@ -174,13 +178,13 @@ func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
 
 // TakeOrder implements OrderTaker: it reserves the order in the store.
 func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
-	if o.Order.Hold > 0 || o.PerUserLimit > 0 {
+	if o.Order.Hold > 0 {
 		// Its returns must go through the store with the order's state;
 		// until they do, a hold here would be a final order that claims
 		// it can come back. cmd/stock refuses HOLD_TTL with it at start.
 		return Order{}, errHoldsNotTaken
 	}
-	id, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint})
+	id, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint, PerUserLimit: o.PerUserLimit})
 	if errors.Is(err, ErrSaleNotLoaded) {
 		// Tell an unknown SKU (404) from a sale the store lost (503).
 		if _, lerr := r.db.Level(ctx, o.Order.SKU); errors.Is(lerr, ErrUnknownSKU) {
@@ -196,9 +200,8 @@ func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error)
 	return placed, nil
 }
 
-// errHoldsNotTaken: the reservation strategies take final orders without
-// a per-user limit only.
-var errHoldsNotTaken = errors.New("the reservation strategies do not take held orders (HOLD_TTL) or per-user limits (PER_USER_LIMIT) yet")
+// errHoldsNotTaken: the reservation strategies take final orders only.
+var errHoldsNotTaken = errors.New("the reservation strategies do not take held orders (HOLD_TTL) yet")
 
 // StartSale starts the sale in the database and loads it into the store.
 // The database's transaction numbers the new sale and, before it commits,

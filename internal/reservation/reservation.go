@@ -128,11 +128,11 @@ func New(rdb redis.UniversalClient, ledger Ledger, opts ...Option) *Store {
 }
 
 // keys of one SKU (see scripts.go).
-type skuKeys struct{ sale, epoch, idem, orders string }
+type skuKeys struct{ sale, epoch, idem, orders, buyers string }
 
 func (s *Store) keys(sku string) skuKeys {
 	base := s.prefix + "{" + sku + "}:"
-	return skuKeys{sale: base + "sale", epoch: base + "epoch", idem: base + "keys", orders: base + "orders"}
+	return skuKeys{sale: base + "sale", epoch: base + "epoch", idem: base + "keys", orders: base + "orders", buyers: base + "buyers"}
 }
 
 func (s *Store) placedKey(sku, orderID string) string {
@@ -154,8 +154,8 @@ func (s *Store) catalogKey() string { return s.prefix + "reserve:catalog" }
 // finds it.
 func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, error) {
 	k := s.keys(r.Order.SKU)
-	keys := []string{k.sale, k.idem, k.orders, s.placedKey(r.Order.SKU, r.Order.ID)}
-	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds(), r.Order.Strategy}
+	keys := []string{k.sale, k.idem, k.orders, s.placedKey(r.Order.SKU, r.Order.ID), k.buyers}
+	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds(), r.Order.Strategy, r.PerUserLimit}
 	// mayHaveRun: an earlier attempt may have reached Redis and taken the
 	// order. A retry's answer is then only about the retry: "ok" finds the
 	// first run's order, but any refusal (the sale closed meanwhile, a
@@ -468,6 +468,8 @@ func (s *Store) answer(r inventory.Reservation, reply []string) (string, error) 
 		return "", fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, r.Key)
 	case len(reply) == 1 && reply[0] == "soldout":
 		return "", inventory.ErrSoldOut
+	case len(reply) == 1 && reply[0] == "limit":
+		return "", fmt.Errorf("%w: buyer %q may take %d units of %q in this sale", inventory.ErrLimitReached, r.Order.UserID, r.PerUserLimit, r.Order.SKU)
 	case len(reply) == 1 && reply[0] == "busy":
 		return "", fmt.Errorf("%w: every optimistic attempt on %q lost its race", inventory.ErrBusy, r.Order.SKU)
 	case len(reply) == 1 && reply[0] == "unloaded":
@@ -558,7 +560,7 @@ func (s *Store) Load(ctx context.Context, sku string, n, epoch int64) error {
 		return err
 	}
 	k := s.keys(sku)
-	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders}, epoch, n, Group).Err(); err != nil {
+	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers}, epoch, n, Group).Err(); err != nil {
 		if strings.HasPrefix(err.Error(), "STALE") {
 			// A newer sale was started meanwhile: this one is over.
 			return fmt.Errorf("%w: load %q: %w", inventory.ErrBusy, sku, err)

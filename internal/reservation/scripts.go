@@ -21,6 +21,8 @@ import (
 //	{S}:orders    stream: the accepted orders not yet in the database, one
 //	              entry each (id, q, u, k, h, e, s: order id, quantity, user,
 //	              key, fingerprint, sale epoch, strategy); group "persist".
+//	{S}:buyers    hash: user id -> units taken in the sale, kept only
+//	              while orders carry a per-user limit (PER_USER_LIMIT).
 //	{S}:placed:ID the base of the sale in which order ID was taken, for a
 //	              few minutes: a retry of the same call after a lost answer
 //	              finds it instead of taking the stock twice.
@@ -60,12 +62,22 @@ var reserveSource string
 
 // reserveScript checks, decrements and logs one order atomically.
 //
-// KEYS: sale, keys, orders, placed. ARGV: order id, quantity, user id,
-// idempotency key ("" for none), request fingerprint (hex), how long the
-// answer is kept (ms), the strategy's name (recorded on the order).
+// KEYS: sale, keys, orders, placed, buyers. ARGV: order id, quantity, user
+// id, idempotency key ("" for none), request fingerprint (hex), how long the
+// answer is kept (ms), the strategy's name (recorded on the order), the
+// units one buyer may take in the sale (0: no limit, and the buyer's count
+// is not kept).
+//
+// The per-user limit is checked and counted in the same script as the
+// stock, so no schedule of two orders of one buyer on two instances gets
+// past it: the second script runs after the first has counted. The count
+// lives in the sale's own history (a Redis restored from an older copy
+// loses counts and orders together, and the check of the sale against the
+// database, Store.checkSale, closes a sale whose Redis lost orders).
 //
 // Replies: {"ok", id} (taken now or by an earlier run of this very call),
-// {"replay", id} (the key's earlier order), {"conflict"}, {"soldout"},
+// {"replay", id} (the key's earlier order), {"conflict"}, {"limit"} (the
+// buyer's units would pass the limit), {"soldout"},
 // {"unloaded"}, {"checking"} (a check of the sale is under way), {"unchecked"}
 // (the server's replication id is not the one the sale was checked under).
 var reserveScript = redis.NewScript(luaReplID + reserveSource)
@@ -96,7 +108,8 @@ var loadSource string
 // as an old one could get the old one's id and be deleted unwritten. The
 // group is created anew, so no old entry stays pending in it.
 //
-// KEYS: sale, epoch, keys, orders. ARGV: epoch, units, consumer group.
+// KEYS: sale, epoch, keys, orders, buyers. ARGV: epoch, units, consumer
+// group.
 var loadScript = redis.NewScript(luaReplID + loadSource)
 
 //go:embed lua/block.lua

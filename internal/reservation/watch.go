@@ -20,7 +20,7 @@ import (
 // MULTI/EXEC. It keeps every key, answer and stream entry of the script, so
 // the consumer, the audit and instances running the script can share a sale
 // with it. The invariant: EXEC applies the decrement only if no watched key
-// (the sale, the keys) changed since the read that decided it, so each
+// (the sale, the keys, the buyers' counts) changed since the read that decided it, so each
 // decrement was checked against the stock it leaves. Without the WATCH, two
 // orders would both read the last unit and both decrement it.
 
@@ -110,6 +110,7 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			prior *redis.StringCmd
 			done  *redis.StringCmd
 			info  *redis.StringCmd
+			had   *redis.StringCmd
 		)
 		_, _ = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			sale = p.HMGet(ctx, k.sale, "epoch", "available", "base", "replid")
@@ -118,11 +119,17 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			}
 			done = p.Get(ctx, placed)
 			info = p.Info(ctx, "replication")
+			if r.PerUserLimit > 0 {
+				had = p.HGet(ctx, k.buyers, r.Order.UserID)
+			}
 			return nil
 		})
 		cmds := []redis.Cmder{sale, done, info}
 		if prior != nil {
 			cmds = append(cmds, prior)
+		}
+		if had != nil {
+			cmds = append(cmds, had)
 		}
 		for _, c := range cmds {
 			if c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
@@ -172,6 +179,19 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			}
 			return nil
 		}
+		if had != nil {
+			// The buyer's count is watched with the sale: a second
+			// order of the buyer that commits first makes this EXEC
+			// apply nothing, and the retry reads its count.
+			units, err := parseCount(had)
+			if err != nil {
+				return err
+			}
+			if units+r.Order.Quantity > r.PerUserLimit {
+				reply = []string{"limit"}
+				return nil
+			}
+		}
 		availableText, _ := vals[1].(string)
 		available, err := strconv.ParseInt(availableText, 10, 64)
 		if err != nil {
@@ -185,6 +205,9 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			p.HIncrBy(ctx, k.sale, "available", -r.Order.Quantity)
 			p.HIncrBy(ctx, k.sale, "ordered", r.Order.Quantity)
 			p.HIncrBy(ctx, k.sale, "orders", 1)
+			if had != nil {
+				p.HIncrBy(ctx, k.buyers, r.Order.UserID, r.Order.Quantity)
+			}
 			p.XAdd(ctx, &redis.XAddArgs{Stream: k.orders, Values: []any{
 				"id", r.Order.ID, "q", r.Order.Quantity, "u", r.Order.UserID, "k", r.Key, "h", fp, "e", epoch, "s", r.Order.Strategy,
 			}})
@@ -199,8 +222,20 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		}
 		reply = []string{"ok", r.Order.ID}
 		return nil
-	}, k.sale, k.idem)
+	}, k.sale, k.idem, k.buyers)
 	return reply, err
+}
+
+// parseCount reads a buyer's units from HGET's reply (none: 0).
+func parseCount(c *redis.StringCmd) (int64, error) {
+	if errors.Is(c.Err(), redis.Nil) {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(c.Val(), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("a buyer's units are %q: %w", c.Val(), err)
+	}
+	return n, nil
 }
 
 // replID reads master_replid from the text of INFO replication.

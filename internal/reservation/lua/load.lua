@@ -7,7 +7,7 @@ if e < loaded then
   return redis.error_reply('STALE sale ' .. ARGV[1] .. ' is older than sale ' .. loaded .. ', started since')
 end
 if e == loaded and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then return 'OK' end
-redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[5])
 redis.call('SET', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('XTRIM', KEYS[4], 'MAXLEN', 0)

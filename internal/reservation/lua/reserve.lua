@@ -21,7 +21,10 @@ if key ~= '' then
   end
 end
 local q = tonumber(ARGV[2])
+local limit = tonumber(ARGV[8])
+if limit > 0 and tonumber(redis.call('HGET', KEYS[5], ARGV[3]) or '0') + q > limit then return {'limit'} end
 if tonumber(sale[2]) < q then return {'soldout'} end
+if limit > 0 then redis.call('HINCRBY', KEYS[5], ARGV[3], q) end
 redis.call('HINCRBY', KEYS[1], 'available', -q)
 redis.call('HINCRBY', KEYS[1], 'ordered', q)
 redis.call('HINCRBY', KEYS[1], 'orders', 1)
