@@ -39,9 +39,10 @@ type OrderTaker interface {
 }
 
 // SaleKeeper is a strategy that keeps the sale itself (the stock counted
-// outside the database): it starts sales instead of the Service.
+// outside the database): it starts sales, with their windows, instead of
+// the Service.
 type SaleKeeper interface {
-	StartSale(ctx context.Context, sku string, n int64) error
+	StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error
 }
 
 // SKUStateResetter is a strategy that keeps state of its own per SKU (lock

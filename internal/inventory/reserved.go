@@ -81,11 +81,12 @@ type Reservations interface {
 	// the store has seen epoch or a later number already (a database that
 	// was reset, or another database on the same store).
 	Close(ctx context.Context, sku string, epoch int64) error
-	// Load opens sale epoch of the SKU with n units, forgetting the keys
-	// and the unwritten orders of earlier sales. It refuses an epoch lower
-	// than one closed or loaded already; loading the open sale again
-	// changes nothing.
-	Load(ctx context.Context, sku string, n, epoch int64) error
+	// Load opens sale epoch of the SKU with n units and window w,
+	// forgetting the keys, buyers' counts and unwritten orders of earlier
+	// sales. It refuses an epoch lower than one closed or loaded already;
+	// loading the open sale again changes nothing. Outside w, Reserve
+	// refuses with ErrSaleNotStarted or ErrSaleEnded on the store's clock.
+	Load(ctx context.Context, sku string, n, epoch int64, w SaleWindow) error
 	// Tally reads the SKU's bookkeeping (ErrSaleNotLoaded when it has
 	// none).
 	Tally(ctx context.Context, sku string) (Tally, error)
@@ -111,11 +112,11 @@ type SaleRecheck interface {
 // EpochSales is what the redis-reserve strategy needs from the database:
 // sales that carry a number, and the audit of the orders written so far.
 type EpochSales interface {
-	// StartSaleEpoch starts a sale as Store.StartSale does and returns its
-	// number, which grows with every sale of the SKU and is above
-	// atLeast. beforeCommit runs with that number inside the transaction,
-	// the SKU's row locked; its error rolls the sale back.
-	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (epoch int64, err error)
+	// StartSaleEpoch starts a sale as Store.StartSaleWindow does and
+	// returns its number, which grows with every sale of the SKU and is
+	// above atLeast. beforeCommit runs with that number inside the
+	// transaction, the SKU's row locked; its error rolls the sale back.
+	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (epoch int64, err error)
 	// Audit reads the SKU's stock and the sum of its orders, as
 	// Store.Audit does.
 	Audit(ctx context.Context, sku string) (Audit, error)
@@ -219,9 +220,17 @@ var errHoldsNotTaken = errors.New("the reservation strategies do not take held o
 //
 // A failure leaves the SKU closed (503) until a StartSale succeeds.
 func (r *Reserved) StartSale(ctx context.Context, sku string, n int64) error {
+	return r.StartSaleWindow(ctx, sku, n, SaleWindow{})
+}
+
+// StartSaleWindow is StartSale with a window: the database records it
+// (stock.starts_at, ends_at) and the store checks it on every order, on
+// Redis's clock (TIME, in the reserve script): one clock per sale, never an
+// instance's.
+func (r *Reserved) StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error {
 	var atLeast int64
 	for attempt := 0; ; attempt++ {
-		epoch, err := r.db.StartSaleEpoch(ctx, sku, n, atLeast, func(ctx context.Context, epoch int64) error {
+		epoch, err := r.db.StartSaleEpoch(ctx, sku, n, atLeast, w, func(ctx context.Context, epoch int64) error {
 			return r.res.Close(ctx, sku, epoch)
 		})
 		var behind *SaleNumberBehind
@@ -233,7 +242,7 @@ func (r *Reserved) StartSale(ctx context.Context, sku string, n int64) error {
 		if err != nil {
 			return err
 		}
-		if err := r.res.Load(ctx, sku, n, epoch); err != nil {
+		if err := r.res.Load(ctx, sku, n, epoch, w); err != nil {
 			return fmt.Errorf("load sale %d into the reservation store: %w", epoch, err)
 		}
 		return nil

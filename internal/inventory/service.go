@@ -422,10 +422,7 @@ func (s *Service) StartSaleWindow(ctx context.Context, sku string, n int64, w Sa
 		return err
 	}
 	if starter, ok := s.strategy.(SaleKeeper); ok {
-		if w != (SaleWindow{}) {
-			return fmt.Errorf("%w: %s keeps the sale outside the database and takes no window yet", ErrInvalid, s.strategy.Name())
-		}
-		return starter.StartSale(ctx, sku, n)
+		return starter.StartSaleWindow(ctx, sku, n, w)
 	}
 	// The database first, then the strategy's state. Neither sets anything
 	// back: StartSale bumps the version and keeps the fence, and the lock's

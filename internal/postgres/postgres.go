@@ -197,14 +197,14 @@ func (s *Store) StartSaleWindow(ctx context.Context, sku string, n int64, w inve
 	return err
 }
 
-// StartSaleEpoch starts a sale as StartSale does and returns its number
+// StartSaleEpoch starts a sale as StartSaleWindow does and returns its number
 // (sale_epoch): the next multiple of 2^20, so that the sale can be
 // renumbered (RecheckSale adds one) and still be told from the next, and
 // above atLeast (a number the reservation store has seen already). When
 // beforeCommit is not nil it runs with the new number inside the
 // transaction, while the row is locked, and its error rolls the sale back.
-func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
-	return s.startSale(ctx, sku, n, atLeast, inventory.SaleWindow{}, beforeCommit)
+func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
+	return s.startSale(ctx, sku, n, atLeast, w, beforeCommit)
 }
 
 // startSale is every StartSale: the sale's row with its window (NULL for

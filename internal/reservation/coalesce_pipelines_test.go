@@ -198,7 +198,7 @@ func hungCluster(t *testing.T, n int) (st *Store, onHung, healthy string, resume
 		}
 	}
 	for _, sku := range []string{onHung, healthy} {
-		if err := st.Load(ctx, sku, 100, saleStride); err != nil {
+		if err := st.Load(ctx, sku, 100, saleStride, inventory.SaleWindow{}); err != nil {
 			t.Fatal(err)
 		}
 	}

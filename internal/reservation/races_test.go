@@ -32,8 +32,8 @@ type gatedSales struct {
 	auditRelease chan struct{}
 }
 
-func (g *gatedSales) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(context.Context, int64) error) (int64, error) {
-	e, err := g.Store.StartSaleEpoch(ctx, sku, n, atLeast, beforeCommit)
+func (g *gatedSales) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(context.Context, int64) error) (int64, error) {
+	e, err := g.Store.StartSaleEpoch(ctx, sku, n, atLeast, w, beforeCommit)
 	if err == nil && g.started != nil {
 		g.started <- e
 		<-g.release
@@ -189,9 +189,9 @@ type cancellingSales struct {
 	store.Store
 }
 
-func (c cancellingSales) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(context.Context, int64) error) (int64, error) {
+func (c cancellingSales) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(context.Context, int64) error) (int64, error) {
 	// The close in Redis runs, then the database's transaction fails.
-	return c.Store.StartSaleEpoch(ctx, sku, n, atLeast, func(ctx context.Context, epoch int64) error {
+	return c.Store.StartSaleEpoch(ctx, sku, n, atLeast, w, func(ctx context.Context, epoch int64) error {
 		if err := beforeCommit(ctx, epoch); err != nil {
 			return err
 		}

@@ -468,6 +468,10 @@ func (s *Store) answer(r inventory.Reservation, reply []string) (string, error) 
 		return "", fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, r.Key)
 	case len(reply) == 1 && reply[0] == "soldout":
 		return "", inventory.ErrSoldOut
+	case len(reply) == 1 && reply[0] == "not_started":
+		return "", fmt.Errorf("%w: %q", inventory.ErrSaleNotStarted, r.Order.SKU)
+	case len(reply) == 1 && reply[0] == "ended":
+		return "", fmt.Errorf("%w: %q", inventory.ErrSaleEnded, r.Order.SKU)
 	case len(reply) == 1 && reply[0] == "limit":
 		return "", fmt.Errorf("%w: buyer %q may take %d units of %q in this sale", inventory.ErrLimitReached, r.Order.UserID, r.PerUserLimit, r.Order.SKU)
 	case len(reply) == 1 && reply[0] == "busy":
@@ -555,12 +559,12 @@ func (s *Store) list(ctx context.Context, sku string, epoch int64) error {
 // again first (Close did, but a Redis that came back from an older copy
 // since may have lost the listing; found by review): a sale is never open
 // unlisted.
-func (s *Store) Load(ctx context.Context, sku string, n, epoch int64) error {
+func (s *Store) Load(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error {
 	if err := s.list(ctx, sku, epoch); err != nil {
 		return err
 	}
 	k := s.keys(sku)
-	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers}, epoch, n, Group).Err(); err != nil {
+	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers}, epoch, n, Group, unixMilli(w.StartsAt), unixMilli(w.EndsAt)).Err(); err != nil {
 		if strings.HasPrefix(err.Error(), "STALE") {
 			// A newer sale was started meanwhile: this one is over.
 			return fmt.Errorf("%w: load %q: %w", inventory.ErrBusy, sku, err)
@@ -568,6 +572,15 @@ func (s *Store) Load(ctx context.Context, sku string, n, epoch int64) error {
 		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
 	return nil
+}
+
+// unixMilli is t in Unix milliseconds, the sale hash's clock; 0 for an
+// open bound (the zero time).
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 // Tally implements inventory.Reservations.

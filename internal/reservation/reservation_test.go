@@ -328,7 +328,7 @@ func TestReplayWritesNothing(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t, engine, 4)
-			epoch, err := db.StartSaleEpoch(ctx, "replay", 10, 0, nil)
+			epoch, err := db.StartSaleEpoch(ctx, "replay", 10, 0, inventory.SaleWindow{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -543,16 +543,16 @@ func TestCheckDurable(t *testing.T) {
 func TestLoadIsNotUndoneByARetry(t *testing.T) {
 	s := newSale(t, "postgres")
 	ctx := context.Background()
-	if err := s.res.Load(ctx, "load", 10, 7); err != nil {
+	if err := s.res.Load(ctx, "load", 10, 7, inventory.SaleWindow{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.res.Reserve(ctx, inventory.Reservation{Order: inventory.Order{ID: "o1", SKU: "load", Quantity: 4, UserID: "u"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.res.Load(ctx, "load", 10, 7); err != nil {
+	if err := s.res.Load(ctx, "load", 10, 7, inventory.SaleWindow{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.res.Load(ctx, "load", 10, 6); err == nil {
+	if err := s.res.Load(ctx, "load", 10, 6, inventory.SaleWindow{}); err == nil {
 		t.Fatal("an older sale was loaded over a newer one")
 	}
 	tally, err := s.res.Tally(ctx, "load")

@@ -10,7 +10,8 @@ import (
 // tag {S}, so one script reaches them all on Redis Cluster too: a SKU lives
 // on one master.
 //
-//	{S}:sale      hash: epoch, initial, available, ordered, orders; base
+//	{S}:sale      hash: epoch, initial, available, ordered, orders; starts
+//	              and ends (the sale's window, Unix ms, 0: open); base
 //	              (the epoch it was loaded under: a renumbering keeps it)
 //	              and replid (the replication id it was last checked
 //	              under). Its absence means "no sale here": never loaded,
@@ -76,8 +77,9 @@ var reserveSource string
 // database, Store.checkSale, closes a sale whose Redis lost orders).
 //
 // Replies: {"ok", id} (taken now or by an earlier run of this very call),
-// {"replay", id} (the key's earlier order), {"conflict"}, {"limit"} (the
-// buyer's units would pass the limit), {"soldout"},
+// {"replay", id} (the key's earlier order), {"conflict"}, {"not_started"}
+// and {"ended"} (outside the sale's window, on Redis's clock), {"limit"}
+// (the buyer's units would pass the limit), {"soldout"},
 // {"unloaded"}, {"checking"} (a check of the sale is under way), {"unchecked"}
 // (the server's replication id is not the one the sale was checked under).
 var reserveScript = redis.NewScript(luaReplID + reserveSource)
@@ -109,7 +111,7 @@ var loadSource string
 // group is created anew, so no old entry stays pending in it.
 //
 // KEYS: sale, epoch, keys, orders, buyers. ARGV: epoch, units, consumer
-// group.
+// group, the window's start and end (Unix ms; 0 for an open bound).
 var loadScript = redis.NewScript(luaReplID + loadSource)
 
 //go:embed lua/block.lua

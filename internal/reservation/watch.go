@@ -111,9 +111,11 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			done  *redis.StringCmd
 			info  *redis.StringCmd
 			had   *redis.StringCmd
+			clock *redis.TimeCmd
 		)
 		_, _ = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-			sale = p.HMGet(ctx, k.sale, "epoch", "available", "base", "replid")
+			sale = p.HMGet(ctx, k.sale, "epoch", "available", "base", "replid", "starts", "ends")
+			clock = p.Time(ctx)
 			if r.Key != "" {
 				prior = p.HGet(ctx, k.idem, r.Key)
 			}
@@ -124,7 +126,7 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			}
 			return nil
 		})
-		cmds := []redis.Cmder{sale, done, info}
+		cmds := []redis.Cmder{sale, done, info, clock}
 		if prior != nil {
 			cmds = append(cmds, prior)
 		}
@@ -179,6 +181,14 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			}
 			return nil
 		}
+		// The window, on Redis's clock as the script reads it. A read
+		// inside the window decides even if EXEC lands a little later:
+		// the window bounds when orders are taken, as the database's
+		// statement time does for the SQL strategies.
+		if refusal := outsideWindow(clock.Val(), vals[4], vals[5]); refusal != "" {
+			reply = []string{refusal}
+			return nil
+		}
 		if had != nil {
 			// The buyer's count is watched with the sale: a second
 			// order of the buyer that commits first makes this EXEC
@@ -224,6 +234,25 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		return nil
 	}, k.sale, k.idem, k.buyers)
 	return reply, err
+}
+
+// outsideWindow is "not_started" or "ended" when now is outside the
+// window whose bounds (Unix ms, "0" or absent: open) the sale hash holds,
+// "" inside it.
+func outsideWindow(now time.Time, starts, ends any) string {
+	ms := now.UnixMilli()
+	bound := func(v any) int64 {
+		text, _ := v.(string)
+		n, _ := strconv.ParseInt(text, 10, 64)
+		return n
+	}
+	if s := bound(starts); s > 0 && ms < s {
+		return "not_started"
+	}
+	if e := bound(ends); e > 0 && ms >= e {
+		return "ended"
+	}
+	return ""
 }
 
 // parseCount reads a buyer's units from HGET's reply (none: 0).

@@ -22,7 +22,7 @@ type Store interface {
 	batched.Store
 	// StartSaleEpoch and PersistReserved serve the redis-reserve strategy
 	// (inventory.EpochSales, reservation.Sink).
-	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error)
+	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error)
 	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
 	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r inventory.SaleRecheck) error) error
 	// SKUsAfter lists the SKUs on sale (every one with a stock row) a

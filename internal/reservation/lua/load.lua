@@ -15,5 +15,5 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
 end
 redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[3], '$', 'MKSTREAM')
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'initial', ARGV[2], 'available', ARGV[2], 'ordered', 0, 'orders', 0,
-  'base', ARGV[1], 'replid', id)
+  'base', ARGV[1], 'replid', id, 'starts', ARGV[4], 'ends', ARGV[5])
 return 'OK'

@@ -1,5 +1,5 @@
 
-local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available', 'base', 'replid', 'since')
+local sale = redis.call('HMGET', KEYS[1], 'epoch', 'available', 'base', 'replid', 'since', 'starts', 'ends')
 if not sale[1] then return {'unloaded'} end
 if string.sub(sale[4] or '', 1, 9) == 'checking:' then
   -- A check under way; one that has lasted 2 s is taken for dead.
@@ -19,6 +19,13 @@ if key ~= '' then
     if string.sub(prior, 1, sep - 1) ~= fp then return {'conflict'} end
     return {'replay', string.sub(prior, sep + 1)}
   end
+end
+local starts, ends = tonumber(sale[6] or '0'), tonumber(sale[7] or '0')
+if starts > 0 or ends > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if starts > 0 and now < starts then return {'not_started'} end
+  if ends > 0 and now >= ends then return {'ended'} end
 end
 local q = tonumber(ARGV[2])
 local limit = tonumber(ARGV[8])
