@@ -78,6 +78,15 @@ type Scenario struct {
 	// strategy, and the checks run once the writer has moved everything.
 	// "" for the strategies that write the database themselves.
 	Reserved string
+	// PerUserLimit, when above 0, makes every buyer one user (no
+	// idempotency key: separate orders) and is the service's
+	// PER_USER_LIMIT: no more than it is sold to the user, and a buyer
+	// refused limit_reached was refused truly.
+	PerUserLimit int64
+	// Instances is how many services (instances, each with its own
+	// strategy from Strategy) the buyers are spread over, buyer i on
+	// instance i mod Instances; 0 or 1: one.
+	Instances int
 }
 
 // Env is what one schedule gives the strategy under test: the scheduler's
@@ -383,10 +392,15 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick picker) (result, e
 		w = newWriter(s, r.Write, len(sc.Quantities))
 		env.Reservations, env.Sales = &reservations{Reservations: r.Store, st: st, w: w}, r.Sales
 	}
-	svc := inventory.NewService(st, sc.Strategy(env),
-		// The scheduler decides what happens when; no deadline may.
-		inventory.WithOrderTimeout(time.Minute),
-		inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	services := make([]*inventory.Service, max(1, sc.Instances))
+	for i := range services {
+		services[i] = inventory.NewService(st, sc.Strategy(env),
+			// The scheduler decides what happens when; no deadline may.
+			inventory.WithOrderTimeout(time.Minute),
+			inventory.WithPerUserLimit(sc.PerUserLimit),
+			inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	}
+	svc := services[0]
 	// Through the service: a strategy that counts stock elsewhere starts
 	// the sale there too. (No buyer's context: the steps pass through.)
 	if err := svc.StartSale(ctx, sku, sc.Stock); err != nil {
@@ -402,8 +416,12 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick picker) (result, e
 		if sc.Retry {
 			req.UserID, req.IdempotencyKey = "buyer", "key-"+sku
 		}
+		if sc.PerUserLimit > 0 {
+			req.UserID = "buyer"
+		}
+		instance := services[i%len(services)]
 		go func() {
-			o, err := svc.PlaceOrder(withEntity(ctx, e), req)
+			o, err := instance.PlaceOrder(withEntity(ctx, e), req)
 			answers[i] = answer{order: o, err: err}
 			if w != nil {
 				w.buyerDone()
@@ -466,6 +484,12 @@ func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store
 		// get an unclassified error (a 500).
 		switch answer := inventory.Outcome(ans.err); {
 		case outcome == history.OK || outcome == history.SoldOut:
+		case errors.Is(ans.err, inventory.ErrLimitReached) && sc.PerUserLimit > 0:
+			// True only if the user's units (every order of the sale
+			// is the user's) leave no room for this one.
+			if a.Ordered+sc.Quantities[i] <= sc.PerUserLimit {
+				add("%s was refused limit_reached, yet the user holds %d units under a limit of %d", name, a.Ordered, sc.PerUserLimit)
+			}
 		case answer == "busy" && (s.expired[i] || s.lostAnswer[i]):
 		case answer == "unavailable" && (s.lostAnswer[i] || errors.Is(ans.err, errLostAnswer)):
 		default:
@@ -475,6 +499,9 @@ func (x *Explorer) check(ctx context.Context, sc Scenario, sku string, st *store
 	}
 	if sc.Retry {
 		ops = x.checkRetry(ctx, sku, a, answers, ops, add)
+	}
+	if sc.PerUserLimit > 0 && a.Ordered > sc.PerUserLimit {
+		add("the user was sold %d units under a per-user limit of %d", a.Ordered, sc.PerUserLimit)
 	}
 	verdicts, err := history.Check(ops, map[string]int64{sku: sc.Stock}, 10*time.Second, "")
 	if err != nil {

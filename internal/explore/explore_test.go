@@ -292,6 +292,53 @@ func TestEverySchedule(t *testing.T) {
 	}
 }
 
+// TestEveryScheduleOfALimit runs every schedule of one buyer ordering
+// twice at once on two instances under PER_USER_LIMIT=1, for the
+// reservation strategies, on both engines: their count of the buyer's
+// units lives in Redis beside the stock (the other strategies' claim on
+// the buyer's row runs in TestEveryLifecycleSchedule). One order at most,
+// the other refused limit_reached only when the first was taken, nothing
+// oversold.
+func TestEveryScheduleOfALimit(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			x := open(t, engine)
+			ctx := context.Background()
+			s := seed(t)
+			for _, c := range candidates() {
+				if c.unsafe || c.reserved == "" {
+					continue
+				}
+				sc := explore.Scenario{
+					Name:         fmt.Sprintf("%s on %s, one buyer ordering twice on two instances, PER_USER_LIMIT=1", c.name, engine),
+					Stock:        2,
+					Quantities:   []int64{1, 1},
+					PerUserLimit: 1,
+					Instances:    2,
+					Strategy:     c.strategy,
+					Faults:       c.faults,
+					MaxSchedules: scaled(t, 250),
+					Samples:      scaled(t, 50),
+					Seed:         s,
+					Reserved:     c.reserved,
+				}
+				r, err := x.Explore(ctx, sc)
+				if err != nil {
+					t.Fatalf("%s: %v", sc.Name, err)
+				}
+				t.Log(r)
+				if r.Schedules == 0 {
+					t.Errorf("%s: no schedule ran", sc.Name)
+				}
+				for _, f := range r.Failures {
+					t.Errorf("%s: %s", sc.Name, f)
+				}
+			}
+		})
+	}
+}
+
 // TestEveryScheduleOfARetry runs every schedule of a request and its retry
 // under the same idempotency key — the retry sent while the first attempt is
 // still under way, its commit answer possibly lost — for every safe
@@ -447,6 +494,40 @@ func TestHarnessCatchesAWriterThatLosesOrders(t *testing.T) {
 	}
 	t.Log(r)
 	if !r.Exhaustive || r.Schedules < 5 || r.Failed != r.Schedules {
+		t.Errorf("%s: %d of %d schedules broke a rule, want all", sc.Name, r.Failed, r.Schedules)
+	}
+	if r.Failed > 0 {
+		t.Logf("caught, as it must be: %s", r.Failures[0])
+	}
+}
+
+// reserveWithoutLimit is a reservation store that forgets the per-user limit of
+// every order it is given: the control of the limit's rows.
+type reserveWithoutLimit struct{ inventory.Reservations }
+
+func (l reserveWithoutLimit) Reserve(ctx context.Context, r inventory.Reservation) (string, error) {
+	r.PerUserLimit = 0
+	return l.Reservations.Reserve(ctx, r)
+}
+
+// TestHarnessCatchesAReservationPastTheLimit: the control of
+// TestEveryScheduleOfALimit. With a store that never checks the limit,
+// both orders of the buyer are taken in every schedule, and every
+// schedule must break a rule.
+func TestHarnessCatchesAReservationPastTheLimit(t *testing.T) {
+	x := open(t, "postgres")
+	sc := explore.Scenario{Name: "redis-reserve with the limit unchecked", Stock: 2, Quantities: []int64{1, 1}, Reserved: inventory.NameRedisReserve,
+		PerUserLimit: 1, Instances: 2,
+		Strategy: func(env explore.Env) inventory.Strategy {
+			return inventory.NewReserved(reserveWithoutLimit{env.Reservations}, env.Sales)
+		},
+		MaxSchedules: 100}
+	r, err := x.Explore(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if !r.Exhaustive || r.Schedules < 2 || r.Failed != r.Schedules {
 		t.Errorf("%s: %d of %d schedules broke a rule, want all", sc.Name, r.Failed, r.Schedules)
 	}
 	if r.Failed > 0 {
