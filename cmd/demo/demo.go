@@ -65,7 +65,7 @@ func strategiesOf(ctx context.Context, bin string) ([]string, error) {
 
 // totalSteps counts the progress steps of a plan.
 func totalSteps(p plan) int {
-	return 1 + len(p.Backends)*max(1, p.Rounds)*(1+len(p.Strategies)) + len(p.Backends)*len(clusterCatalogs(p))
+	return 1 + len(p.Backends)*max(1, p.Rounds)*(1+len(p.Strategies)) + len(p.Backends)*(len(clusterCatalogs(p))+len(lifecycleStrategies(p)))
 }
 
 // clusterCatalogs are the strategies whose catalog runs a second time, on

@@ -191,6 +191,9 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 					break
 				}
 				d.runStrategy(ctx, b, s, round)
+				if round == 1 && slices.Contains(lifecycleStrategies(p), s) && ctx.Err() == nil {
+					d.runLifecycle(ctx, b, s)
+				}
 			}
 			// The reserved strategies' catalog once more, spread over
 			// the Redis Cluster's masters, beside its run on one Redis.
@@ -276,7 +279,7 @@ func rerunCommands(p plan, commit string) []string {
 		fmt.Sprintf("STEADY_DURATION=%s STEADY_MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs),
 		fmt.Sprintf("CEILING_DURATION=%s LOADGEN_VUS=%d LOADGEN_DURATION=%s", p.CeilingDuration, p.LoadGenVUs, p.LoadGenDuration),
 	}
-	full = append(full, p.catalogVars())
+	full = append(full, p.catalogVars(), p.lifecycleVars())
 	if p.SteadyRate > 0 {
 		full = append(full, fmt.Sprintf("STEADY_RATE=%d", p.SteadyRate))
 	}
@@ -361,6 +364,29 @@ func printSummary(out io.Writer, rep *report.Report, dir, latest string) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1fs\t%.0f\t%s\t%d/%d\t%s\t%s\n", c.Backend, c.Label(), c.SKUs, c.Setup.Seconds(),
 				c.OrdersPerSec, c.P99.Round(time.Millisecond), c.Exact, c.Audited, worst, report.StatusText(c.Judge()))
+		}
+		tw.Flush()
+	}
+	if lcs := rep.Lifecycles(); len(lcs) > 0 {
+		fmt.Fprintln(out)
+		tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "backend\tlifecycle\tpaid\treturned\tresold\texpiry → resale p50\tlimit refusals\tconsistent\tburst on ÷ off\tverdict")
+		for _, l := range lcs {
+			v := l.Judge()
+			if l.Unsupported != "" || l.Audit == nil {
+				fmt.Fprintf(tw, "%s\t%s\t–\t–\t–\t–\t–\t–\t–\t%s\n", l.Backend, l.Strategy, report.StatusText(v))
+				continue
+			}
+			expiry, ratio := "–", "–"
+			if l.Resale != nil && l.Resale.Expired > 0 {
+				expiry = l.Resale.ExpiryP50.Round(time.Millisecond).String()
+			}
+			if l.Burst != nil && l.BurstOff != nil && l.BurstOff.OrdersPerSec > 0 && l.Burst.OrdersPerSec > 0 {
+				ratio = fmt.Sprintf("%.2f×", l.Burst.OrdersPerSec/l.BurstOff.OrdersPerSec)
+			}
+			a := l.Audit
+			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%s\t%d/%d\t%v\t%s\t%s\n", l.Backend, l.Strategy, a.Paid, a.Initial+a.Restocked,
+				a.Returned, l.Resold(), expiry, l.LimitReached, l.SecondOrders, a.Consistent, ratio, report.StatusText(v))
 		}
 		tw.Flush()
 	}

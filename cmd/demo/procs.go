@@ -135,7 +135,8 @@ type fleet struct {
 // demo's own environment has for them is overridden or removed, so that
 // e.g. NAIVE_RACE_WINDOW never reaches a strategy that refuses it.
 var serviceEnv = []string{"STRATEGY", "DATABASE_URL", "HTTP_ADDR", "ADMIN_TOKEN", "DB_MAX_CONNS",
-	"NAIVE_RACE_WINDOW", "REDIS_ADDRS", "REDIS_MODE", "ETCD_ENDPOINTS", "ZK_SERVERS", "LOCK_TTL", "ORDER_TIMEOUT", "LOG_LEVEL", "MIGRATE"}
+	"NAIVE_RACE_WINDOW", "REDIS_ADDRS", "REDIS_MODE", "ETCD_ENDPOINTS", "ZK_SERVERS", "LOCK_TTL", "ORDER_TIMEOUT", "LOG_LEVEL", "MIGRATE",
+	"HOLD_TTL", "HOLD_SWEEP_EVERY", "PER_USER_LIMIT"}
 
 // childEnv is the demo's environment without the variables in drop, plus
 // add.

@@ -72,9 +72,12 @@ func (s *syncBuffer) String() string {
 // TestSmokeRun is the demo in miniature, for real: three instances of the
 // service on a fresh PostgreSQL database, the k6 burst, a two-second
 // steady run and a catalog of 200 SKUs, for conditional and for naive with
-// its race window. The runner's verdicts must clear conditional and catch
-// naive's oversell; conditional's catalog must be exact on every SKU, with
-// its hottest SKU sold out.
+// its race window; then conditional's lifecycle (10 units with holds of a
+// second). The runner's verdicts must clear conditional and catch naive's
+// oversell; conditional's catalog must be exact on every SKU, with its
+// hottest SKU sold out; its lifecycle must end with every unit paid and a
+// consistent audit. (A strategy whose instances refuse the lifecycle is
+// TestRefusal's: which strategies refuse changes as issue 25 goes on.)
 func TestSmokeRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the service and k6")
@@ -105,6 +108,9 @@ func TestSmokeRun(t *testing.T) {
 		SteadyDuration: 2 * time.Second, SteadyMaxVUs: 20,
 		CatalogSKUs: 200, CatalogStock: 5, CatalogWorkers: 20, CatalogDuration: time.Second,
 		CatalogZipfS: 1.3, CatalogZipfV: 1, CatalogAdminWorkers: 8,
+		Lifecycle: true, LifecycleStrategies: []string{"conditional"}, LifecycleStock: 10, LifecycleBuyers: 40, LifecycleVUs: 40,
+		LifecycleHoldTTL: time.Second, LifecycleSweepEvery: 250 * time.Millisecond, LifecycleDuration: 30 * time.Second,
+		LifecycleBurstHold: 15 * time.Minute, LifecycleBurstRounds: 1, LifecyclePayPercent: 50, LifecycleCancelPct: 50, LifecycleTwicePercent: 50,
 		Backends:   []backend{{Name: "postgres", URL: url}},
 		Strategies: []string{"conditional", "naive"},
 		StockBin:   stockBin,
@@ -122,6 +128,7 @@ func TestSmokeRun(t *testing.T) {
 	for _, s := range p.Strategies {
 		d.runStrategy(t.Context(), p.Backends[0], s, 1)
 	}
+	d.runLifecycle(t.Context(), p.Backends[0], "conditional")
 	t.Logf("runner output:\n%s", out.String())
 
 	verdicts := map[string]report.Verdict{}
@@ -178,6 +185,29 @@ func TestSmokeRun(t *testing.T) {
 		}
 	}
 
+	if len(d.rep.LifecycleRuns) != 1 {
+		t.Fatalf("%d lifecycle runs, want 1", len(d.rep.LifecycleRuns))
+	}
+	for _, l := range d.rep.LifecycleRuns {
+		v := l.Judge()
+		switch l.Strategy {
+		case "conditional":
+			if v.Status != report.StatusOK || l.Audit == nil || l.Audit.Paid != 10 || !l.Audit.Consistent || l.Audit.Held != 0 ||
+				l.LimitBreached != 0 || l.OverLimit != 0 || l.SecondOrders == 0 || l.Resale == nil {
+				t.Errorf("conditional's lifecycle: %s %q; %+v audit %+v resale %+v", report.StatusText(v), v.Problems, l, l.Audit, l.Resale)
+			}
+			if b := l.Burst; b == nil || b.Orders != 100 || b.OrdersPerSec <= 0 || b.Audit == nil || b.Audit.Held != 100 {
+				t.Errorf("conditional's burst with the lifecycle on: %+v", b)
+			}
+			if b := l.BurstOff; b == nil || b.Orders != 100 || b.OrdersPerSec <= 0 || b.Audit == nil || b.Audit.Held != 0 || b.Error != "" {
+				t.Errorf("conditional's burst without the lifecycle: %+v", b)
+			}
+			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(l.Dir), "sale", "summary.json")); err != nil {
+				t.Errorf("the lifecycle's k6 summary: %v", err)
+			}
+		}
+	}
+
 	if err := report.WriteFiles(dir, d.rep); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +220,9 @@ func TestSmokeRun(t *testing.T) {
 	}
 	if !strings.Contains(string(page), "The catalog: many SKUs on sale") {
 		t.Error("the page has no catalog")
+	}
+	if !strings.Contains(string(page), "Orders that come back") {
+		t.Error("the page has no lifecycle table")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "runs", "postgres-conditional", "round-1", "steady", "dashboard.html")); err != nil {
 		t.Errorf("no k6 dashboard export: %v", err)
@@ -209,6 +242,14 @@ func TestLoadPlan(t *testing.T) {
 	if p.CatalogSKUs != 10_000 || p.CatalogStock != 20 || p.CatalogWorkers != p.BurstVUs || p.CatalogZipfS != 1.3 || p.CatalogZipfV != 1 || !p.CatalogCluster {
 		t.Errorf("catalog defaults: %+v", p)
 	}
+	if !p.Lifecycle || p.LifecycleBurstRounds != 3 || p.LifecycleStock != 200 || p.LifecycleBuyers != 800 || p.LifecycleVUs != 200 || p.LifecycleHoldTTL != 3*time.Second ||
+		p.LifecycleSweepEvery != 250*time.Millisecond || p.LifecycleBurstHold != 15*time.Minute || len(p.LifecycleStrategies) != 0 {
+		t.Errorf("lifecycle defaults: %+v", p)
+	}
+	p.Strategies = []string{"conditional", "redis-reserve", "naive"}
+	if got := lifecycleStrategies(p); !slices.Equal(got, p.Strategies) {
+		t.Errorf("the lifecycle runs for %q, want every strategy", got)
+	}
 	q, err := loadPlan(env(map[string]string{"DEMO_QUICK": "1", "DEMO_BACKENDS": "mysql", "STEADY_RATE": "250"}))
 	if err != nil {
 		t.Fatal(err)
@@ -217,12 +258,25 @@ func TestLoadPlan(t *testing.T) {
 		q.CatalogSKUs != 500 || q.CatalogDuration >= p.CatalogDuration {
 		t.Errorf("quick: %+v", q)
 	}
+	q.Strategies = p.Strategies
+	q.Strategies = append(q.Strategies, "redis-watch")
+	if got := lifecycleStrategies(q); !slices.Equal(got, []string{"conditional", "redis-watch"}) || q.LifecycleStock >= p.LifecycleStock || q.LifecycleBurstRounds != 1 {
+		t.Errorf("quick lifecycle: %q, %+v", got, q)
+	}
+	off, err := loadPlan(env(map[string]string{"LIFECYCLE": "0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	off.Strategies = p.Strategies
+	if got := lifecycleStrategies(off); len(got) != 0 || off.lifecycleVars() != "LIFECYCLE=0" {
+		t.Errorf("LIFECYCLE=0 runs the lifecycle for %q", got)
+	}
 	_, err = loadPlan(env(map[string]string{"DEMO_BACKENDS": "oracle", "DB_MAX_CONNS": "31", "BURST_STOCK": "10", "BURST_BUYERS": "5", "STEADY_DURATION": "soon",
-		"CATALOG_ZIPF_S": "1", "CATALOG_ZIPF_V": "0.5"}))
+		"CATALOG_ZIPF_S": "1", "CATALOG_ZIPF_V": "0.5", "LIFECYCLE_HOLD_TTL": "500ms"}))
 	if err == nil {
 		t.Fatal("bad plan accepted")
 	}
-	for _, want := range []string{"oracle", "DB_MAX_CONNS", "BURST_BUYERS=5", "STEADY_DURATION", `CATALOG_ZIPF_S="1" is not a number > 1`, `CATALOG_ZIPF_V="0.5" is not a number >= 1`} {
+	for _, want := range []string{"oracle", "DB_MAX_CONNS", "BURST_BUYERS=5", "STEADY_DURATION", `CATALOG_ZIPF_S="1" is not a number > 1`, `CATALOG_ZIPF_V="0.5" is not a number >= 1`, "LIFECYCLE_HOLD_TTL=500ms"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not mention %s", err, want)
 		}
@@ -533,5 +587,24 @@ func TestRetryUnavailable(t *testing.T) {
 	calls = 0
 	if _, err = retryUnavailable(t.Context(), func() error { calls++; return errors.New("400 Bad Request") }); err == nil || calls != 1 {
 		t.Errorf("a final answer was sent again: %d calls, %v", calls, err)
+	}
+}
+
+// TestRefusal reads the line in which bin/stock refused a setting, from
+// what startFleet reports when an instance exits before it is ready (the
+// line as bin/stock printed it for redis-reserve with HOLD_TTL before
+// issue 25's slice 5), and tells it from other failures to start.
+func TestRefusal(t *testing.T) {
+	printed := "stock: invalid configuration: ADMIN_TOKEN must be at least 16 characters (it has 1); unset it to disable the admin routes; " +
+		"HOLD_TTL is not supported by STRATEGY=redis-reserve yet: its returns must go through Redis with the order's state (issue 25); use HOLD_TTL=0 or a database or lock strategy"
+	err := fmt.Errorf("%w before it was ready:\n%s", errors.New("instance i1 exited: exit status 1"), printed)
+	line, ok := refusal(err)
+	if !ok || line != "HOLD_TTL is not supported by STRATEGY=redis-reserve yet: its returns must go through Redis with the order's state (issue 25)" {
+		t.Errorf("refusal = %q, %v", line, ok)
+	}
+	other := fmt.Errorf("%w before it was ready:\n%s", errors.New("instance i1 exited: exit status 1"),
+		`stock: redis is not durable: 127.0.0.1:6379 has appendonly "no"`)
+	if line, ok := refusal(other); ok {
+		t.Errorf("a Redis that is not durable was taken for a refusal: %q", line)
 	}
 }

@@ -8,7 +8,9 @@
 // restart and wipe, a database crash and an instance kill with a catalog
 // of 10,000 SKUs on sale (-catalog-skus changes it), a few of them hot;
 // scenario 10 is the restart table: the time to the first 201 after a
-// Redis restart with 200, 2,000 and 10,000 SKUs on sale.
+// Redis restart with 200, 2,000 and 10,000 SKUs on sale; scenario 11
+// kills the sweeping instance, and the database, mid-sweep while orders
+// come back (HOLD_TTL, PER_USER_LIMIT).
 //
 // It starts everything it uses — the service instances, Redis servers, etcd
 // and ZooKeeper, and a private PostgreSQL and MariaDB in temporary folders —
@@ -51,7 +53,7 @@ func main() {
 func run() (int, error) {
 	bin := flag.String("bin", "bin/stock", "the service binary (built without -race)")
 	out := flag.String("out", "reports/faults", "where the report folders go")
-	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all ten)")
+	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all eleven)")
 	short := flag.Bool("short", false, "run the short forms (a few seconds of load each)")
 	catalogSKUs := flag.Int("catalog-skus", 0, "SKUs on sale in scenario 9's catalog runs (default 10,000; -short 1,000)")
 	flag.Parse()
@@ -138,8 +140,8 @@ func scenarioFilter(list string) (func(int) bool, error) {
 	var want []int
 	for _, s := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 10 {
-			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 10", s)
+		if err != nil || n < 1 || n > 11 {
+			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 11", s)
 		}
 		want = append(want, n)
 	}

@@ -243,9 +243,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.AdmissionLimit > 0 && !slices.Contains(inventory.SQLStrategyNames, c.Strategy) {
 		bad("ADMISSION_LIMIT applies only to the SQL strategies (%s): the others bound their database work themselves", strings.Join(inventory.SQLStrategyNames, ", "))
 	}
-	if c.HoldTTL > 0 && isReservedStrategy(c.Strategy) {
-		bad("HOLD_TTL is not supported by STRATEGY=%s yet: its returns must go through Redis with the order's state (issue 25); use HOLD_TTL=0 or a database or lock strategy", c.Strategy)
-	}
 	if c.HoldTTL > 0 && c.HoldTTL < time.Second {
 		bad("HOLD_TTL=%s is shorter than a second: a buyer could not pay in time", c.HoldTTL)
 	}

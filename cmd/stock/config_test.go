@@ -292,10 +292,9 @@ func TestDefaultHTTPMaxConns(t *testing.T) {
 
 // TestHoldConfig: HOLD_TTL defaults to 0 (orders final at once), the
 // per-user limit to none, and the
-// sweep to every second; a hold shorter than a second, and a hold with the
-// reservation strategies (whose returns do not go through Redis yet), are
-// refused with a line that names the variable; PER_USER_LIMIT is taken by
-// every strategy.
+// sweep to every second; a hold shorter than a second is refused with a
+// line that names the variable; every strategy takes HOLD_TTL and
+// PER_USER_LIMIT.
 func TestHoldConfig(t *testing.T) {
 	c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db"}))
 	if err != nil || c.HoldTTL != 0 || c.HoldSweepEvery != time.Second || c.PerUserLimit != 0 {
@@ -305,18 +304,17 @@ func TestHoldConfig(t *testing.T) {
 	if err != nil || c.HoldTTL != 15*time.Minute || c.HoldSweepEvery != 0 {
 		t.Fatalf("HOLD_TTL=15m HOLD_SWEEP_EVERY=0: %v, %v, %v", c.HoldTTL, c.HoldSweepEvery, err)
 	}
-	// The reservation strategies count the buyers' units in Redis.
-	c, err = loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "PER_USER_LIMIT": "2", "STRATEGY": "redis-reserve"}))
-	if err != nil || c.PerUserLimit != 2 {
-		t.Fatalf("PER_USER_LIMIT=2 with redis-reserve: %v, %v", c.PerUserLimit, err)
+	// The reservation strategies count the buyers' units in Redis, and
+	// relay returns there.
+	c, err = loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "PER_USER_LIMIT": "2", "HOLD_TTL": "15m", "STRATEGY": "redis-reserve"}))
+	if err != nil || c.PerUserLimit != 2 || c.HoldTTL != 15*time.Minute {
+		t.Fatalf("PER_USER_LIMIT=2 HOLD_TTL=15m with redis-reserve: %v, %v, %v", c.PerUserLimit, c.HoldTTL, err)
 	}
 	for _, bad := range []map[string]string{
 		{"HOLD_TTL": "500ms"},
 		{"HOLD_TTL": "-1s"},
 		{"HOLD_TTL": "later"},
 		{"HOLD_SWEEP_EVERY": "often"},
-		{"HOLD_TTL": "15m", "STRATEGY": "redis-reserve"},
-		{"HOLD_TTL": "15m", "STRATEGY": "redis-watch"},
 		{"PER_USER_LIMIT": "-1"},
 	} {
 		bad["DATABASE_URL"] = "postgres://u@h/db"

@@ -167,9 +167,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 			return err
 		}
 	}
-	// The reservation strategies take no holds (config refuses HOLD_TTL),
-	// and a return through the database would miss their Redis counter.
-	if cfg.HoldSweepEvery > 0 && !isReservedStrategy(cfg.Strategy) {
+	// The reservation strategies' sweep also relays the returns a process
+	// that died left marked (inventory.ReturnRelay).
+	if cfg.HoldSweepEvery > 0 {
 		if err := sched.Add(jobs.SweepJob(cfg.HoldSweepEvery, svc, log)); err != nil {
 			return err
 		}

@@ -32,6 +32,13 @@ type Lifecycle struct {
 	MaxSchedules int
 	Samples      int
 	Seed         uint64
+	// Reserved names the Explorer's reservation store the strategy takes
+	// orders into (as in Scenario): the holds are written to the database
+	// before the schedule, a writer entity writes the buyers' orders a
+	// batch a step, and at the end the store's books are held to the
+	// database's once every return is relayed. "" for the strategies that
+	// write the database themselves.
+	Reserved string
 	// RetryUnreplayed is how often a schedule that the server did not
 	// replay is run again before it is counted (Report.Unreplayed) and
 	// the untried choices where it diverged are left out; 0: it is an
@@ -198,13 +205,28 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 	s := newScheduler(x.blocked, lc.Faults)
 	st := newStore(x.store, s)
 	env := Env{Locker: &locker{s: s}, Store: st, Queue: queue{s}}
+	var (
+		reserved *reservations
+		write    func(context.Context, string) (int, error)
+	)
+	if lc.Reserved != "" {
+		r, ok := x.res[lc.Reserved]
+		if !ok {
+			return result{}, fmt.Errorf("explore: no reservation store %q (WithReservations)", lc.Reserved)
+		}
+		// No writer yet: the holds are written before the schedule.
+		reserved, write = &reservations{Reservations: r.Store, st: st}, r.Write
+		env.Reservations, env.Sales = reserved, r.Sales
+	}
 	instances := 1
 	for _, a := range lc.Actors {
 		instances = max(instances, a.Instance+1)
 	}
 	services := make([]*inventory.Service, instances)
+	strategies := make([]inventory.Strategy, instances)
 	for i := range services {
-		services[i] = inventory.NewService(st, lc.Strategy(env),
+		strategies[i] = lc.Strategy(env)
+		services[i] = inventory.NewService(st, strategies[i],
 			// The scheduler decides what happens when; no deadline may,
 			// and no hold lapses but by the scheduler's choice.
 			inventory.WithOrderTimeout(time.Minute),
@@ -236,11 +258,28 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 		if holds[i].State != inventory.OrderHeld {
 			return result{}, fmt.Errorf("explore: hold %d was placed %q, not held: the strategy does not take holds", i+1, holds[i].State)
 		}
+		if reserved != nil {
+			// In the database before it can lapse there.
+			if err := writeAll(ctx, write, sku, 1); err != nil {
+				return result{}, err
+			}
+		}
 		if h.Lapse == LapsedBefore {
 			if err := x.clock.Lapse(ctx, holds[i].ID); err != nil {
 				return result{}, err
 			}
 		}
+	}
+	var w *writer
+	if reserved != nil {
+		buyers := 0
+		for _, a := range lc.Actors {
+			if a.Act == Buy {
+				buyers++
+			}
+		}
+		w = newWriter(s, write, buyers)
+		reserved.w = w
 	}
 	s.trace = nil
 
@@ -268,6 +307,9 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 					user = "buyer-" + e.name
 				}
 				ans.order, ans.err = svc.PlaceOrder(ectx, inventory.Request{SKU: sku, Quantity: a.Quantity, UserID: user})
+				if w != nil {
+					w.buyerDone()
+				}
 			default:
 				ans.err = fmt.Errorf("explore: actor %s has no act", e.name)
 			}
@@ -289,6 +331,9 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 			lapseErrs[i] = x.clock.Lapse(ctx, holds[i].ID)
 		}()
 	}
+	if w != nil {
+		go w.run(ctx, sku)
+	}
 	returned, err := s.drive(ctx, pick, actors)
 	if err != nil {
 		return result{trace: s.trace}, errors.Join(err, sweepLeftovers(ctx, services[0]))
@@ -301,7 +346,33 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 		res.outcomes = append(res.outcomes, answers[i].outcome(a.Act))
 	}
 	res.audit, res.problems = x.checkLifecycle(ctx, lc, sku, st, holds, answers, returned, s)
+	if w != nil {
+		// Returns a failed relay left marked go back first (the sweep
+		// would); then the store's books must be the database's.
+		if relay, ok := strategies[0].(inventory.ReturnRelay); ok {
+			if _, err := relay.RelayReturns(ctx, sku); err != nil {
+				res.problems = append(res.problems, fmt.Sprintf("relay the returns left marked: %v", err))
+			}
+		}
+		res.problems = append(res.problems, x.checkReserved(ctx, services[0], sku, w)...)
+	}
 	return res, sweepLeftovers(ctx, services[0])
+}
+
+// writeAll writes the n orders placed into the reservation store before a
+// schedule into the database, outside the schedule.
+func writeAll(ctx context.Context, write func(context.Context, string) (int, error), sku string, n int) error {
+	for written := 0; written < n; {
+		m, err := write(ctx, sku)
+		if err != nil {
+			return fmt.Errorf("explore: write the holds: %w", err)
+		}
+		if m == 0 {
+			return fmt.Errorf("explore: %d of %d holds written, and the writer finds no more", written, n)
+		}
+		written += m
+	}
+	return nil
 }
 
 // sweepLeftovers expires, outside any schedule, the holds a schedule left

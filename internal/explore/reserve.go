@@ -47,7 +47,7 @@ func (r *reservations) Reserve(ctx context.Context, res inventory.Reservation) (
 	}
 	r.st.noteInsert(e.buyer, res.Order.ID)
 	id, err := r.Reservations.Reserve(ctx, res)
-	if err == nil && id == res.Order.ID {
+	if err == nil && id == res.Order.ID && r.w != nil {
 		r.w.accepted()
 	}
 	if g.loseAnswer {

@@ -6,10 +6,12 @@
 // load, injects one fault (kill -9 of an instance or a server, a paused
 // lock holder, lost or hung Redis nodes, a restarted or wiped Redis, a
 // crashed database, killed consensus leaders, a catalog of 10,000 SKUs
-// through the same), and checks afterwards, from the rows and not from the
+// through the same, a sweeper or the database killed mid-sweep while
+// orders come back), and checks afterwards, from the rows and not from the
 // service's word: every 201 is an order row, no SKU sold more than its
 // stock, the audit adds up, and each SKU's history is linearizable
-// (porcupine). Rates and 503 counts are checked too: a minority failure
+// (porcupine; for orders that come back, each order's history against a
+// model of its lifecycle, lcModel). Rates and 503 counts are checked too: a minority failure
 // must not stop sales. It ends only the processes it started, by PID.
 //
 // docs/faults.md lists the scenarios and what the latest run showed.

@@ -100,6 +100,13 @@ func (e *Env) steps(ctx context.Context) []step {
 	for _, s := range CatalogStrategies {
 		steps = append(steps, step{9, s, func() Result { return e.CatalogInstanceKill(ctx, "postgres", s) }})
 	}
+	// Orders that come back: the sweeping instance killed mid-sweep, and
+	// the database crashed mid-sweep, on both engines.
+	for _, fault := range []string{LifecycleSweeperKill, LifecycleDatabaseCrash} {
+		steps = append(steps,
+			step{11, inventory.NameConditional, func() Result { return e.LifecycleFault(ctx, "postgres", e.Postgres, fault) }},
+			step{11, inventory.NameConditional, func() Result { return e.LifecycleFault(ctx, "mysql", e.MariaDB, fault) }})
+	}
 	sizes := RestartTableSizes
 	if e.Short {
 		sizes = sizes[:2]
@@ -259,6 +266,9 @@ func writeRun(p func(string, ...any), r Result) {
 	if r.Catalog != nil {
 		writeCatalog(p, r.Catalog)
 	}
+	if lf := r.Lifecycle; lf != nil {
+		writeLifecycle(p, lf)
+	}
 	p("| sku | initial | available | ordered | orders | consistent |\n|---|---|---|---|---|---|\n")
 	for _, a := range r.Audits {
 		p("| %s | %d | %d | %d | %d | %t |\n", a.SKU, a.Initial, a.Available, a.Ordered, a.Orders, a.Consistent)
@@ -385,4 +395,19 @@ func skuLine(f *SKUFigures) string {
 		return s + " (exact)"
 	}
 	return s + " (**not exact**)"
+}
+
+// writeLifecycle writes what a run of scenario 11 did and found.
+func writeLifecycle(p func(string, ...any), lf *LifecycleFigures) {
+	p("HOLD_TTL=%s, PER_USER_LIMIT=1. Orders %d: 201 %d, sold out %d, limit reached %d. Pays %d: paid %d, expired %d. "+
+		"Cancels %d: cancelled %d, expired %d. Reads %d. Unknown outcomes %d, 503s %d, refused %d.\n\n",
+		lf.HoldTTL, lf.Orders, lf.Created, lf.SoldOut, lf.LimitReached, lf.Pays, lf.Paid, lf.PayExpired,
+		lf.Cancels, lf.Cancelled, lf.CancelExpired, lf.Reads, lf.Unknown, lf.Responses503, lf.Refused)
+	p("Sweep: %d abandoned holds in %d bursts; instance %d caught with its sweep transaction open (%d rows) after %d tries; "+
+		"%d still held %.1fs after the load. Rows at the end: %d units on sale, %d available, %d paid, %d returned "+
+		"(%d orders expired, %d cancelled). 201/s before the fault %.1f, after %.1f. Per-order check: %d orders, %d operations, "+
+		"%d illegal, %d unknown.\n\n",
+		lf.BurstHolds, lf.Bursts, lf.CaughtIn, lf.CaughtRows, lf.CatchTries, lf.HeldAtDrain, lf.DrainSeconds,
+		lf.InitialUnits, lf.AvailableUnits, lf.PaidUnits, lf.ReturnedUnits, lf.ExpiredOrders, lf.CancelledOrders,
+		lf.CreatedPerSecondBefore, lf.CreatedPerSecondAfter, lf.CheckedOrders, lf.CheckedOps, lf.IllegalOrders, lf.UnknownOrders)
 }

@@ -622,7 +622,10 @@ type auditResponse struct {
 	// how the database disagrees with where the stock is counted.
 	Pending    int64   `json:"pending"`
 	LagSeconds float64 `json:"lag_seconds"`
-	Drift      string  `json:"drift,omitempty"`
+	// Relaying is the units returned in the database and not yet given
+	// back to Redis (the reservation strategies' relay; 0 for the others).
+	Relaying int64  `json:"relaying"`
+	Drift    string `json:"drift,omitempty"`
 }
 
 func (s *server) audit(c *gin.Context) {
@@ -634,6 +637,6 @@ func (s *server) audit(c *gin.Context) {
 	c.JSON(http.StatusOK, auditResponse{
 		SKU: a.SKU, Initial: a.Initial, Restocked: a.Restocked, Available: a.Available, Ordered: a.Ordered, Orders: a.Orders, Consistent: a.Consistent(),
 		Held: a.Held, Paid: a.Paid, Returned: a.Returned, Cancelled: a.Cancelled, Expired: a.Expired,
-		Pending: a.Pending, LagSeconds: a.Lag.Seconds(), Drift: a.Drift,
+		Pending: a.Pending, LagSeconds: a.Lag.Seconds(), Relaying: a.Relaying, Drift: a.Drift,
 	})
 }

@@ -45,6 +45,19 @@ type SaleKeeper interface {
 	StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error
 }
 
+// ReturnRelay is a strategy that counts the stock outside the database
+// (the reservation strategies). A cancel or an expiry is decided in the
+// database as for every strategy (one conditional UPDATE, the database's
+// clock), returns the units there, and marks the order (Tx.MarkRelay) in
+// the same transaction; the strategy then gives the units back to its own
+// store, once per order. The service relays right after the commit, and its
+// sweep relays what a process that died left marked.
+type ReturnRelay interface {
+	// RelayReturns gives back the marked returns of sku (of every SKU when
+	// sku is "") and reports how many.
+	RelayReturns(ctx context.Context, sku string) (int, error)
+}
+
 // SKUStateResetter is a strategy that keeps state of its own per SKU (lock
 // keys, fence counters) that a new sale must clear.
 type SKUStateResetter interface {

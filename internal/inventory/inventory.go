@@ -265,6 +265,12 @@ type Audit struct {
 	Returned  int64
 	Cancelled int64
 	Expired   int64
+	// Relaying is the units of the returned orders and the restocks not
+	// yet given to the store that counts the stock outside the database
+	// (the reservation strategies' Redis: the relay), RelayingOrders the
+	// count of those orders: in flight between the two.
+	Relaying       int64
+	RelayingOrders int64
 	// Sale is the number of the SKU's current sale in the database
 	// (sale_epoch): it grows with every StartSale.
 	Sale int64

@@ -129,37 +129,13 @@ func answerSettled(o Order, want string) (Order, error) {
 // all, so the state tells which, and resolved is the order as read.
 func (s *Service) transition(ctx context.Context, o Order, to string) (moved bool, resolved *Order, err error) {
 	for attempt := 0; attempt < s.txAttempts; attempt++ {
-		moved = false
-		err = s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
-			var terr error
-			moved, terr = tx.SettleOrder(ctx, o.ID, o.UserID, to)
-			if terr != nil || !moved || !returnsUnits(to) {
-				return terr
-			}
-			// Order, buyer, stock: the order of the locks every
-			// transaction of the lifecycle takes.
-			if terr = tx.ReleaseUnits(ctx, o.SKU, o.UserID, o.Quantity); terr != nil {
-				return terr
-			}
-			return tx.ReturnUnits(ctx, o.SKU, o.Quantity)
-		})
+		moved, err = s.settleTx(ctx, o, to)
 		switch {
 		case err == nil:
-			if moved {
-				s.obs.OrderSettled(s.strategy.Name(), to)
-			}
+			s.settled(ctx, o, to, moved)
 			return moved, nil, nil
 		case errors.Is(err, ErrOutcomeUnknown):
-			// Whether this call or another moved it, the state answers. The
-			// lookup has time of its own: the commit's answer is often lost
-			// to the deadline itself.
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			now, found, ferr := s.store.FindOrder(lctx, o.ID)
-			cancel()
-			if ferr != nil || !found || now.State == OrderHeld {
-				return false, nil, err
-			}
-			return false, &now, nil
+			return s.resolveSettle(ctx, o, to, err)
 		case errors.Is(err, ErrConflict):
 			s.obs.Retried(s.strategy.Name(), "conflict")
 			if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
@@ -170,6 +146,69 @@ func (s *Service) transition(ctx context.Context, o Order, to string) (moved boo
 		}
 	}
 	return false, nil, fmt.Errorf("%w: transaction aborted %d times: %w", ErrBusy, s.txAttempts, err)
+}
+
+// settleTx is one transaction of a transition: the conditional move, and
+// the return of the units when it moved the order out of held.
+func (s *Service) settleTx(ctx context.Context, o Order, to string) (moved bool, err error) {
+	err = s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+		var terr error
+		moved, terr = tx.SettleOrder(ctx, o.ID, o.UserID, to)
+		if terr != nil || !moved || !returnsUnits(to) {
+			return terr
+		}
+		// Order, buyer, stock: the order of the locks every transaction
+		// of the lifecycle takes.
+		if terr = tx.ReleaseUnits(ctx, o.SKU, o.UserID, o.Quantity); terr != nil {
+			return terr
+		}
+		if terr = tx.ReturnUnits(ctx, o.SKU, o.Quantity); terr != nil || s.relay == nil {
+			return terr
+		}
+		return tx.MarkRelay(ctx, []string{o.ID})
+	})
+	if err != nil {
+		moved = false
+	}
+	return moved, err
+}
+
+// settled counts a committed move and relays its return.
+func (s *Service) settled(ctx context.Context, o Order, to string, moved bool) {
+	if !moved {
+		return
+	}
+	s.obs.OrderSettled(s.strategy.Name(), to)
+	if returnsUnits(to) {
+		s.relayReturns(ctx, o.SKU)
+	}
+}
+
+// resolveSettle answers a transition whose commit answer was lost
+// (unknown). Its COMMIT may still be landing on the server: a plain read
+// now can see the order held and the move land a moment later (found by
+// TestCancelWhoseCommitAnswerIsLostAtTheDeadlineIsResolved, under load).
+// So the transition runs once more, with time of its own (the commit's
+// answer is often lost to the deadline itself): its conditional UPDATE
+// waits for the first transaction's row lock, then finds the order moved
+// (the first committed) or moves it itself (it did not); either way the
+// state read afterwards answers, and the units came back once.
+func (s *Service) resolveSettle(ctx context.Context, o Order, to string, lost error) (bool, *Order, error) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	moved, err := s.settleTx(lctx, o, to)
+	if err != nil {
+		return false, nil, lost
+	}
+	if moved {
+		s.settled(lctx, o, to, true)
+		return true, nil, nil
+	}
+	now, found, err := s.store.FindOrder(lctx, o.ID)
+	if err != nil || !found || now.State == OrderHeld {
+		return false, nil, lost
+	}
+	return false, &now, nil
 }
 
 // expireIfLapsed is the lazy expiry: a held order that is read is expired
@@ -241,7 +280,14 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 					return err
 				}
 			}
-			return nil
+			if s.relay == nil || len(expired) == 0 {
+				return nil
+			}
+			ids := make([]string, len(expired))
+			for i, o := range expired {
+				ids[i] = o.ID
+			}
+			return tx.MarkRelay(ctx, ids)
 		})
 		if err != nil {
 			// A lost commit answer is not retried here: the next sweep
@@ -253,12 +299,45 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 		for range expired {
 			s.obs.OrderSettled(s.strategy.Name(), OrderExpired)
 		}
+		for _, r := range unitsBySKU(expired) {
+			s.relayReturns(ctx, r.SKU)
+		}
 		if len(expired) < batch {
+			// And what a process that died after its commit, or a relay
+			// that failed, left marked: within the sweep's own time.
+			if s.relay != nil {
+				if _, err := s.relay.RelayReturns(ctx, ""); err != nil {
+					return total, fmt.Errorf("sweep: relay the returns left marked: %w", err)
+				}
+			}
 			return total, nil
 		}
 		if ctx.Err() != nil {
 			return total, context.Cause(ctx)
 		}
+	}
+}
+
+// relayWait bounds the relay that follows a commit: the buyer's answer
+// waits for it, and a store that does not answer only delays the units
+// (they stay marked for the sweep).
+const relayWait = time.Second
+
+// relayReturns gives the SKU's returns just committed back to the
+// strategy's own store, when it counts the stock outside the database, so
+// that they are on sale again when the buyer hears the answer. A failure
+// only delays them: they stay marked, and the sweep relays them later; the
+// answer is the database's.
+func (s *Service) relayReturns(ctx context.Context, sku string) {
+	if s.relay == nil {
+		return
+	}
+	// Not bounded by a caller's deadline that may be spent.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.timeout, relayWait))
+	defer cancel()
+	if _, err := s.relay.RelayReturns(ctx, sku); err != nil {
+		s.log.Warn("returned units not yet given back to the strategy's store: they stay marked, and the sweep relays them",
+			"sku", sku, "strategy", s.strategy.Name(), "err", err)
 	}
 }
 
@@ -298,8 +377,9 @@ func (s *Service) Restock(ctx context.Context, sku string, n int64) (Level, erro
 	if n < 1 || n > MaxInitialStock {
 		return Level{}, fmt.Errorf("%w: quantity must be an integer from 1 to %d", ErrInvalid, MaxInitialStock)
 	}
-	if _, ok := s.strategy.(SaleKeeper); ok {
-		return Level{}, fmt.Errorf("%w: %s counts the stock outside the database and cannot restock yet; start a new sale instead", ErrInvalid, s.strategy.Name())
+	_, keepsSale := s.strategy.(SaleKeeper)
+	if keepsSale && s.relay == nil {
+		return Level{}, fmt.Errorf("%w: %s counts the stock outside the database and cannot restock; start a new sale instead", ErrInvalid, s.strategy.Name())
 	}
 	// Bounded like an order: a restock behind a busy row answers busy
 	// rather than hold its admin's request open.
@@ -310,10 +390,18 @@ func (s *Service) Restock(ctx context.Context, sku string, n int64) (Level, erro
 		if err == nil && !ok {
 			err = fmt.Errorf("%w: %q", ErrUnknownSKU, sku)
 		}
-		return err
+		if err != nil || s.relay == nil {
+			return err
+		}
+		// The strategy counts the stock elsewhere: the restock reaches it
+		// through the relay, once, as a return does.
+		return tx.MarkRestock(ctx, s.newID(), sku, n)
 	})
 	if err != nil {
 		return Level{}, s.classify(ctx, err)
 	}
-	return s.store.Level(ctx, sku)
+	if s.relay != nil {
+		s.relayReturns(ctx, sku)
+	}
+	return s.Level(ctx, sku)
 }

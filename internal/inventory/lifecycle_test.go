@@ -9,21 +9,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 )
 
-// lifecycleStrategies are the strategies that take holds today: every one
-// but the reservation strategies, whose returns must go through Redis
-// (cmd/stock refuses HOLD_TTL with them).
-func lifecycleStrategies() map[string]builder {
-	built := strategies()
-	for _, name := range inventory.ReservedStrategyNames {
-		delete(built, name)
+// lifecycleStrategies are the strategies that take holds: every one. (The
+// reservation strategies' returns are decided in the database and relayed
+// to Redis: inventory.ReturnRelay.)
+func lifecycleStrategies() map[string]builder { return strategies() }
+
+// quietAudit is the SKU's audit once nothing is in flight (10 s at most):
+// the reservation strategies answer an order before their stream writes it
+// to the database, and a return before their relay gives it back to Redis
+// (when the relay right after the commit failed, the sweep's does); the
+// other strategies are quiet at once.
+func quietAudit(t *testing.T, svc *inventory.Service, sku string) inventory.Audit {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a, err := svc.Audit(context.Background(), sku)
+		if err == nil && a.Pending == 0 && a.Relaying == 0 && (a.Written == nil || a.Written.Orders == a.Orders) {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s the audit of %s still has orders or returns in flight: %+v, %v", sku, a, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the stream's and the relay's progress
 	}
-	return built
 }
 
 // forEachHoldingStrategy runs test, in parallel, for every safe strategy
@@ -103,10 +116,7 @@ func TestLifecycleConformance(t *testing.T) {
 		// come after it do: every returned unit is for sale.
 		third := placeOnes(t, svc, sku, "third", 20)
 
-		a, err := svc.Audit(ctx, sku)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := quietAudit(t, svc, sku)
 		sold := int64(0)
 		for _, r := range slices.Concat(first, second, third) {
 			switch {
@@ -164,19 +174,18 @@ func heldOrders(t *testing.T, outs []outcome, want int) []inventory.Order {
 // itself is under test, so the test waits for it). A read of a lapsed hold
 // expires it on the spot, a pay after the lapse is told expired, the sweep
 // expires the rest, a second sweep finds nothing, and every unit is back
-// once and sells again.
+// once and sells again (for the reservation strategies, in Redis: the
+// relay gives the units back).
 func TestLapsedHoldsComeBackOnce(t *testing.T) {
 	const hold = 300 * time.Millisecond
 	for _, engine := range store.Engines {
-		for _, name := range []string{inventory.NameConditional, inventory.NameBatched} {
+		// A strategy that deducts in its statement, one that batches, and
+		// the two whose returns are relayed to Redis.
+		for _, name := range []string{inventory.NameConditional, inventory.NameBatched, inventory.NameRedisReserve, inventory.NameRedisWatch} {
 			t.Run(engine+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				db := testdb.New(t, engine, 8)
-				var s inventory.Strategy = inventory.NewConditional()
-				if name == inventory.NameBatched {
-					s = batched.New(db)
-				}
-				svc := inventory.NewService(db, s, inventory.WithHoldTTL(hold))
+				svc := inventory.NewService(db, strategies()[name](t, engine, db), inventory.WithHoldTTL(hold))
 				ctx := context.Background()
 				const sku = "lapse"
 				if err := svc.StartSale(ctx, sku, 3); err != nil {
@@ -217,10 +226,7 @@ func TestLapsedHoldsComeBackOnce(t *testing.T) {
 				if n, err := svc.ExpireHolds(ctx, 0); err != nil || n != 0 {
 					t.Errorf("a second sweep expired %d (%v), want none", n, err)
 				}
-				audit, err := svc.Audit(ctx, sku)
-				if err != nil {
-					t.Fatal(err)
-				}
+				audit := quietAudit(t, svc, sku)
 				if !audit.Consistent() || audit.Available != 3 || audit.Expired != 3 || audit.Returned != 3 || audit.Held != 0 {
 					t.Errorf("audit %+v: want the 3 units back once, 3 orders expired", audit)
 				}
@@ -259,8 +265,8 @@ func TestFinalOrdersCannotBeSettled(t *testing.T) {
 			if n, err := svc.ExpireHolds(ctx, 0); err != nil || n != 0 {
 				t.Errorf("the sweep expired %d final orders (%v)", n, err)
 			}
-			if a, err := svc.Audit(ctx, "f"); err != nil || a.Available != 1 || a.Paid != 1 || !a.Consistent() {
-				t.Errorf("audit %+v, %v", a, err)
+			if a := quietAudit(t, svc, "f"); a.Available != 1 || a.Paid != 1 || !a.Consistent() {
+				t.Errorf("audit %+v", a)
 			}
 		})
 	}
@@ -342,10 +348,7 @@ func TestPerUserLimitAcrossInstances(t *testing.T) {
 		if _, err := instances[0].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 2, UserID: "newcomer"}); !errors.Is(err, inventory.ErrLimitReached) {
 			t.Errorf("an order of 2 under a limit of 1: %v, want limit reached", err)
 		}
-		a, err := instances[0].Audit(ctx, sku)
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := quietAudit(t, instances[0], sku)
 		if !a.Consistent() || a.Orders != buyers || a.Held != buyers || a.Returned != 1 {
 			t.Errorf("audit %+v: want %d orders held, one cancelled", a, buyers)
 		}
@@ -353,44 +356,60 @@ func TestPerUserLimitAcrossInstances(t *testing.T) {
 }
 
 // TestRestockAddsUnitsAndKeepsOrders: a restock adds units to the sale in
-// progress, its orders kept; the audit counts it; a SKU with no sale and a
-// bad quantity are refused with nothing changed.
+// progress, its orders kept; the audit counts it; the units sell, and no
+// more; a SKU with no sale and a bad quantity are refused with nothing
+// changed.
 func TestRestockAddsUnitsAndKeepsOrders(t *testing.T) {
 	for _, engine := range store.Engines {
-		t.Run(engine, func(t *testing.T) {
-			db := testdb.New(t, engine, 4)
-			svc := inventory.NewService(db, inventory.NewConditional(), inventory.WithHoldTTL(time.Hour))
-			ctx := context.Background()
-			if err := svc.StartSale(ctx, "r", 1); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "r", Quantity: 1, UserID: "u"}); err != nil {
-				t.Fatal(err)
-			}
-			level, err := svc.Restock(ctx, "r", 4)
-			if err != nil || level.Available != 4 {
-				t.Fatalf("restock: %+v, %v", level, err)
-			}
-			if _, err := svc.Restock(ctx, "nothing-on-sale", 4); !errors.Is(err, inventory.ErrUnknownSKU) {
-				t.Errorf("restock of a SKU with no sale: %v", err)
-			}
-			for _, n := range []int64{0, -1, inventory.MaxInitialStock + 1} {
-				if _, err := svc.Restock(ctx, "r", n); !errors.Is(err, inventory.ErrInvalid) {
-					t.Errorf("restock of %d: %v", n, err)
+		// A strategy that counts the stock in the database, and the two
+		// that count it in Redis (the restock reaches it through the
+		// relay).
+		for _, name := range []string{inventory.NameConditional, inventory.NameRedisReserve, inventory.NameRedisWatch} {
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				db := testdb.New(t, engine, 4)
+				svc := inventory.NewService(db, strategies()[name](t, engine, db), inventory.WithHoldTTL(time.Hour))
+				ctx := context.Background()
+				if err := svc.StartSale(ctx, "r", 1); err != nil {
+					t.Fatal(err)
 				}
-			}
-			a, err := svc.Audit(ctx, "r")
-			if err != nil || !a.Consistent() || a.Initial != 1 || a.Restocked != 4 || a.Available != 4 || a.Held != 1 {
-				t.Errorf("audit %+v, %v: want initial 1 + restocked 4 = available 4 + held 1", a, err)
-			}
-			// A new sale starts from its own stock: nothing restocked.
-			if err := svc.StartSale(ctx, "r", 2); err != nil {
-				t.Fatal(err)
-			}
-			if a, err := svc.Audit(ctx, "r"); err != nil || a.Restocked != 0 || a.Available != 2 || a.Orders != 0 {
-				t.Errorf("audit of the next sale %+v, %v", a, err)
-			}
-		})
+				if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "r", Quantity: 1, UserID: "u"}); err != nil {
+					t.Fatal(err)
+				}
+				level, err := svc.Restock(ctx, "r", 4)
+				if err != nil || level.Available != 4 {
+					t.Fatalf("restock: %+v, %v", level, err)
+				}
+				if _, err := svc.Restock(ctx, "nothing-on-sale", 4); !errors.Is(err, inventory.ErrUnknownSKU) {
+					t.Errorf("restock of a SKU with no sale: %v", err)
+				}
+				for _, n := range []int64{0, -1, inventory.MaxInitialStock + 1} {
+					if _, err := svc.Restock(ctx, "r", n); !errors.Is(err, inventory.ErrInvalid) {
+						t.Errorf("restock of %d: %v", n, err)
+					}
+				}
+				a := quietAudit(t, svc, "r")
+				if !a.Consistent() || a.Initial != 1 || a.Restocked != 4 || a.Available != 4 || a.Held != 1 {
+					t.Errorf("audit %+v: want initial 1 + restocked 4 = available 4 + held 1", a)
+				}
+				// The restocked units sell, and no more.
+				for i := range 4 {
+					if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "r", Quantity: 1, UserID: fmt.Sprintf("after-%d", i)}); err != nil {
+						t.Fatalf("order %d of the restocked units: %v", i+1, err)
+					}
+				}
+				if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "r", Quantity: 1, UserID: "one-too-many"}); !errors.Is(err, inventory.ErrSoldOut) {
+					t.Errorf("an order past the restocked units: %v", err)
+				}
+				// A new sale starts from its own stock: nothing restocked.
+				if err := svc.StartSale(ctx, "r", 2); err != nil {
+					t.Fatal(err)
+				}
+				if a := quietAudit(t, svc, "r"); a.Restocked != 0 || a.Available != 2 || a.Orders != 0 {
+					t.Errorf("audit of the next sale %+v", a)
+				}
+			})
+		}
 	}
 }
 

@@ -54,9 +54,14 @@ type Tally struct {
 	Initial   int64
 	Available int64
 	// Ordered and Orders count every accepted order, in the database yet
-	// or not.
-	Ordered int64
-	Orders  int64
+	// or not, returned since or not; Returned and Returns count the
+	// returned orders whose units came back to the store (the relay).
+	Ordered  int64
+	Orders   int64
+	Returned int64
+	Returns  int64
+	// Restocked is what restocks added to the sale in the store.
+	Restocked int64
 	// Pending counts the accepted orders not yet written to the database;
 	// Lag is the age of the oldest of them (0 when there is none).
 	Pending int64
@@ -87,6 +92,15 @@ type Reservations interface {
 	// loading the open sale again changes nothing. Outside w, Reserve
 	// refuses with ErrSaleNotStarted or ErrSaleEnded on the store's clock.
 	Load(ctx context.Context, sku string, n, epoch int64, w SaleWindow) error
+	// Return gives back to sale epoch the units of returned orders (ID,
+	// Quantity, UserID), each once per sale however often it is called
+	// with it: ErrStaleSale when the store holds another sale of the SKU,
+	// ErrSaleNotLoaded when it holds none, ErrBusy while the sale is
+	// being checked.
+	Return(ctx context.Context, sku string, epoch int64, returns []Order) error
+	// Restock adds restocks (ID, Quantity) to sale epoch, each once per
+	// sale however often it is called with it; its errors are Return's.
+	Restock(ctx context.Context, sku string, epoch int64, restocks []Order) error
 	// Tally reads the SKU's bookkeeping (ErrSaleNotLoaded when it has
 	// none).
 	Tally(ctx context.Context, sku string) (Tally, error)
@@ -107,6 +121,12 @@ type SaleRecheck interface {
 	// Renumber gives the sale a new number; its stock and orders stay.
 	// Batches of older numbers are refused from the commit on.
 	Renumber(ctx context.Context, to int64) error
+	// ReturnedOrders lists every order of the sale that gave its units
+	// back (cancelled or expired), relayed yet or not.
+	ReturnedOrders(ctx context.Context) ([]Order, error)
+	// Restocks lists every restock of the sale (ID, Quantity), relayed
+	// yet or not.
+	Restocks(ctx context.Context) ([]Order, error)
 }
 
 // EpochSales is what the redis-reserve strategy needs from the database:
@@ -122,6 +142,19 @@ type EpochSales interface {
 	Audit(ctx context.Context, sku string) (Audit, error)
 	// Level reads the SKU's stock row (ErrUnknownSKU when it has none).
 	Level(ctx context.Context, sku string) (Level, error)
+	// RelayReturns hands at most limit of the SKU's orders marked for the
+	// relay (Tx.MarkRelay) to apply, with the number of their sale (read
+	// with them), and clears their marks if apply succeeds; it reports how
+	// many it handed over. No transaction is open while apply runs, so
+	// apply may be handed an order again (a second relay, a lost clear)
+	// and must take each once.
+	RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []Order) error) (int, error)
+	// RelayRestocks is RelayReturns for the SKU's restocks
+	// (Tx.MarkRestock; ID and Quantity of each).
+	RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []Order) error) (int, error)
+	// SKUsRelaying lists at most limit SKUs with orders or restocks
+	// marked for the relay.
+	SKUsRelaying(ctx context.Context, limit int) ([]string, error)
 }
 
 // Reserved counts the stock in a reservation store (Redis) instead of the
@@ -161,11 +194,12 @@ func NewReserved(res Reservations, db EpochSales, opts ...ReservedOption) *Reser
 }
 
 var (
-	_ OrderTaker = (*Reserved)(nil)
-	_ SaleKeeper = (*Reserved)(nil)
-	_ Auditor    = (*Reserved)(nil)
-	_ Leveler    = (*Reserved)(nil)
-	_ Pinger     = (*Reserved)(nil)
+	_ OrderTaker  = (*Reserved)(nil)
+	_ SaleKeeper  = (*Reserved)(nil)
+	_ Auditor     = (*Reserved)(nil)
+	_ Leveler     = (*Reserved)(nil)
+	_ Pinger      = (*Reserved)(nil)
+	_ ReturnRelay = (*Reserved)(nil)
 )
 
 // Name implements Strategy.
@@ -179,12 +213,6 @@ func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
 
 // TakeOrder implements OrderTaker: it reserves the order in the store.
 func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
-	if o.Order.Hold > 0 {
-		// Its returns must go through the store with the order's state;
-		// until they do, a hold here would be a final order that claims
-		// it can come back. cmd/stock refuses HOLD_TTL with it at start.
-		return Order{}, errHoldsNotTaken
-	}
 	id, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint, PerUserLimit: o.PerUserLimit})
 	if errors.Is(err, ErrSaleNotLoaded) {
 		// Tell an unknown SKU (404) from a sale the store lost (503).
@@ -200,9 +228,6 @@ func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error)
 	placed.ID = id
 	return placed, nil
 }
-
-// errHoldsNotTaken: the reservation strategies take final orders only.
-var errHoldsNotTaken = errors.New("the reservation strategies do not take held orders (HOLD_TTL) yet")
 
 // StartSale starts the sale in the database and loads it into the store.
 // The database's transaction numbers the new sale and, before it commits,
@@ -250,68 +275,189 @@ func (r *Reserved) StartSaleWindow(ctx context.Context, sku string, n int64, w S
 }
 
 // Audit counts every accepted order, written to the database yet or not,
-// from the store's tally, and checks the database against it. The database
-// is read first, so it can only be behind the store, never ahead; and both
-// reads must be of one sale: a sale restarted between them is read again
-// (a few times, then 503 busy), not reported as drift. Equal sale numbers
-// mean one sale throughout: the store is open for sale e only between the
-// database's commit of e and the close of e+1, which comes before the
-// database's commit of e+1.
+// from the store's tally, and checks the database against it. It reads the
+// store, then the database, then the store again; all three must be of one
+// sale (a sale restarted meanwhile is read again, a few times, then 503
+// busy). Equal sale numbers mean one sale throughout: the store is open for
+// sale e only between the database's commit of e and the close of e+1,
+// which comes before the database's commit of e+1.
+//
+// Both sides only ever grow the counts compared, and each follows the
+// other one way: the database writes only orders the store took, and the
+// store takes back only returns the database made. So, with the database
+// read between the store's two reads, these hold at every moment and are
+// checked without a race (found by review: comparing one read of each, a
+// cancel relayed between them looked like drift):
+//   - the database took no more than the store had taken by its second
+//     read (else it holds orders the store lost: restored from an older
+//     copy);
+//   - the store took back no more, by its first read, than the database
+//     had returned;
+//   - when nothing was pending at the store's first read, the database
+//     holds every order the store had taken by then (else orders were lost
+//     on their way to it);
+//   - every return the database made and the store had not taken back by
+//     its second read is still marked for the relay (else returns were
+//     lost on their way to the store).
 func (r *Reserved) Audit(ctx context.Context, sku string) (Audit, error) {
 	const attempts = 3
 	for range attempts {
+		first, err := r.res.Tally(ctx, sku)
+		if err != nil {
+			return Audit{}, err
+		}
 		written, err := r.db.Audit(ctx, sku)
 		if err != nil {
 			return Audit{}, err
 		}
-		t, err := r.res.Tally(ctx, sku)
+		second, err := r.res.Tally(ctx, sku)
 		if err != nil {
 			return Audit{}, err
 		}
-		if t.Epoch != written.Sale {
+		if first.Epoch != written.Sale || second.Epoch != written.Sale {
 			continue
 		}
-		if t.Pending == 0 && (written.Ordered < t.Ordered || written.Orders < t.Orders) {
-			// Nothing was pending when the store was read, so every order
-			// it had accepted by then was in the database: a read of the
-			// database now must hold them all (and maybe more).
+		// Every order and every unit the database ever took in the sale,
+		// returned since or not.
+		takenOrders := written.Orders + written.Cancelled + written.Expired
+		takenUnits := written.Ordered + written.Returned
+		a := r.audit(sku, second, written)
+		switch {
+		case written.Initial != second.Initial:
+			a.Drift = fmt.Sprintf("the database's sale has %d units, the reservation store's %d", written.Initial, second.Initial)
+		case !written.Consistent():
+			a.Drift = fmt.Sprintf("the database does not add up: initial %d, available %d, ordered %d", written.Initial, written.Available, written.Ordered)
+		case takenOrders > second.Orders || takenUnits > second.Ordered:
+			a.Drift = fmt.Sprintf("the database has %d orders for %d units, more than the %d for %d the reservation store accepted: it lost accepted orders (restored from an older copy?)",
+				takenOrders, takenUnits, second.Orders, second.Ordered)
+		case first.Returned > written.Returned || first.Restocked > written.Restocked:
+			a.Drift = fmt.Sprintf("the reservation store took back %d units and was restocked with %d, more than the %d the database returned and the %d it restocked",
+				first.Returned, first.Restocked, written.Returned, written.Restocked)
+		case first.Pending == 0 && (takenOrders < first.Orders || takenUnits < first.Ordered):
+			a.Drift = lostOnTheirWay(takenOrders, takenUnits, first)
+		case written.Returned+written.Restocked-second.Returned-second.Restocked > written.Relaying:
+			a.Drift = fmt.Sprintf("the database gave back %d units and restocked %d, with %d on their way to the reservation store, which took back %d and was restocked with %d: returns or restocks were lost on their way to it",
+				written.Returned, written.Restocked, written.Relaying, second.Returned, second.Restocked)
+		case first.Pending > 0 && second.Pending == 0:
+			// Orders were on their way at the first read and none at the
+			// second: a read of the database after it must hold every
+			// order taken by then (the consumer acknowledges an entry
+			// only after writing it).
 			later, err := r.db.Audit(ctx, sku)
 			if err != nil {
 				return Audit{}, err
 			}
-			if later.Sale != t.Epoch {
+			if later.Sale != second.Epoch {
 				continue
 			}
-			if later.Ordered < t.Ordered || later.Orders < t.Orders {
-				a := r.audit(sku, t, later)
-				a.Drift = fmt.Sprintf("nothing is pending, yet the database has %d orders for %d units of the %d for %d accepted: accepted orders were lost on their way to the database",
-					later.Orders, later.Ordered, t.Orders, t.Ordered)
-				return a, nil
+			laterOrders, laterUnits := later.Orders+later.Cancelled+later.Expired, later.Ordered+later.Returned
+			if laterOrders < second.Orders || laterUnits < second.Ordered {
+				a = r.audit(sku, second, later)
+				a.Drift = lostOnTheirWay(laterOrders, laterUnits, second)
 			}
-			written = later
-		}
-		a := r.audit(sku, t, written)
-		switch {
-		case written.Initial != t.Initial:
-			a.Drift = fmt.Sprintf("the database's sale has %d units, the reservation store's %d", written.Initial, t.Initial)
-		case !written.Consistent():
-			a.Drift = fmt.Sprintf("the database does not add up: initial %d, available %d, ordered %d", written.Initial, written.Available, written.Ordered)
-		case written.Ordered > t.Ordered || written.Orders > t.Orders:
-			a.Drift = fmt.Sprintf("the database has %d orders for %d units, more than the %d for %d the reservation store accepted: it lost accepted orders (restored from an older copy?)",
-				written.Orders, written.Ordered, t.Orders, t.Ordered)
 		}
 		return a, nil
 	}
 	return Audit{}, fmt.Errorf("%w: the sale of %q was restarted during each of %d audits", ErrBusy, sku, attempts)
 }
 
+// lostOnTheirWay is the drift of a database that misses orders the store
+// took when nothing was on its way.
+func lostOnTheirWay(orders, units int64, t Tally) string {
+	return fmt.Sprintf("nothing was pending, yet the database has %d orders for %d units of the %d for %d accepted: accepted orders were lost on their way to the database",
+		orders, units, t.Orders, t.Ordered)
+}
+
+// liveTally is t with the returned orders taken out of Ordered and Orders:
+// what the store counts as sold now.
+func liveTally(t Tally) Tally {
+	t.Ordered, t.Orders = t.Ordered-t.Returned, t.Orders-t.Returns
+	return t
+}
+
 // audit is the audit of the store's tally t, with the database's beside it.
+// Held, Paid, the returns and what is in flight come from the database;
+// what the store took but the database has not written yet is Pending.
 func (r *Reserved) audit(sku string, t Tally, written Audit) Audit {
+	live := liveTally(t)
 	return Audit{
-		SKU: sku, Initial: t.Initial, Available: t.Available, Ordered: t.Ordered, Orders: t.Orders, Sale: t.Epoch,
-		// Every order it takes is final: it counts as paid.
-		Paid:    t.Ordered,
+		SKU: sku, Initial: t.Initial, Restocked: t.Restocked, Available: t.Available, Ordered: live.Ordered, Orders: live.Orders, Sale: t.Epoch,
+		Held: written.Held, Paid: written.Paid, Returned: written.Returned, Cancelled: written.Cancelled, Expired: written.Expired,
+		Relaying: written.Relaying, RelayingOrders: written.RelayingOrders,
 		Pending: t.Pending, Lag: t.Lag, Written: &written,
+	}
+}
+
+// relayBatch is how many returns one relay transaction hands over.
+const relayBatch = 256
+
+// RelayReturns implements ReturnRelay: the returns the database made and
+// marked (a cancel, an expiry: Tx.MarkRelay) go back to the store, and the
+// restocks (Tx.MarkRestock) reach it, a batch at a time, until none of the
+// SKU's is left (every SKU's when sku is ""). The store takes each order once per sale (Reservations.Return), so
+// a batch handed over twice (two relays, a clearing lost) adds nothing. Returns
+// of a sale the store no longer holds (restarted since, or lost with a
+// wiped Redis, which fails closed until a new sale) have nowhere to go:
+// their marks are cleared.
+//
+// The invariant: a unit comes back to the store only for an order the
+// database moved out of held (the mark commits with that move), and once
+// per order (the store's set). The schedule it forbids: a relay whose
+// store call succeeded and whose clearing of the marks was lost runs
+// again (or two relays read the same marks), and without the set the
+// units would come back twice.
+func (r *Reserved) RelayReturns(ctx context.Context, sku string) (int, error) {
+	if sku == "" {
+		return r.relayAll(ctx)
+	}
+	total := 0
+	for _, step := range []struct {
+		marked func(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, batch []Order) error) (int, error)
+		give   func(ctx context.Context, sku string, epoch int64, batch []Order) error
+	}{
+		{r.db.RelayReturns, r.res.Return},
+		{r.db.RelayRestocks, r.res.Restock},
+	} {
+		for {
+			n, err := step.marked(ctx, sku, relayBatch, func(ctx context.Context, epoch int64, batch []Order) error {
+				err := step.give(ctx, sku, epoch, batch)
+				if errors.Is(err, ErrStaleSale) || errors.Is(err, ErrSaleNotLoaded) {
+					return nil
+				}
+				return err
+			})
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n < relayBatch {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// relayAll relays every SKU's marked returns, a page of SKUs at a time.
+func (r *Reserved) relayAll(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		skus, err := r.db.SKUsRelaying(ctx, relayBatch)
+		if err != nil {
+			return total, err
+		}
+		var errs []error
+		for _, sku := range skus {
+			n, err := r.RelayReturns(ctx, sku)
+			total += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%q: %w", sku, err))
+			}
+		}
+		// A SKU that failed stays listed: stop rather than list it again.
+		if len(errs) > 0 || len(skus) < relayBatch {
+			return total, errors.Join(errs...)
+		}
 	}
 }
 

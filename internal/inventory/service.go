@@ -25,6 +25,9 @@ type Service struct {
 	obs        Observer
 	hold       time.Duration
 	limit      int64
+	// relay is the strategy when it counts the stock outside the
+	// database: returns are marked for it and relayed (ReturnRelay).
+	relay ReturnRelay
 }
 
 // ServiceOption configures a Service.
@@ -87,6 +90,7 @@ func NewService(store Store, strategy Strategy, opts ...ServiceOption) *Service 
 	for _, o := range opts {
 		o(s)
 	}
+	s.relay, _ = strategy.(ReturnRelay)
 	return s
 }
 
@@ -370,6 +374,9 @@ func (s *Service) FindOrder(ctx context.Context, id, userID string) (Order, erro
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	o, found, err := s.store.FindOrder(ctx, id)
+	if err == nil && !found && s.relay != nil {
+		o, found, err = s.awaitWritten(ctx, id)
+	}
 	if err != nil {
 		return Order{}, s.classify(ctx, err)
 	}
@@ -377,6 +384,28 @@ func (s *Service) FindOrder(ctx context.Context, id, userID string) (Order, erro
 		return Order{}, fmt.Errorf("%w: %s", ErrOrderNotFound, id)
 	}
 	return s.expireIfLapsed(ctx, o)
+}
+
+// awaitWritten looks for order id again for up to a second (within ctx),
+// when the strategy counts the stock outside the database: its orders are
+// answered 201 before its stream writes them here, usually milliseconds
+// later, and a buyer who pays at once must find the order. An unknown id
+// costs that second, at a few lookups.
+func (s *Service) awaitWritten(ctx context.Context, id string) (Order, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		if pause(ctx, backoff.Exponential(attempt, 2*time.Millisecond, 100*time.Millisecond)) != nil {
+			return Order{}, false, nil
+		}
+		o, found, err := s.store.FindOrder(ctx, id)
+		if err != nil && ctx.Err() != nil {
+			return Order{}, false, nil
+		}
+		if err != nil || found {
+			return o, found, err
+		}
+	}
 }
 
 // validateOrderID accepts an order id as the service writes it: a UUID in

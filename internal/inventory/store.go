@@ -95,6 +95,14 @@ type Tx interface {
 	// ReleaseUnits gives quantity back to userID's count for sku (a
 	// cancel, an expiry); no row, nothing to give back.
 	ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error
+	// MarkRelay marks orders whose units this transaction returns for
+	// the relay to the store that counts the stock outside the database
+	// (the reservation strategies: ReturnRelay): the mark commits with the
+	// return, so the units reach that store even if this process dies.
+	MarkRelay(ctx context.Context, ids []string) error
+	// MarkRestock records restock id of quantity units of sku for the
+	// same relay, in the restock's transaction.
+	MarkRestock(ctx context.Context, id, sku string, quantity int64) error
 	// Restock adds quantity to sku's available and restocked units, the
 	// version left alone as a return leaves it; false when sku has no
 	// sale.

@@ -301,6 +301,9 @@ func (s *Store) startSale(ctx context.Context, sku string, n, atLeast int64, w i
 		if _, err := tx.ExecContext(ctx, `DELETE FROM buyer_units WHERE sku = ?`, sku); err != nil {
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM restocks WHERE sku = ?`, sku); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE sku = ?`, sku)
 		if err != nil || beforeCommit == nil {
 			return err
@@ -330,8 +333,11 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 			       COALESCE(SUM(IF(state IN ('final', 'paid'), quantity, 0)), 0),
 			       COALESCE(SUM(IF(state IN ('cancelled', 'expired'), quantity, 0)), 0),
 			       COALESCE(SUM(state = 'cancelled'), 0),
-			       COALESCE(SUM(state = 'expired'), 0)
-			FROM orders WHERE sku = ?`, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired)
+			       COALESCE(SUM(state = 'expired'), 0),
+			       COALESCE(SUM(IF(relay_pending, quantity, 0)), 0)
+			         + (SELECT COALESCE(SUM(quantity), 0) FROM restocks WHERE sku = ? AND relay_pending),
+			       COALESCE(SUM(relay_pending), 0)
+			FROM orders WHERE sku = ?`, sku, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired, &a.Relaying, &a.RelayingOrders)
 	})
 	return a, wrap(ctx, err)
 }

@@ -229,6 +229,9 @@ func (s *Store) startSale(ctx context.Context, sku string, n, atLeast int64, w i
 		if _, err := tx.Exec(ctx, `DELETE FROM buyer_units WHERE sku = $1`, sku); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM restocks WHERE sku = $1`, sku); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE sku = $1`, sku)
 		if err != nil || beforeCommit == nil {
 			return err
@@ -257,8 +260,11 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 			       COALESCE(SUM(quantity) FILTER (WHERE state IN ('final', 'paid')), 0),
 			       COALESCE(SUM(quantity) FILTER (WHERE state IN ('cancelled', 'expired')), 0),
 			       COUNT(*) FILTER (WHERE state = 'cancelled'),
-			       COUNT(*) FILTER (WHERE state = 'expired')
-			FROM orders WHERE sku = $1`, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired)
+			       COUNT(*) FILTER (WHERE state = 'expired'),
+			       COALESCE(SUM(quantity) FILTER (WHERE relay_pending), 0)
+			         + (SELECT COALESCE(SUM(quantity), 0) FROM restocks WHERE sku = $1 AND relay_pending),
+			       COUNT(*) FILTER (WHERE relay_pending)
+			FROM orders WHERE sku = $1`, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired, &a.Relaying, &a.RelayingOrders)
 	})
 	return a, wrap(ctx, err)
 }

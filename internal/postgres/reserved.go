@@ -54,22 +54,29 @@ func (s *Store) PersistReserved(ctx context.Context, sku string, epoch int64, or
 // which serialises the writers of the SKU's orders, so ON CONFLICT only
 // ever meets orders committed before.
 func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
-	ids, skus, users, strategies := make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders)), make([]string, len(orders))
-	quantities := make([]int64, len(orders))
+	n := len(orders)
+	ids, skus, users, strategies, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	quantities, holds := make([]int64, n), make([]int64, n)
 	for i, o := range orders {
 		ids[i], skus[i], quantities[i], users[i], strategies[i] = o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy
+		states[i], holds[i] = stateOf(o), o.Hold.Microseconds()
 	}
 	var written int
 	var total int64
+	// A held order's hold starts here, on the database's clock, as the
+	// SQL strategies' do: its buyer can pay from now on.
 	if err := t.tx.QueryRow(ctx, `
 		WITH written AS (
-			INSERT INTO orders (id, sku, quantity, user_id, strategy)
-			SELECT * FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[])
+			INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
+			SELECT id, sku, quantity, user_id, strategy, state,
+			       CASE WHEN hold > 0 THEN statement_timestamp() + hold * interval '1 microsecond' END
+			FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+			     AS o (id, sku, quantity, user_id, strategy, state, hold)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING quantity
 		)
 		SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM written`,
-		ids, skus, quantities, users, strategies).Scan(&written, &total); err != nil {
+		ids, skus, quantities, users, strategies, states, holds).Scan(&written, &total); err != nil {
 		return 0, wrap(ctx, err)
 	}
 	if total > 0 {

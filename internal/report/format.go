@@ -109,6 +109,8 @@ func StatusText(v Verdict) string {
 		return "oversold (control)"
 	case StatusControlHeld:
 		return "no oversell (control)"
+	case StatusUnsupported:
+		return "not yet supported (issue 25 slice 5)"
 	}
 	return string(v.Status)
 }

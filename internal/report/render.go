@@ -94,14 +94,21 @@ type page struct {
 	// says what the catalog scenario did.
 	CatalogRows []catalogRow
 	CatalogLoad string
-	Backends    []backendView
-	Burst       []tableRow
-	Steady      []tableRow
-	Strats      []Strategy
-	RunLinks    []runLink
-	BurstLoad   string
-	StdyLoad    string
-	Duration    string
+	// LifecycleRows are the lifecycle runs (orders that come back) beside
+	// the bursts; LifecycleLoad says what the scenario did,
+	// LifecycleFindings which bursts fell under LifecycleGoal.
+	LifecycleRows     []lifecycleRow
+	LifecycleLoad     string
+	LifecycleFindings []string
+	LifecycleGoal     string
+	Backends          []backendView
+	Burst             []tableRow
+	Steady            []tableRow
+	Strats            []Strategy
+	RunLinks          []runLink
+	BurstLoad         string
+	StdyLoad          string
+	Duration          string
 	// Busy: the load average exceeded the core count before the run.
 	Busy bool
 	// Scope is "6 strategies × 2 backends".
@@ -205,6 +212,10 @@ func buildPage(r *Report) page {
 	p.ReserveRows = reserveRows(r, burst)
 	p.CatalogRows = catalogRows(r, burst)
 	p.CatalogLoad = catalogLoad(r)
+	p.LifecycleRows = lifecycleRows(r, burst)
+	p.LifecycleLoad = lifecycleLoad(r)
+	p.LifecycleFindings = lifecycleFindings(p.LifecycleRows)
+	p.LifecycleGoal = fmtRatio(LifecycleGoal)
 	if len(steady) > 0 {
 		run := steady[0].Run
 		rates := map[string]int{}
@@ -270,6 +281,21 @@ func buildPage(r *Report) page {
 			Metrics:   run.Metrics,
 		})
 	}
+	for _, l := range r.Lifecycles() {
+		label := fmt.Sprintf("%s · %s · lifecycle", r.BackendLabel(l.Backend), l.Strategy)
+		on, off := l.bursts()
+		for i, b := range on {
+			p.RunLinks = append(p.RunLinks, runLink{Label: label + ": burst with it on" + pairSuffix(len(on), i), Dir: b.Dir, Dashboard: b.Dashboard, Command: b.Command})
+		}
+		for i, b := range off {
+			if b.Dir != "" {
+				p.RunLinks = append(p.RunLinks, runLink{Label: label + ": burst without it" + pairSuffix(len(off), i), Dir: b.Dir, Dashboard: b.Dashboard, Command: b.Command})
+			}
+		}
+		if l.Command != "" {
+			p.RunLinks = append(p.RunLinks, runLink{Label: label + ": the sale", Dir: l.Dir + "/sale", Dashboard: l.Dashboard, Command: l.Command, Metrics: l.Metrics})
+		}
+	}
 	return p
 }
 
@@ -308,11 +334,32 @@ func headline(r *Report, rows ...[]Row) string {
 			held++
 		}
 	}
+	// A lifecycle run that ran is one run too: it passes when its audit
+	// stayed consistent and every unit was paid.
+	lifecycles := 0
+	for _, l := range r.Lifecycles() {
+		v := l.Judge()
+		if v.Status == StatusControlOversold {
+			controlOversold = append(controlOversold, fmt.Sprintf("up to %s on %s (lifecycle)",
+				plural(v.Oversold, "unit", "units"), r.BackendLabel(l.Backend)))
+		}
+		if IsControl(l.Strategy) || v.Status == StatusUnsupported {
+			continue
+		}
+		safe++
+		lifecycles++
+		if v.Status == StatusOK {
+			held++
+		}
+	}
 	var b strings.Builder
 	if safe > 0 && held == safe {
 		fmt.Fprintf(&b, "Every safe strategy passed the audit in all %d of its runs: no unit oversold, every unit sold is an order, every 201 has its order row", safe)
 		if len(r.CatalogRuns) > 0 {
 			b.WriteString(", on every SKU of the catalogs")
+		}
+		if lifecycles > 0 {
+			b.WriteString("; in the lifecycle's sales, with orders paid, cancelled and left to lapse, the audit stayed consistent and every unit was paid for")
 		}
 		b.WriteString(".")
 	} else if safe > 0 {

@@ -51,6 +51,9 @@ type Report struct {
 	// CatalogRuns are the catalog scenario's runs (many SKUs, a few of
 	// them hot), Catalogs in table order.
 	CatalogRuns []*Catalog `json:"catalogs,omitempty"`
+	// LifecycleRuns are the lifecycle scenario's runs (orders that come
+	// back), Lifecycles in table order.
+	LifecycleRuns []*Lifecycle `json:"lifecycles,omitempty"`
 	// Notes are the runner's warnings, shown as they are.
 	Notes []string `json:"notes,omitempty"`
 	// Rounds is how often the burst ran per strategy and backend.
@@ -221,6 +224,13 @@ func (r *Report) Failures() []string {
 		if v := c.Judge(); v.Status == StatusFail || v.Status == StatusError {
 			for _, p := range v.Problems {
 				out = append(out, fmt.Sprintf("%s/%s catalog: %s", c.Backend, c.Label(), p))
+			}
+		}
+	}
+	for _, l := range r.Lifecycles() {
+		if v := l.Judge(); v.Status == StatusFail || v.Status == StatusError {
+			for _, p := range v.Problems {
+				out = append(out, fmt.Sprintf("%s/%s lifecycle: %s", l.Backend, l.Strategy, p))
 			}
 		}
 	}

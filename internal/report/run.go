@@ -66,6 +66,15 @@ type Audit struct {
 	// Drift says how the database disagrees with where the stock is
 	// counted (redis-reserve, redis-watch), "" when it does not.
 	Drift string `json:"drift,omitempty"`
+	// The lifecycle's figures (HOLD_TTL): the units restocks added, held
+	// and paid (held + paid = ordered), the units cancelled and expired
+	// orders gave back, and those orders' counts.
+	Restocked int64 `json:"restocked,omitempty"`
+	Held      int64 `json:"held,omitempty"`
+	Paid      int64 `json:"paid,omitempty"`
+	Returned  int64 `json:"returned,omitempty"`
+	Cancelled int64 `json:"cancelled,omitempty"`
+	Expired   int64 `json:"expired,omitempty"`
 }
 
 // IsControl reports whether a strategy is the unsafe control, whose
@@ -150,6 +159,10 @@ const (
 	StatusControlOversold Status = "control-oversold"
 	// StatusControlHeld: the control happened not to oversell this time.
 	StatusControlHeld Status = "control-held"
+	// StatusUnsupported: the strategy's instances refused the scenario's
+	// settings at start (the lifecycle's HOLD_TTL, as redis-reserve and
+	// redis-watch did until issue 25's slice 5).
+	StatusUnsupported Status = "unsupported"
 )
 
 // Verdict judges a run from the service's audit and the answers k6 saw.

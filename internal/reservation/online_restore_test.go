@@ -114,7 +114,7 @@ func restoreKeys(t *testing.T, s *sale, sku string) func() {
 	t.Helper()
 	ctx := context.Background()
 	base := "stock:{" + sku + "}:"
-	names := []string{base + "sale", base + "epoch", base + "keys", base + "orders", catalogKey}
+	names := []string{base + "sale", base + "epoch", base + "keys", base + "orders", base + "buyers", base + "returned", base + "open", base + "restocks", catalogKey}
 	dumps := map[string]string{}
 	for _, k := range names {
 		v, err := s.rdb.Dump(ctx, k).Result()

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -128,11 +129,11 @@ func New(rdb redis.UniversalClient, ledger Ledger, opts ...Option) *Store {
 }
 
 // keys of one SKU (see scripts.go).
-type skuKeys struct{ sale, epoch, idem, orders, buyers string }
+type skuKeys struct{ sale, epoch, idem, orders, buyers, returned, open, restocks string }
 
 func (s *Store) keys(sku string) skuKeys {
 	base := s.prefix + "{" + sku + "}:"
-	return skuKeys{sale: base + "sale", epoch: base + "epoch", idem: base + "keys", orders: base + "orders", buyers: base + "buyers"}
+	return skuKeys{sale: base + "sale", epoch: base + "epoch", idem: base + "keys", orders: base + "orders", buyers: base + "buyers", returned: base + "returned", open: base + "open", restocks: base + "restocks"}
 }
 
 func (s *Store) placedKey(sku, orderID string) string {
@@ -155,7 +156,7 @@ func (s *Store) catalogKey() string { return s.prefix + "reserve:catalog" }
 func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, error) {
 	k := s.keys(r.Order.SKU)
 	keys := []string{k.sale, k.idem, k.orders, s.placedKey(r.Order.SKU, r.Order.ID), k.buyers}
-	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds(), r.Order.Strategy, r.PerUserLimit}
+	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds(), r.Order.Strategy, r.PerUserLimit, r.Order.Hold.Milliseconds()}
 	// mayHaveRun: an earlier attempt may have reached Redis and taken the
 	// order. A retry's answer is then only about the retry: "ok" finds the
 	// first run's order, but any refusal (the sale closed meanwhile, a
@@ -365,6 +366,12 @@ func (s *Store) checkSale(ctx context.Context, sku, force string) error {
 		if written.Orders > t.Orders || written.Ordered > t.Ordered {
 			return s.closeLost(ctx, sku, to, t, written)
 		}
+		// Redis took every order the database has (both count every
+		// order, returned or not): the returns the database made are
+		// Redis's to take back.
+		if err := s.returnAgain(ctx, sku, written.Sale, token, r); err != nil {
+			return err
+		}
 		answer, err := renumberScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, t.Epoch, to, token).Text()
 		if err != nil {
 			return err
@@ -564,7 +571,7 @@ func (s *Store) Load(ctx context.Context, sku string, n, epoch int64, w inventor
 		return err
 	}
 	k := s.keys(sku)
-	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers}, epoch, n, Group, unixMilli(w.StartsAt), unixMilli(w.EndsAt)).Err(); err != nil {
+	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers, k.returned, k.open, k.restocks}, epoch, n, Group, windowBound(w.StartsAt), windowBound(w.EndsAt)).Err(); err != nil {
 		if strings.HasPrefix(err.Error(), "STALE") {
 			// A newer sale was started meanwhile: this one is over.
 			return fmt.Errorf("%w: load %q: %w", inventory.ErrBusy, sku, err)
@@ -574,13 +581,126 @@ func (s *Store) Load(ctx context.Context, sku string, n, epoch int64, w inventor
 	return nil
 }
 
-// unixMilli is t in Unix milliseconds, the sale hash's clock; 0 for an
-// open bound (the zero time).
-func unixMilli(t time.Time) int64 {
+// windowBound is a bound of the sale's window as the sale hash keeps it:
+// Unix microseconds (the precision of the databases' clocks and of Redis's
+// TIME; exact in a Lua number), "" for an open bound (the zero time). Not
+// 0: a bound at or before 1970 is a bound (found by review: a sale that
+// ended in 1970 sold in Redis).
+func windowBound(t time.Time) string {
 	if t.IsZero() {
-		return 0
+		return ""
 	}
-	return t.UnixMilli()
+	return strconv.FormatInt(t.UnixMicro(), 10)
+}
+
+// Return implements inventory.Reservations: returnScript, after a check of
+// the sale when the server's data may have changed (as runReserve does).
+// ErrStaleSale when the sale is another than the returns', ErrSaleNotLoaded
+// when Redis has no sale, ErrBusy while a check runs.
+func (s *Store) Return(ctx context.Context, sku string, epoch int64, returns []inventory.Order) error {
+	return s.giveBack(ctx, sku, epoch, kindReturn, returns)
+}
+
+// Restock implements inventory.Reservations: returnScript for restocks,
+// as Return.
+func (s *Store) Restock(ctx context.Context, sku string, epoch int64, restocks []inventory.Order) error {
+	return s.giveBack(ctx, sku, epoch, kindRestock, restocks)
+}
+
+// What returnScript adds to a sale.
+const (
+	kindReturn  = "return"
+	kindRestock = "restock"
+)
+
+// giveBack runs returnScript for batch, of kind.
+func (s *Store) giveBack(ctx context.Context, sku string, epoch int64, kind string, batch []inventory.Order) error {
+	// Listed before it has units again, as Load lists before it opens: a
+	// sale sold out and drained may have left the catalog (Consumer.sweep),
+	// and a sale with units to sell must be listed, or the orders of an
+	// instance that dies before its consumer reads them would be found by
+	// no sweep.
+	if err := s.list(ctx, sku, epoch); err != nil {
+		return err
+	}
+	for checked := false; ; checked = true {
+		answer, err := s.runReturn(ctx, sku, epoch, "", kind, batch)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: %s units of %q in Redis: %w", inventory.ErrUnavailable, kind, sku, err)
+		case strings.HasPrefix(answer, "OK"):
+			return nil
+		case answer == "other":
+			return fmt.Errorf("%w: Redis holds another sale of %q than sale %d of the %s", inventory.ErrStaleSale, sku, epoch, kind)
+		case answer == "unloaded":
+			return fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, sku)
+		case answer == "unchecked" && !checked:
+			if err := s.recheck(ctx, sku); err != nil {
+				return err
+			}
+		case answer == "checking" || answer == "unchecked":
+			return fmt.Errorf("%w: the sale of %q is being checked against the database", inventory.ErrBusy, sku)
+		default:
+			return fmt.Errorf("%w: unexpected reply from the return script: %q", inventory.ErrUnavailable, answer)
+		}
+	}
+}
+
+// runReturn runs returnScript for a batch of kind, under the check token
+// when a check runs it ("" otherwise).
+func (s *Store) runReturn(ctx context.Context, sku string, epoch int64, token, kind string, batch []inventory.Order) (string, error) {
+	k := s.keys(sku)
+	args := make([]any, 0, 3+3*len(batch))
+	args = append(args, epoch, token, kind)
+	set := k.returned
+	for _, o := range batch {
+		if kind == kindRestock {
+			args = append(args, o.ID, o.Quantity)
+			set = k.restocks
+		} else {
+			args = append(args, o.ID, o.Quantity, o.UserID)
+		}
+	}
+	return returnScript.Run(ctx, s.rdb, []string{k.sale, set, k.buyers}, args...).Text()
+}
+
+// returnAgain gives back, under a check of the sale (token), the units of
+// every order the database returned in the sale: the set skips those
+// Redis has taken back already, so a Redis that came back from an older
+// copy of its data gets back what it lost and nothing twice. It runs after
+// the check found that Redis took every order the database has.
+func (s *Store) returnAgain(ctx context.Context, sku string, epoch int64, token string, r inventory.SaleRecheck) error {
+	returned, err := r.ReturnedOrders(ctx)
+	if err != nil {
+		return err
+	}
+	restocks, err := r.Restocks(ctx)
+	if err != nil {
+		return err
+	}
+	for _, give := range []struct {
+		kind  string
+		batch []inventory.Order
+	}{{kindReturn, returned}, {kindRestock, restocks}} {
+		const size = 256
+		again := 0
+		for from := 0; from < len(give.batch); from += size {
+			answer, err := s.runReturn(ctx, sku, epoch, token, give.kind, give.batch[from:min(from+size, len(give.batch))])
+			if err != nil {
+				return err
+			}
+			var n int
+			if _, serr := fmt.Sscanf(answer, "OK %d", &n); serr != nil {
+				return fmt.Errorf("%s units of %q in Redis during its check: %s", give.kind, sku, answer)
+			}
+			again += n
+		}
+		if again > 0 {
+			s.log.Warn("redis had lost returns or restocks the database had made (it came back from an older copy of its data): they are given to it again",
+				"sku", sku, "kind", give.kind, "count", again)
+		}
+	}
+	return nil
 }
 
 // Tally implements inventory.Reservations.
@@ -596,6 +716,7 @@ func (s *Store) Tally(ctx context.Context, sku string) (inventory.Tally, error) 
 	return inventory.Tally{
 		Epoch: v[0], Initial: v[1], Available: v[2], Ordered: v[3], Orders: v[4],
 		Pending: v[5], Lag: time.Duration(v[6]) * time.Millisecond,
+		Returned: v[7], Returns: v[8], Restocked: v[9],
 	}, nil
 }
 

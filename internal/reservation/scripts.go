@@ -10,8 +10,10 @@ import (
 // tag {S}, so one script reaches them all on Redis Cluster too: a SKU lives
 // on one master.
 //
-//	{S}:sale      hash: epoch, initial, available, ordered, orders; starts
-//	              and ends (the sale's window, Unix ms, 0: open); base
+//	{S}:sale      hash: epoch, initial, available, ordered, orders (every
+//	              order taken), returned, returns (what came back),
+//	              restocked (what restocks added); starts
+//	              and ends (the sale's window, Unix µs, "": open); base
 //	              (the epoch it was loaded under: a renumbering keeps it)
 //	              and replid (the replication id it was last checked
 //	              under). Its absence means "no sale here": never loaded,
@@ -20,10 +22,16 @@ import (
 //	              so a late Load of an older sale is refused.
 //	{S}:keys      hash: idempotency key -> "fingerprint orderID".
 //	{S}:orders    stream: the accepted orders not yet in the database, one
-//	              entry each (id, q, u, k, h, e, s: order id, quantity, user,
-//	              key, fingerprint, sale epoch, strategy); group "persist".
+//	              entry each (id, q, u, k, h, e, s, hd: order id, quantity,
+//	              user, key, fingerprint, sale epoch, strategy, hold in ms);
+//	              group "persist".
 //	{S}:buyers    hash: user id -> units taken in the sale, kept only
 //	              while orders carry a per-user limit (PER_USER_LIMIT).
+//	{S}:returned  set: the orders whose units came back in the sale.
+//	{S}:restocks  set: the restocks added to the sale.
+//	{S}:open      present until the sale's end, when it has one (expiring
+//	              then, in whole milliseconds rounded down): redis-watch
+//	              watches it.
 //	{S}:placed:ID the base of the sale in which order ID was taken, for a
 //	              few minutes: a retry of the same call after a lost answer
 //	              finds it instead of taking the stock twice.
@@ -67,7 +75,9 @@ var reserveSource string
 // id, idempotency key ("" for none), request fingerprint (hex), how long the
 // answer is kept (ms), the strategy's name (recorded on the order), the
 // units one buyer may take in the sale (0: no limit, and the buyer's count
-// is not kept).
+// is not kept), the order's hold (ms; 0: final), which the stream carries
+// to the database: the hold's expires_at is set there, on the database's
+// clock, when the order is written (a buyer can pay only from then on).
 //
 // The per-user limit is checked and counted in the same script as the
 // stock, so no schedule of two orders of one buyer on two instances gets
@@ -110,8 +120,8 @@ var loadSource string
 // as an old one could get the old one's id and be deleted unwritten. The
 // group is created anew, so no old entry stays pending in it.
 //
-// KEYS: sale, epoch, keys, orders, buyers. ARGV: epoch, units, consumer
-// group, the window's start and end (Unix ms; 0 for an open bound).
+// KEYS: sale, epoch, keys, orders, buyers, returned, open, restocks. ARGV: epoch, units, consumer
+// group, the window's start and end (Unix µs; "" for an open bound).
 var loadScript = redis.NewScript(luaReplID + loadSource)
 
 //go:embed lua/block.lua
@@ -155,6 +165,28 @@ var unblockSource string
 // KEYS: sale. ARGV: epoch, the check's token.
 var unblockScript = redis.NewScript(luaReplID + unblockSource)
 
+//go:embed lua/return.lua
+var returnSource string
+
+// returnScript gives returned orders' units back to the sale, or adds
+// restocks to it: each order or restock once per sale (the sets
+// {S}:returned and {S}:restocks answer SADD with 1 only the first time),
+// however often the relay hands it over, and only to the sale
+// the database returned it in (the same sale number above the stride) and
+// only while the sale was checked under the server's replication id. A
+// Redis that came back from an older copy may not have taken the order at
+// all: adding its units there would sell them twice, so the sale is
+// checked first (Store.checkSale), which closes a sale whose Redis lost
+// orders. The buyer's count (PER_USER_LIMIT) gives the units back too.
+//
+// KEYS: sale, returned (or restocks), buyers. ARGV: the database's sale
+// number, the token of the check running it ("" for the relay), "return"
+// or "restock", then order id, quantity, user id for each order (restock
+// id, quantity for each restock). Replies "OK n" (n taken now),
+// "unloaded", "checking", "unchecked", "other" (another sale), "moved" (the
+// check's token no longer stops the sale).
+var returnScript = redis.NewScript(luaReplID + returnSource)
+
 //go:embed lua/tally.lua
 var tallySource string
 
@@ -162,7 +194,10 @@ var tallySource string
 // oldest unwritten order, on the clock of the server that holds them.
 //
 // KEYS: sale, orders. Reply: {epoch, initial, available, ordered, orders,
-// backlog, age ms} or {} when no sale is loaded.
+// backlog, age ms, returned, returns, restocked} or {} when no sale is
+// loaded.
+// ordered and orders count every order taken; returned and returns what
+// came back (returnScript).
 var tallyScript = redis.NewScript(tallySource)
 
 //go:embed lua/retire.lua

@@ -112,10 +112,12 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			info  *redis.StringCmd
 			had   *redis.StringCmd
 			clock *redis.TimeCmd
+			open  *redis.IntCmd
 		)
 		_, _ = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			sale = p.HMGet(ctx, k.sale, "epoch", "available", "base", "replid", "starts", "ends")
 			clock = p.Time(ctx)
+			open = p.Exists(ctx, k.open)
 			if r.Key != "" {
 				prior = p.HGet(ctx, k.idem, r.Key)
 			}
@@ -126,7 +128,7 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			}
 			return nil
 		})
-		cmds := []redis.Cmder{sale, done, info, clock}
+		cmds := []redis.Cmder{sale, done, info, clock, open}
 		if prior != nil {
 			cmds = append(cmds, prior)
 		}
@@ -181,12 +183,20 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			}
 			return nil
 		}
-		// The window, on Redis's clock as the script reads it. A read
-		// inside the window decides even if EXEC lands a little later:
-		// the window bounds when orders are taken, as the database's
-		// statement time does for the SQL strategies.
+		// The window, on Redis's clock as the script reads it. The end
+		// also needs the open key, watched: it expires at the end, so an
+		// EXEC sent inside the window that lands after the end applies
+		// nothing (Redis fails EXEC when a watched key expired since
+		// WATCH), and the retry reads "ended" (found by review: a late
+		// EXEC sold after the end). Its expiry is in whole milliseconds,
+		// rounded down: redis-watch closes up to a millisecond early,
+		// never late.
 		if refusal := outsideWindow(clock.Val(), vals[4], vals[5]); refusal != "" {
 			reply = []string{refusal}
+			return nil
+		}
+		if ends, _ := vals[5].(string); ends != "" && open.Val() == 0 {
+			reply = []string{"ended"}
 			return nil
 		}
 		if had != nil {
@@ -220,6 +230,7 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			}
 			p.XAdd(ctx, &redis.XAddArgs{Stream: k.orders, Values: []any{
 				"id", r.Order.ID, "q", r.Order.Quantity, "u", r.Order.UserID, "k", r.Key, "h", fp, "e", epoch, "s", r.Order.Strategy,
+				"hd", r.Order.Hold.Milliseconds(),
 			}})
 			if r.Key != "" {
 				p.HSet(ctx, k.idem, r.Key, fp+" "+r.Order.ID)
@@ -232,24 +243,24 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		}
 		reply = []string{"ok", r.Order.ID}
 		return nil
-	}, k.sale, k.idem, k.buyers)
+	}, k.sale, k.idem, k.buyers, k.open)
 	return reply, err
 }
 
 // outsideWindow is "not_started" or "ended" when now is outside the
-// window whose bounds (Unix ms, "0" or absent: open) the sale hash holds,
+// window whose bounds (Unix µs, "" or absent: open) the sale hash holds,
 // "" inside it.
 func outsideWindow(now time.Time, starts, ends any) string {
-	ms := now.UnixMilli()
-	bound := func(v any) int64 {
+	us := now.UnixMicro()
+	bound := func(v any) (int64, bool) {
 		text, _ := v.(string)
-		n, _ := strconv.ParseInt(text, 10, 64)
-		return n
+		n, err := strconv.ParseInt(text, 10, 64)
+		return n, err == nil
 	}
-	if s := bound(starts); s > 0 && ms < s {
+	if s, ok := bound(starts); ok && us < s {
 		return "not_started"
 	}
-	if e := bound(ends); e > 0 && ms >= e {
+	if e, ok := bound(ends); ok && us >= e {
 		return "ended"
 	}
 	return ""

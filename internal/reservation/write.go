@@ -234,6 +234,15 @@ func decode(sku string, m redis.XMessage) (reserved, error) {
 	if r.order.Strategy == "" {
 		r.order.Strategy = inventory.NameRedisReserve
 	}
+	// An entry of an earlier version has no hold: final.
+	r.order.State = inventory.OrderFinal
+	if hd := field("hd"); hd != "" && hd != "0" {
+		ms, err := strconv.ParseInt(hd, 10, 64)
+		if err != nil || ms < 0 {
+			return reserved{}, fmt.Errorf("hold %q: %v", hd, err)
+		}
+		r.order.State, r.order.Hold = inventory.OrderHeld, time.Duration(ms)*time.Millisecond
+	}
 	if r.order.ID == "" || r.order.UserID == "" {
 		return reserved{}, errors.New("order id or user id missing")
 	}

@@ -24,6 +24,11 @@ type Store interface {
 	// (inventory.EpochSales, reservation.Sink).
 	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error)
 	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
+	// RelayReturns and SKUsRelaying serve the relay of their returns
+	// (inventory.ReturnRelay).
+	RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error)
+	SKUsRelaying(ctx context.Context, limit int) ([]string, error)
+	RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error)
 	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r inventory.SaleRecheck) error) error
 	// SKUsAfter lists the SKUs on sale (every one with a stock row) a
 	// page at a time, in order, for the audit job.

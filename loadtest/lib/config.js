@@ -51,6 +51,17 @@ export const config = Object.freeze({
   rate: int('RATE', 200),
   duration: env('DURATION', '15s'),
   maxVUs: int('MAX_VUS', 200),
+  // lifecycle.js: how long the buyers keep trying (seconds); the share of
+  // winners who pay, the share of the others who cancel (the rest let the
+  // hold lapse), the share of buyers who click twice at once; the pause
+  // before a buyer told sold_out clicks again; how often a waiting VU reads
+  // the audit to see whether every unit is paid.
+  runSeconds: int('RUN_SECONDS', 20),
+  payPercent: int('PAY_PERCENT', 50),
+  cancelPercent: int('CANCEL_PERCENT', 50),
+  twicePercent: int('TWICE_PERCENT', 25),
+  retryPauseMs: int('RETRY_PAUSE_MS', 250),
+  auditEveryMs: int('AUDIT_EVERY_MS', 1000),
   // Per-request timeout; the service answers 503 busy after ORDER_TIMEOUT
   // (3s by default), so this only catches a hung instance.
   requestTimeout: env('REQUEST_TIMEOUT', '15s'),

@@ -7,7 +7,14 @@ if e < loaded then
   return redis.error_reply('STALE sale ' .. ARGV[1] .. ' is older than sale ' .. loaded .. ', started since')
 end
 if e == loaded and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then return 'OK' end
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[5])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+if ARGV[5] ~= '' then
+  -- Until the end, in whole milliseconds rounded down (redis-watch
+  -- watches it: an EXEC sent before the end and landing after it applies
+  -- nothing).
+  redis.call('SET', KEYS[7], ARGV[1])
+  redis.call('PEXPIREAT', KEYS[7], math.floor(tonumber(ARGV[5]) / 1000))
+end
 redis.call('SET', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('XTRIM', KEYS[4], 'MAXLEN', 0)

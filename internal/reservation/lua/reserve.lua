@@ -20,12 +20,12 @@ if key ~= '' then
     return {'replay', string.sub(prior, sep + 1)}
   end
 end
-local starts, ends = tonumber(sale[6] or '0'), tonumber(sale[7] or '0')
-if starts > 0 or ends > 0 then
+local starts, ends = tonumber(sale[6] or ''), tonumber(sale[7] or '')
+if starts or ends then
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if starts > 0 and now < starts then return {'not_started'} end
-  if ends > 0 and now >= ends then return {'ended'} end
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if starts and now < starts then return {'not_started'} end
+  if ends and now >= ends then return {'ended'} end
 end
 local q = tonumber(ARGV[2])
 local limit = tonumber(ARGV[8])
@@ -35,7 +35,7 @@ if limit > 0 then redis.call('HINCRBY', KEYS[5], ARGV[3], q) end
 redis.call('HINCRBY', KEYS[1], 'available', -q)
 redis.call('HINCRBY', KEYS[1], 'ordered', q)
 redis.call('HINCRBY', KEYS[1], 'orders', 1)
-redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1], 's', ARGV[7])
+redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1], 's', ARGV[7], 'hd', ARGV[9])
 if key ~= '' then redis.call('HSET', KEYS[2], key, fp .. ' ' .. ARGV[1]) end
 redis.call('SET', KEYS[4], sale[3], 'PX', ARGV[6])
 return {'ok', ARGV[1]}

@@ -1,5 +1,5 @@
 
-local s = redis.call('HMGET', KEYS[1], 'epoch', 'initial', 'available', 'ordered', 'orders')
+local s = redis.call('HMGET', KEYS[1], 'epoch', 'initial', 'available', 'ordered', 'orders', 'returned', 'returns', 'restocked')
 if not s[1] then return {} end
 local backlog, age = 0, 0
 if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -11,4 +11,5 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
     age = math.max(0, now - tonumber(string.match(first[1], '^(%d+)')))
   end
 end
-return {tonumber(s[1]), tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5]), backlog, age}
+return {tonumber(s[1]), tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5]), backlog, age,
+  tonumber(s[6] or '0'), tonumber(s[7] or '0'), tonumber(s[8] or '0')}
