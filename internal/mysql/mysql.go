@@ -236,20 +236,25 @@ func (s *Store) Level(ctx context.Context, sku string) (inventory.Level, error) 
 // SKUsAfter lists, in order, at most limit SKUs that have a stock row (a
 // sale was started) and sort after after ("" for the first).
 func (s *Store) SKUsAfter(ctx context.Context, after string, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT sku FROM stock WHERE sku > ? ORDER BY sku LIMIT ?`, after, limit)
+	return s.queryStrings(ctx, `SELECT sku FROM stock WHERE sku > ? ORDER BY sku LIMIT ?`, after, limit)
+}
+
+// queryStrings runs a query of one string column.
+func (s *Store) queryStrings(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
 	defer rows.Close()
-	var skus []string
+	var found []string
 	for rows.Next() {
-		var sku string
-		if err := rows.Scan(&sku); err != nil {
+		var v string
+		if err := rows.Scan(&v); err != nil {
 			return nil, wrap(ctx, err)
 		}
-		skus = append(skus, sku)
+		found = append(found, v)
 	}
-	return skus, wrap(ctx, rows.Err())
+	return found, wrap(ctx, rows.Err())
 }
 
 // StartSale implements inventory.Store.

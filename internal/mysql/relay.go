@@ -38,34 +38,7 @@ func (t *tx) MarkRelay(ctx context.Context, ids []string) error {
 // over the index (relay_pending, sku) it would lock gaps where other
 // orders' entries go.
 func (s *Store) RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error) {
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT s.sale_epoch, o.id, o.user_id, o.quantity
-		FROM stock s JOIN orders o ON o.sku = s.sku
-		WHERE s.sku = ? AND o.relay_pending = TRUE
-		ORDER BY o.id LIMIT ?`, sku, limit)
-	if err != nil {
-		return 0, wrap(ctx, err)
-	}
-	var epoch int64
-	var returns []inventory.Order
-	for rows.Next() {
-		o := inventory.Order{SKU: sku}
-		if err := rows.Scan(&epoch, &o.ID, &o.UserID, &o.Quantity); err != nil {
-			_ = rows.Close()
-			return 0, wrap(ctx, err)
-		}
-		returns = append(returns, o)
-	}
-	if err := rows.Err(); err != nil || len(returns) == 0 {
-		return 0, wrap(ctx, err)
-	}
-	if err := apply(ctx, epoch, returns); err != nil {
-		return 0, err
-	}
-	if err := s.clearMarks(ctx, "orders", returns); err != nil {
-		return 0, err
-	}
-	return len(returns), nil
+	return s.relayMarked(ctx, "orders", "o.user_id", sku, limit, apply)
 }
 
 // MarkRestock implements inventory.Tx.
@@ -77,34 +50,40 @@ func (t *tx) MarkRestock(ctx context.Context, id, sku string, quantity int64) er
 // RelayRestocks is RelayReturns for the SKU's restocks not relayed yet
 // (ID and Quantity of each).
 func (s *Store) RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error) {
+	return s.relayMarked(ctx, "restocks", "''", sku, limit, apply)
+}
+
+// relayMarked is RelayReturns over table (orders or restocks), user the
+// column of the buyer ('' for a restock).
+func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit int, apply func(ctx context.Context, epoch int64, marked []inventory.Order) error) (int, error) {
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT s.sale_epoch, r.id, r.quantity
-		FROM stock s JOIN restocks r ON r.sku = s.sku
-		WHERE s.sku = ? AND r.relay_pending = TRUE
-		ORDER BY r.id LIMIT ?`, sku, limit)
+		SELECT s.sale_epoch, o.id, `+user+`, o.quantity
+		FROM stock s JOIN `+table+` o ON o.sku = s.sku
+		WHERE s.sku = ? AND o.relay_pending = TRUE
+		ORDER BY o.id LIMIT ?`, sku, limit)
 	if err != nil {
 		return 0, wrap(ctx, err)
 	}
 	var epoch int64
-	var restocks []inventory.Order
+	var marked []inventory.Order
 	for rows.Next() {
 		o := inventory.Order{SKU: sku}
-		if err := rows.Scan(&epoch, &o.ID, &o.Quantity); err != nil {
+		if err := rows.Scan(&epoch, &o.ID, &o.UserID, &o.Quantity); err != nil {
 			_ = rows.Close()
 			return 0, wrap(ctx, err)
 		}
-		restocks = append(restocks, o)
+		marked = append(marked, o)
 	}
-	if err := rows.Err(); err != nil || len(restocks) == 0 {
+	if err := rows.Err(); err != nil || len(marked) == 0 {
 		return 0, wrap(ctx, err)
 	}
-	if err := apply(ctx, epoch, restocks); err != nil {
+	if err := apply(ctx, epoch, marked); err != nil {
 		return 0, err
 	}
-	if err := s.clearMarks(ctx, "restocks", restocks); err != nil {
+	if err := s.clearMarks(ctx, table, marked); err != nil {
 		return 0, err
 	}
-	return len(restocks), nil
+	return len(marked), nil
 }
 
 // clearMarks clears the relay marks of the rows of table (orders or
@@ -149,61 +128,39 @@ func (s *Store) clearMarks(ctx context.Context, table string, relayed []inventor
 // SKUsRelaying lists at most limit SKUs with marked orders or restocks (the
 // index (relay_pending, sku) reads the marked orders only).
 func (s *Store) SKUsRelaying(ctx context.Context, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `
+	return s.queryStrings(ctx, `
 		(SELECT DISTINCT sku FROM orders WHERE relay_pending = TRUE LIMIT ?)
 		UNION
 		(SELECT DISTINCT sku FROM restocks WHERE relay_pending = TRUE LIMIT ?)
 		LIMIT ?`, limit, limit, limit)
-	if err != nil {
-		return nil, wrap(ctx, err)
-	}
-	defer rows.Close()
-	var skus []string
-	for rows.Next() {
-		var sku string
-		if err := rows.Scan(&sku); err != nil {
-			return nil, wrap(ctx, err)
-		}
-		skus = append(skus, sku)
-	}
-	return skus, wrap(ctx, rows.Err())
 }
 
 // Restocks implements inventory.SaleRecheck: every restock of the sale.
 func (r myRecheck) Restocks(ctx context.Context) ([]inventory.Order, error) {
-	rows, err := r.t.tx.QueryContext(ctx, `SELECT id, quantity FROM restocks WHERE sku = ?`, r.sku)
-	if err != nil {
-		return nil, wrap(ctx, err)
-	}
-	defer rows.Close()
-	var restocks []inventory.Order
-	for rows.Next() {
-		o := inventory.Order{SKU: r.sku}
-		if err := rows.Scan(&o.ID, &o.Quantity); err != nil {
-			return nil, wrap(ctx, err)
-		}
-		restocks = append(restocks, o)
-	}
-	return restocks, wrap(ctx, rows.Err())
+	return r.orders(ctx, `SELECT id, '', quantity FROM restocks WHERE sku = ?`)
 }
 
 // ReturnedOrders implements inventory.SaleRecheck: every order of the sale
 // that gave its units back.
 func (r myRecheck) ReturnedOrders(ctx context.Context) ([]inventory.Order, error) {
-	rows, err := r.t.tx.QueryContext(ctx, `
-		SELECT id, user_id, quantity FROM orders
-		WHERE sku = ? AND state IN ('cancelled', 'expired')`, r.sku)
+	return r.orders(ctx, `SELECT id, user_id, quantity FROM orders WHERE sku = ? AND state IN ('cancelled', 'expired')`)
+}
+
+// orders runs query (of id, user id, quantity, for the SKU) in the check's
+// transaction.
+func (r myRecheck) orders(ctx context.Context, query string) ([]inventory.Order, error) {
+	rows, err := r.t.tx.QueryContext(ctx, query, r.sku)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
 	defer rows.Close()
-	var returns []inventory.Order
+	var found []inventory.Order
 	for rows.Next() {
 		o := inventory.Order{SKU: r.sku}
 		if err := rows.Scan(&o.ID, &o.UserID, &o.Quantity); err != nil {
 			return nil, wrap(ctx, err)
 		}
-		returns = append(returns, o)
+		found = append(found, o)
 	}
-	return returns, wrap(ctx, rows.Err())
+	return found, wrap(ctx, rows.Err())
 }

@@ -32,38 +32,7 @@ func (t *tx) MarkRelay(ctx context.Context, ids []string) error {
 // the new sale's orders, and their returns were dropped as another sale's
 // (found by review).
 func (s *Store) RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT s.sale_epoch, o.id, o.user_id, o.quantity
-		FROM stock s JOIN orders o ON o.sku = s.sku
-		WHERE s.sku = $1 AND o.relay_pending
-		ORDER BY o.id LIMIT $2`, sku, limit)
-	if err != nil {
-		return 0, wrap(ctx, err)
-	}
-	var epoch int64
-	returns, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inventory.Order, error) {
-		o := inventory.Order{SKU: sku}
-		return o, r.Scan(&epoch, &o.ID, &o.UserID, &o.Quantity)
-	})
-	if err != nil || len(returns) == 0 {
-		return 0, wrap(ctx, err)
-	}
-	if err := apply(ctx, epoch, returns); err != nil {
-		return 0, err
-	}
-	ids := make([]string, len(returns))
-	for i, o := range returns {
-		ids[i] = o.ID
-	}
-	// Rows another transaction holds keep their marks: the next relay
-	// hands them over again (and the store takes them once), rather than
-	// this one waiting for it.
-	if _, err := s.pool.Exec(ctx, `
-		UPDATE orders SET relay_pending = false
-		WHERE id IN (SELECT id FROM orders WHERE id = ANY($1::uuid[]) AND relay_pending FOR UPDATE SKIP LOCKED)`, ids); err != nil {
-		return 0, wrap(ctx, err)
-	}
-	return len(returns), nil
+	return s.relayMarked(ctx, "orders", "o.user_id", sku, limit, apply)
 }
 
 // MarkRestock implements inventory.Tx.
@@ -75,35 +44,44 @@ func (t *tx) MarkRestock(ctx context.Context, id, sku string, quantity int64) er
 // RelayRestocks is RelayReturns for the SKU's restocks not relayed yet
 // (ID and Quantity of each).
 func (s *Store) RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error) {
+	return s.relayMarked(ctx, "restocks", "''", sku, limit, apply)
+}
+
+// relayMarked is RelayReturns over table (orders or restocks), user the
+// column of the buyer ('' for a restock).
+func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit int, apply func(ctx context.Context, epoch int64, marked []inventory.Order) error) (int, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT s.sale_epoch, r.id, r.quantity
-		FROM stock s JOIN restocks r ON r.sku = s.sku
-		WHERE s.sku = $1 AND r.relay_pending
-		ORDER BY r.id LIMIT $2`, sku, limit)
+		SELECT s.sale_epoch, o.id, `+user+`, o.quantity
+		FROM stock s JOIN `+table+` o ON o.sku = s.sku
+		WHERE s.sku = $1 AND o.relay_pending
+		ORDER BY o.id LIMIT $2`, sku, limit)
 	if err != nil {
 		return 0, wrap(ctx, err)
 	}
 	var epoch int64
-	restocks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inventory.Order, error) {
+	marked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inventory.Order, error) {
 		o := inventory.Order{SKU: sku}
-		return o, r.Scan(&epoch, &o.ID, &o.Quantity)
+		return o, r.Scan(&epoch, &o.ID, &o.UserID, &o.Quantity)
 	})
-	if err != nil || len(restocks) == 0 {
+	if err != nil || len(marked) == 0 {
 		return 0, wrap(ctx, err)
 	}
-	if err := apply(ctx, epoch, restocks); err != nil {
+	if err := apply(ctx, epoch, marked); err != nil {
 		return 0, err
 	}
-	ids := make([]string, len(restocks))
-	for i, o := range restocks {
+	ids := make([]string, len(marked))
+	for i, o := range marked {
 		ids[i] = o.ID
 	}
+	// Rows another transaction holds keep their marks: the next relay
+	// hands them over again (and the store takes them once), rather than
+	// this one waiting for it.
 	if _, err := s.pool.Exec(ctx, `
-		UPDATE restocks SET relay_pending = false
-		WHERE id IN (SELECT id FROM restocks WHERE id = ANY($1::uuid[]) AND relay_pending FOR UPDATE SKIP LOCKED)`, ids); err != nil {
+		UPDATE `+table+` SET relay_pending = false
+		WHERE id IN (SELECT id FROM `+table+` WHERE id = ANY($1::uuid[]) AND relay_pending FOR UPDATE SKIP LOCKED)`, ids); err != nil {
 		return 0, wrap(ctx, err)
 	}
-	return len(restocks), nil
+	return len(marked), nil
 }
 
 // SKUsRelaying lists at most limit SKUs with marked orders or restocks
@@ -123,29 +101,25 @@ func (s *Store) SKUsRelaying(ctx context.Context, limit int) ([]string, error) {
 
 // Restocks implements inventory.SaleRecheck: every restock of the sale.
 func (r pgRecheck) Restocks(ctx context.Context) ([]inventory.Order, error) {
-	rows, err := r.t.tx.Query(ctx, `SELECT id, quantity FROM restocks WHERE sku = $1`, r.sku)
-	if err != nil {
-		return nil, wrap(ctx, err)
-	}
-	restocks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (inventory.Order, error) {
-		o := inventory.Order{SKU: r.sku}
-		return o, row.Scan(&o.ID, &o.Quantity)
-	})
-	return restocks, wrap(ctx, err)
+	return r.orders(ctx, `SELECT id, '', quantity FROM restocks WHERE sku = $1`)
 }
 
 // ReturnedOrders implements inventory.SaleRecheck: every order of the sale
 // that gave its units back.
 func (r pgRecheck) ReturnedOrders(ctx context.Context) ([]inventory.Order, error) {
-	rows, err := r.t.tx.Query(ctx, `
-		SELECT id, user_id, quantity FROM orders
-		WHERE sku = $1 AND state IN ('cancelled', 'expired')`, r.sku)
+	return r.orders(ctx, `SELECT id, user_id, quantity FROM orders WHERE sku = $1 AND state IN ('cancelled', 'expired')`)
+}
+
+// orders runs query (of id, user id, quantity, for the SKU) in the check's
+// transaction.
+func (r pgRecheck) orders(ctx context.Context, query string) ([]inventory.Order, error) {
+	rows, err := r.t.tx.Query(ctx, query, r.sku)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
-	returns, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (inventory.Order, error) {
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (inventory.Order, error) {
 		o := inventory.Order{SKU: r.sku}
 		return o, row.Scan(&o.ID, &o.UserID, &o.Quantity)
 	})
-	return returns, wrap(ctx, err)
+	return found, wrap(ctx, err)
 }
