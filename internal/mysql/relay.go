@@ -54,7 +54,7 @@ func (s *Store) RelayRestocks(ctx context.Context, sku string, limit int, apply 
 }
 
 // relayMarked is RelayReturns over table (orders or restocks), user the
-// column of the buyer (” for a restock).
+// column of the buyer (an empty string for a restock).
 func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit int, apply func(ctx context.Context, epoch int64, marked []inventory.Order) error) (int, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT s.sale_epoch, o.id, `+user+`, o.quantity
