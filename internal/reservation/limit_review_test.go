@@ -55,15 +55,15 @@ func entryMillis(t *testing.T, m redis.XMessage) int64 {
 	return ms
 }
 
-// Found by review, fixed (windowBound): A window whose end is at or before the Unix epoch
-// (1970-01-01T00:00:00Z, or any time in 1969) passes Validate (only ends >
-// starts is checked, and a zero StartsAt is no bound), the database records
-// it as a sale that ended long ago, but Load writes ends = UnixMilli() = 0
-// (or a negative number), which the reserve script and outsideWindow read
-// as "no end": Redis takes orders of a sale that ended 56 years ago. The
-// same input through a SQL strategy is refused (ends_at <=
-// statement_timestamp()). Schedule: StartSaleWindow(ends_at=1970-01-01Z),
-// PlaceOrder.
+// Found by review, fixed (windowBound): A window whose end is at or before
+// the Unix epoch (1970-01-01T00:00:00Z, or any time in 1969) passes
+// Validate (only ends > starts is checked, and a zero StartsAt is no
+// bound), the database records it as a sale that ended long ago, but Load
+// writes ends = UnixMilli() = 0 (or a negative number), which the reserve
+// script and outsideWindow read as "no end": Redis takes orders of a sale
+// that ended 56 years ago. The same input through a SQL strategy is refused
+// (ends_at <= statement_timestamp()). Schedule:
+// StartSaleWindow(ends_at=1970-01-01Z), PlaceOrder.
 func TestReviewWindowEndedAtOrBeforeUnixEpochStillSells(t *testing.T) {
 	t.Run("for-update (the SQL reference)", func(t *testing.T) {
 		db := testdb.New(t, "postgres", 4)
@@ -99,14 +99,15 @@ func TestReviewWindowEndedAtOrBeforeUnixEpochStillSells(t *testing.T) {
 	}
 }
 
-// Found by review, fixed (the window in microseconds): Load stores starts as UnixMilli(StartsAt), truncated, and the
-// scripts compare Redis's TIME truncated to the millisecond: a StartsAt
-// with a sub-millisecond part (the API takes RFC 3339 with fractions,
-// Postgres and MariaDB keep microseconds) opens the sale up to 999 µs
-// early on Redis's own clock. Schedule: StartsAt = M + 999 µs for a
-// millisecond M ahead; poll TIME until it reads M; place an order; TIME
-// read after the answer is still before StartsAt, yet the order was taken
-// (the bound should be rounded up: ceil for starts).
+// Found by review, fixed (the window in microseconds): Load stores starts
+// as UnixMilli(StartsAt), truncated, and the scripts compare Redis's TIME
+// truncated to the millisecond: a StartsAt with a sub-millisecond part (the
+// API takes RFC 3339 with fractions, Postgres and MariaDB keep
+// microseconds) opens the sale up to 999 µs early on Redis's own clock.
+// Schedule: StartsAt = M + 999 µs for a millisecond M ahead; poll TIME
+// until it reads M; place an order; TIME read after the answer is still
+// before StartsAt, yet the order was taken (the bound should be rounded up:
+// ceil for starts).
 func TestReviewWindowOpensUpToAMillisecondEarly(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m)
@@ -175,23 +176,23 @@ func (h *execHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// Found by review, fixed (the watched open key): redis-watch decides the window on the TIME read in
-// its WATCH pipeline and applies the order at EXEC: an EXEC sent late (a
-// GC pause, a slow network, a descheduled instance: here a hook holds it
-// until Redis's clock passes ends) is applied after the sale ended. The
-// order is then taken at/after ends on Redis's clock: its stream entry id
-// (Redis's clock at XADD, the "accepted" time the consumer reports) is >=
-// ends. Nothing in WATCH catches it: time touches no watched key. The
-// script cannot do this (TIME and the decrement are one atomic step); the
-// SQL strategies decide on statement_timestamp() in the same statement
-// that decrements. The code's comment accepts it ("a read inside the
-// window decides even if EXEC lands a little later"), but the claim is
-// "no order is taken at/after ends (Redis's clock)", and "a little" is
-// unbounded: up to the order's deadline (30 s by default). Observable: a
-// read of the sale's books a second after it ended (orders) changes later.
-// A fix that keeps WATCH: Load also sets a key {S}:open with PEXPIREAT
-// ends; redis-watch WATCHes it and requires it at the read. Redis fails
-// EXEC when a watched key expired since WATCH (multi.c,
+// Found by review, fixed (the watched open key): redis-watch decides the
+// window on the TIME read in its WATCH pipeline and applies the order at
+// EXEC: an EXEC sent late (a GC pause, a slow network, a descheduled
+// instance: here a hook holds it until Redis's clock passes ends) is
+// applied after the sale ended. The order is then taken at/after ends on
+// Redis's clock: its stream entry id (Redis's clock at XADD, the "accepted"
+// time the consumer reports) is >= ends. Nothing in WATCH catches it: time
+// touches no watched key. The script cannot do this (TIME and the decrement
+// are one atomic step); the SQL strategies decide on statement_timestamp()
+// in the same statement that decrements. The code's comment accepts it ("a
+// read inside the window decides even if EXEC lands a little later"), but
+// the claim is "no order is taken at/after ends (Redis's clock)", and "a
+// little" is unbounded: up to the order's deadline (30 s by default).
+// Observable: a read of the sale's books a second after it ended (orders)
+// changes later. A fix that keeps WATCH: Load also sets a key {S}:open with
+// PEXPIREAT ends; redis-watch WATCHes it and requires it at the read. Redis
+// fails EXEC when a watched key expired since WATCH (multi.c,
 // isWatchedKeyExpired), so the EXEC that lands at/after ends applies
 // nothing and the retry reads "ended". (starts needs no such key: EXEC is
 // never earlier than the read.)
@@ -525,11 +526,12 @@ func TestReviewLimitHoldsThroughAKillAndRestart(t *testing.T) {
 	t.Logf("%d tries: %d taken, %d unknown; per buyer in the database %v", len(all), ok, unknown, inDB)
 }
 
-// Found by review, fixed (the window in microseconds; redis-watch closes up to a millisecond early by design): ends is truncated too, so the sale
+// Found by review, fixed (the window in microseconds; redis-watch closes up
+// to a millisecond early by design): ends is truncated too, so the sale
 // closes up to 999 µs before EndsAt on Redis's clock: an order inside the
-// window is refused "ended". Schedule: EndsAt = M + 999 µs; poll TIME
-// until it reads M; place an order: refused sale_ended, and TIME read
-// after the answer is still before EndsAt.
+// window is refused "ended". Schedule: EndsAt = M + 999 µs; poll TIME until
+// it reads M; place an order: refused sale_ended, and TIME read after the
+// answer is still before EndsAt.
 func TestReviewWindowClosesUpToAMillisecondEarly(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m)

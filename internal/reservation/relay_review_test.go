@@ -322,15 +322,15 @@ func TestReviewRelayWhoseCommitIsLostTwiceGivesBackOnce(t *testing.T) {
 	})
 }
 
-// Found by review (low), fixed: a relay whose Redis call succeeded and whose commit was
-// lost leaves the order marked (in flight) while Redis has its unit back:
-// the audit counts the return twice on the database's side (live orders
-// plus returns in flight exceed Redis's live count) and reports drift, "the
-// database ... lost accepted orders (restored from an older copy?)", though
-// nothing was lost, on every re-read, until a sweep relays the mark again
-// (which a database in trouble, the cause of the lost commit, delays). The
-// audit could count a marked order Redis already took back (a member of
-// {S}:returned) as returned rather than in flight.
+// Found by review (low), fixed: a relay whose Redis call succeeded and
+// whose commit was lost leaves the order marked (in flight) while Redis has
+// its unit back: the audit counts the return twice on the database's side
+// (live orders plus returns in flight exceed Redis's live count) and
+// reports drift, "the database ... lost accepted orders (restored from an
+// older copy?)", though nothing was lost, on every re-read, until a sweep
+// relays the mark again (which a database in trouble, the cause of the lost
+// commit, delays). The audit could count a marked order Redis already took
+// back (a member of {S}:returned) as returned rather than in flight.
 //
 //	sale of 2; order A held, written; cancel A (its own relay fails)
 //	instance 2's relay: Return(A) applied, commit lost (A still marked)
@@ -447,18 +447,19 @@ func (h *beforeTally) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// Found by review (low), fixed: the audit read the database, then Redis's tally, and a
-// return committed and relayed between the two reads makes the database
-// look ahead; it reads both again, but only twice more. Three cancels (or
-// one sweep's expiries, relayed one SKU at a time) that each land between
-// the reads of one attempt make the audit report drift, "it lost accepted
-// orders (restored from an older copy?)", though nothing was lost; the
-// reconciler then logs an error and forces a check of the sale (stopping
-// it while the check runs), since the database's live orders exceed
-// Redis's. A steady stream of cancels on a hot SKU hits the window at that
-// rate. The audit could instead count returns by order (the database's
-// cancelled/expired orders against {S}:returned), or re-read only Redis
-// after reading the database (the database can only lag Redis's returns).
+// Found by review (low), fixed: the audit read the database, then Redis's
+// tally, and a return committed and relayed between the two reads makes the
+// database look ahead; it reads both again, but only twice more. Three
+// cancels (or one sweep's expiries, relayed one SKU at a time) that each
+// land between the reads of one attempt make the audit report drift, "it
+// lost accepted orders (restored from an older copy?)", though nothing was
+// lost; the reconciler then logs an error and forces a check of the sale
+// (stopping it while the check runs), since the database's live orders
+// exceed Redis's. A steady stream of cancels on a hot SKU hits the window
+// at that rate. The audit could instead count returns by order (the
+// database's cancelled/expired orders against {S}:returned), or re-read
+// only Redis after reading the database (the database can only lag Redis's
+// returns).
 //
 //	sale of 10; orders A1, A2, A3 held, written
 //	audit attempt i (i = 1..3): the database read (Ai live); cancel Ai, relayed; Redis's tally
@@ -540,16 +541,16 @@ func (h *failTally) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// Found by review (availability), fixed: a check of the sale that fails after it stopped
-// the sale leaves Redis's sale marked "checking:<token>" (abandon only
-// zeroes its age). The reserve script takes such a check for dead (at
-// once after abandon, after 2 s otherwise) and the next order checks
-// again; the return script answers "checking" to every relay, forever:
-// Store.Return maps it to ErrBusy and never checks, so the marks stay and
-// every sweep fails on them until some buyer places an order of the SKU. A
-// sold-out SKU (Level reads 0 from Redis meanwhile) may get no order, and
-// its returned units stay out of the sale. The relay's own check can be
-// the one that fails, so one blip during it is enough.
+// Found by review (availability), fixed: a check of the sale that fails
+// after it stopped the sale leaves Redis's sale marked "checking:<token>"
+// (abandon only zeroes its age). The reserve script takes such a check for
+// dead (at once after abandon, after 2 s otherwise) and the next order
+// checks again; the return script answers "checking" to every relay,
+// forever: Store.Return maps it to ErrBusy and never checks, so the marks
+// stay and every sweep fails on them until some buyer places an order of
+// the SKU. A sold-out SKU (Level reads 0 from Redis meanwhile) may get no
+// order, and its returned units stay out of the sale. The relay's own check
+// can be the one that fails, so one blip during it is enough.
 //
 //	sale of 1; order X held, written (sold out)
 //	the sale unchecked (a restart gave Redis a new replication id)
@@ -638,18 +639,17 @@ func (h *countReturns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// Found by review (availability), fixed: the relay calls Redis inside the database
-// transaction that locked the marked rows, and every cancel and expiry
-// relays at once after its commit. Redis hung (a stopped process, a
+// Found by review (availability), fixed: the relay calls Redis inside the
+// database transaction that locked the marked rows, and every cancel and
+// expiry relays at once after its commit. Redis hung (a stopped process, a
 // partition: no refusal, no answer) makes each relay hold a database
 // connection, in a transaction, for the whole ORDER_TIMEOUT; as many
-// cancels as the pool has connections take them all, and a pay, which
-// needs only the database, waits for a connection for its whole
-// ORDER_TIMEOUT and fails or answers late. The claim was that a Redis
-// failure only delays returns. (The relay could read the marked rows,
-// call Redis outside any transaction, and clear the marks after: the
-// return script takes each order once anyway; or bound the relays in
-// flight.)
+// cancels as the pool has connections take them all, and a pay, which needs
+// only the database, waits for a connection for its whole ORDER_TIMEOUT and
+// fails or answers late. The claim was that a Redis failure only delays
+// returns. (The relay could read the marked rows, call Redis outside any
+// transaction, and clear the marks after: the return script takes each
+// order once anyway; or bound the relays in flight.)
 //
 //	pool of 8; ORDER_TIMEOUT 2 s; 9 held orders of 9 SKUs written; Redis paused (SIGSTOP)
 //	8 cancels (8 SKUs): each commits, then its relay holds a connection waiting on Redis
