@@ -10,7 +10,9 @@
 // scenario 10 is the restart table: the time to the first 201 after a
 // Redis restart with 200, 2,000 and 10,000 SKUs on sale; scenario 11
 // kills the sweeping instance, and the database, mid-sweep while orders
-// come back (HOLD_TTL, PER_USER_LIMIT).
+// come back (HOLD_TTL, PER_USER_LIMIT); scenario 12 kills the durable Redis
+// of redis-reserve and redis-watch while cancels and expiries are relayed
+// to it, and restarts it from its append-only file.
 //
 // It starts everything it uses — the service instances, Redis servers, etcd
 // and ZooKeeper, and a private PostgreSQL and MariaDB in temporary folders —
@@ -53,7 +55,7 @@ func main() {
 func run() (int, error) {
 	bin := flag.String("bin", "bin/stock", "the service binary (built without -race)")
 	out := flag.String("out", "reports/faults", "where the report folders go")
-	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all eleven)")
+	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all twelve)")
 	short := flag.Bool("short", false, "run the short forms (a few seconds of load each)")
 	catalogSKUs := flag.Int("catalog-skus", 0, "SKUs on sale in scenario 9's catalog runs (default 10,000; -short 1,000)")
 	flag.Parse()
@@ -140,8 +142,8 @@ func scenarioFilter(list string) (func(int) bool, error) {
 	var want []int
 	for _, s := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 11 {
-			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 11", s)
+		if err != nil || n < 1 || n > 12 {
+			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 12", s)
 		}
 		want = append(want, n)
 	}

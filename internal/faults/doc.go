@@ -7,7 +7,8 @@
 // lock holder, lost or hung Redis nodes, a restarted or wiped Redis, a
 // crashed database, killed consensus leaders, a catalog of 10,000 SKUs
 // through the same, a sweeper or the database killed mid-sweep while
-// orders come back), and checks afterwards, from the rows and not from the
+// orders come back, the reservation's Redis killed while returns are
+// relayed to it), and checks afterwards, from the rows and not from the
 // service's word: every 201 is an order row, no SKU sold more than its
 // stock, the audit adds up, and each SKU's history is linearizable
 // (porcupine; for orders that come back, each order's history against a

@@ -107,6 +107,13 @@ func (e *Env) steps(ctx context.Context) []step {
 			step{11, inventory.NameConditional, func() Result { return e.LifecycleFault(ctx, "postgres", e.Postgres, fault) }},
 			step{11, inventory.NameConditional, func() Result { return e.LifecycleFault(ctx, "mysql", e.MariaDB, fault) }})
 	}
+	// Orders that come back on the reservation strategies: their Redis
+	// killed while returns are relayed to it, on both engines.
+	for _, s := range inventory.ReservedStrategyNames {
+		steps = append(steps,
+			step{12, s, func() Result { return e.LifecycleRedisKill(ctx, "postgres", e.Postgres, s) }},
+			step{12, s, func() Result { return e.LifecycleRedisKill(ctx, "mysql", e.MariaDB, s) }})
+	}
 	sizes := RestartTableSizes
 	if e.Short {
 		sizes = sizes[:2]
@@ -266,7 +273,9 @@ func writeRun(p func(string, ...any), r Result) {
 	if r.Catalog != nil {
 		writeCatalog(p, r.Catalog)
 	}
-	if lf := r.Lifecycle; lf != nil {
+	if lf := r.Lifecycle; lf != nil && r.Relay != nil {
+		writeRelay(p, lf, r.Relay)
+	} else if lf != nil {
 		writeLifecycle(p, lf)
 	}
 	p("| sku | initial | available | ordered | orders | consistent |\n|---|---|---|---|---|---|\n")

@@ -46,7 +46,7 @@ type Report struct {
 
 // Result is one run of one scenario in one configuration.
 type Result struct {
-	// Scenario is the number of the scenario (1..11); Name is a
+	// Scenario is the number of the scenario (1..12); Name is a
 	// stable identifier of the run, e.g. "2-paused-holder/redlock/fencing-off".
 	Scenario int     `json:"scenario"`
 	Name     string  `json:"name"`
@@ -80,11 +80,15 @@ type Result struct {
 	Catalog *CatalogFigures `json:"catalog,omitempty"`
 	// Restart is a row of the restart table (scenario 10).
 	Restart *RestartRow `json:"restart,omitempty"`
-	// Lifecycle sums a run of scenario 11 (orders that come back).
+	// Lifecycle sums a run of scenario 11 (orders that come back), or of
+	// scenario 12 (the same on a reservation strategy).
 	Lifecycle *LifecycleFigures `json:"lifecycle,omitempty"`
-	Failures  []string          `json:"failures,omitempty"`
-	Warnings  []string          `json:"warnings,omitempty"`
-	Notes     []string          `json:"notes,omitempty"`
+	// Relay sums what scenario 12 did to the relay of returns to Redis
+	// and what Redis and the database held at the end.
+	Relay    *RelayFigures `json:"relay,omitempty"`
+	Failures []string      `json:"failures,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Notes    []string      `json:"notes,omitempty"`
 	// Error says why the run could not be carried out (error, skipped).
 	Error           string  `json:"error,omitempty"`
 	DurationSeconds float64 `json:"duration_seconds"`

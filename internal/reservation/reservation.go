@@ -696,7 +696,9 @@ func (s *Store) returnAgain(ctx context.Context, sku string, epoch int64, token 
 			again += n
 		}
 		if again > 0 {
-			s.log.Warn("redis had lost returns or restocks the database had made (it came back from an older copy of its data): they are given to it again",
+			// Those the relay had not taken yet, and any an older copy of
+			// Redis's data had lost.
+			s.log.Info("the check of the sale gave Redis the returns or restocks it did not have yet",
 				"sku", sku, "kind", give.kind, "count", again)
 		}
 	}

@@ -1,0 +1,849 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// LifecycleRedisKill is the fault of scenario 12: the reservation strategies'
+// durable Redis killed -9 while returns (cancels, expiries) are on their way
+// to it through the relay, and started again from its append-only file.
+const LifecycleRedisKill = "redis-kill"
+
+// reserveKeyPrefix is the prefix of the reservation's Redis keys: the
+// service's default (reservation.New), which cmd/stock does not change.
+const reserveKeyPrefix = "stock:"
+
+// RelayFigures sum what scenario 12 did to the relay and what it found in
+// Redis and the database at the end.
+type RelayFigures struct {
+	// At the kill: the orders marked for the relay (relay_pending, every
+	// SKU), and the burst's orders expired and still held; Marked says
+	// whether a mark was seen (returns committed and not yet in Redis).
+	MarkedAtKill       int  `json:"marked_at_kill"`
+	BurstExpiredAtKill int  `json:"burst_expired_at_kill"`
+	BurstHeldAtKill    int  `json:"burst_held_at_kill"`
+	CaughtMarks        bool `json:"caught_marks"`
+	// The restock sent while Redis was down (one instance, no retry), its
+	// answer, and the restock rows the database holds at the end.
+	RestockUnits  int64  `json:"restock_units"`
+	RestockAnswer string `json:"restock_answer"`
+	// Orders and restocks marked when Redis was started again, and how
+	// long after it answered none of them was marked any more.
+	MarkedAtRestart   int      `json:"marked_at_restart"`
+	RestocksAtRestart int      `json:"restocks_marked_at_restart"`
+	RelayedAfterS     *float64 `json:"relayed_after_seconds"`
+	// Redis's downtime: kill to answering again (its start included).
+	DownSeconds  float64 `json:"down_seconds"`
+	ReadySeconds float64 `json:"restart_to_answer_seconds"`
+	// While Redis was down: orders called, their 201s (must be 0), 503s,
+	// unknown outcomes and the slowest answer; pays and cancels called and
+	// those answered with a state (the database's).
+	DownOrders      int     `json:"down_orders"`
+	DownCreated     int     `json:"down_created"`
+	Down409         int     `json:"down_409"`
+	DownWaited      int     `json:"down_answered_after_restart"`
+	Down503         int     `json:"down_503"`
+	DownUnknown     int     `json:"down_unknown"`
+	DownSlowestS    float64 `json:"down_slowest_order_seconds"`
+	DownSettles     int     `json:"down_settles"`
+	DownSettled     int     `json:"down_settles_answered"`
+	AfterFirst201S  float64 `json:"after_first_201_seconds"`
+	After503        int     `json:"after_503"`
+	NotYetWritten   int     `json:"not_yet_written_404"`
+	DrainSeconds    float64 `json:"drain_seconds"`
+	DrainedPending  int64   `json:"pending_after_drain"`
+	DrainedRelaying int64   `json:"relaying_after_drain"`
+	// At the end, over every SKU: Redis (its sale hashes and sets) and the
+	// database (the stock, order and restock rows).
+	RedisAvailable      int64 `json:"redis_available"`
+	DBAvailable         int64 `json:"db_available"`
+	RedisOrders         int64 `json:"redis_orders"`
+	DBOrders            int64 `json:"db_orders"`
+	RedisReturnedUnits  int64 `json:"redis_returned_units"`
+	DBReturnedUnits     int64 `json:"db_returned_units"`
+	RedisReturnedOrders int64 `json:"redis_returned_orders"`
+	RedisReturnedSet    int64 `json:"redis_returned_set"`
+	DBReturnedOrders    int64 `json:"db_returned_orders"`
+	RedisRestocked      int64 `json:"redis_restocked"`
+	DBRestocked         int64 `json:"db_restocked"`
+	ReturnsMissing      int   `json:"returns_missing_in_redis"`
+	ReturnsExtra        int   `json:"returns_extra_in_redis"`
+	BuyerCounts         int   `json:"buyer_counts_in_redis"`
+	// From the instances' logs: relays that failed (units left marked),
+	// the check of the restarted Redis giving it returns and restocks again
+	// (lines, and the count they sum), and ERROR lines.
+	LogRelayFailed   int    `json:"log_relay_failed"`
+	LogReturnAgain   int    `json:"log_return_again"`
+	LogReturnedAgain int    `json:"log_returned_again"`
+	LogErrors        int    `json:"log_errors"`
+	LogFirstError    string `json:"log_first_error,omitempty"`
+}
+
+// rlcAudit is GET /admin/audit/{sku} of a reservation strategy.
+type rlcAudit struct {
+	lcAudit
+	Pending  int64
+	Relaying int64
+	Drift    string
+}
+
+// LifecycleRedisKill is scenario 12: orders that come back on a
+// reservation strategy (redis-reserve, redis-watch), whose Redis is killed
+// -9 while returns are relayed to it. Three instances with HOLD_TTL=2s,
+// the sweep every second, PER_USER_LIMIT=1 and scenario 11's load (pay,
+// cancel, walk away). A burst of abandoned holds is placed at once; when
+// the sweep has expired some of them and not all, and the database shows
+// orders marked for the relay (returns committed, not yet in Redis),
+// the durable Redis is killed -9; a restock is sent while it is down; it
+// is started again from its append-only file 2 s later. After the load,
+// once nothing is held, pending or relaying, the rows are checked as in
+// scenario 11 (every 201 a row, every answer true to the final row, the
+// audit consistent and equal to the rows, no buyer above the limit, each
+// order's history linearizable), and Redis against the database: its
+// available equal to the stock row's, its returned orders exactly the
+// cancelled and expired rows (none lost, none twice), its orders the
+// rows, its restocks the restock rows, its buyer counts what the rows
+// hold or paid. No order may be answered 201 while Redis is down, and
+// sales must resume within seconds of its restart.
+func (e *Env) LifecycleRedisKill(ctx context.Context, engine string, server *DBServer, strategy string) Result {
+	d := e.scale(30*time.Second, 7500*time.Millisecond)
+	burstHolds := 1000
+	spec := lcSpec{workers: 64, duration: 3 * d, maxOrders: 30000, timeout: 5 * time.Second, buyersPerSKU: 400,
+		payShare: 0.4, cancelShare: 0.2, think: 2600 * time.Millisecond}
+	if e.Short {
+		burstHolds, spec.workers = 600, 32
+	}
+	const ttl = 2 * time.Second
+	const down = 2 * time.Second
+	r := e.newRun(12, fmt.Sprintf("12-lifecycle-redis-kill/%s/%s", engine, strategy),
+		"orders that come back on "+strategy+": the durable Redis killed -9 while returns are relayed to it, then restarted from its append-only file",
+		Config{Engine: engine, Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"})
+	if !isReserved(strategy) {
+		return r.abort(fmt.Errorf("scenario 12 runs a reservation strategy, not %q", strategy))
+	}
+	if server == nil {
+		return r.abort(fmt.Errorf("%w: no private %s server", ErrMissing, engine))
+	}
+	url, err := server.NewDatabase(ctx, "faults_"+randomHex(4))
+	if err != nil {
+		return r.abort(err)
+	}
+	r.dbURL = url
+	rEnv, err := r.startReservationRedis()
+	if err != nil {
+		return r.abort(err)
+	}
+	if err := r.setUp(ctx, 0, rEnv, "RESERVE_CLAIM_IDLE=1s", "HOLD_TTL="+ttl.String(), "HOLD_SWEEP_EVERY=1s", "PER_USER_LIMIT=1"); err != nil {
+		return r.abort(setUpErr(strategy, err))
+	}
+	defer r.close()
+	node := r.redis[len(r.redis)-1]
+	skus := skuNames("s12", 2)
+	r.res.Config.StockPerSKU = 600
+	if e.Short {
+		r.res.Config.StockPerSKU = 300
+	}
+	if err := r.startSales(ctx, skus, r.res.Config.StockPerSKU); err != nil {
+		return r.abort(err)
+	}
+	sweepSKU := "s12-sweep"
+	if err := r.startSales(ctx, []string{sweepSKU}, int64(burstHolds)); err != nil {
+		return r.abort(err)
+	}
+	all := append(slices.Clone(skus), sweepSKU)
+	db, err := openLcDB(ctx, r.dbURL)
+	if err != nil {
+		return r.abort(err)
+	}
+	defer db.close()
+
+	lf := &LifecycleFigures{HoldTTL: ttl.String(), CaughtIn: -1}
+	rf := &RelayFigures{}
+	r.res.Lifecycle, r.res.Relay = lf, rf
+	c := &r.res.Config
+	c.Workers, c.ClientTimeout = spec.workers, spec.timeout.String()
+	l := startLifecycleLoad(ctx, r.cluster.Instances, skus, spec)
+	stopLoad := func() { l.stop(); l.wait() }
+	event := func(format string, args ...any) time.Duration {
+		at := l.now()
+		what := fmt.Sprintf(format, args...)
+		r.res.Events = append(r.res.Events, Event{AtS: seconds(at), What: what})
+		e.logf("  %6.2fs %s", seconds(at), what)
+		return at
+	}
+
+	pause(ctx, d/5)
+	var caught bool
+	for burst := 1; burst <= 3 && !caught; burst++ {
+		ids := l.burst(ctx, sweepSKU, fmt.Sprintf("burst%d", burst), burstHolds, 32)
+		lf.Bursts, lf.BurstHolds = burst, lf.BurstHolds+len(ids)
+		event("burst %d: %d abandoned holds of %s placed at once", burst, len(ids), sweepSKU)
+		var snap relaySnapshot
+		caught, snap, err = catchRelay(ctx, db, sweepSKU)
+		if err != nil {
+			stopLoad()
+			return r.abort(err)
+		}
+		if caught {
+			rf.MarkedAtKill, rf.BurstExpiredAtKill, rf.BurstHeldAtKill, rf.CaughtMarks = snap.marked, snap.expired, snap.held, snap.marked > 0
+		}
+	}
+	if !caught {
+		stopLoad()
+		return r.abort(fmt.Errorf("after %d bursts the sweep of %s was never caught half done", lf.Bursts, sweepSKU))
+	}
+	tk := event("kill -9 the reservation Redis mid-sweep: %d orders marked for the relay; of the burst %d expired, %d still held",
+		rf.MarkedAtKill, rf.BurstExpiredAtKill, rf.BurstHeldAtKill)
+	node.kill()
+
+	// A restock while Redis is down: the database takes it and marks it
+	// for the relay. Sent once, to one instance: the admin call of the
+	// cluster would try the next instance on a 503, and restock twice.
+	pause(ctx, 300*time.Millisecond)
+	rf.RestockUnits = 50
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rerr := r.cluster.adminOnce(rctx, r.cluster.Instances[1], http.MethodPost, "/admin/stock/"+skus[0]+"/restock",
+		fmt.Sprintf(`{"quantity":%d}`, rf.RestockUnits), nil)
+	cancel()
+	rf.RestockAnswer = "200"
+	if rerr != nil {
+		rf.RestockAnswer = firstLine(rerr.Error())
+	}
+	event("restock %s by %d units through instance 1 while Redis is down: %s", skus[0], rf.RestockUnits, rf.RestockAnswer)
+
+	pause(ctx, tk+down-l.now())
+	marked, err := db.markedIDs(ctx, "orders")
+	if err == nil {
+		var restocks []string
+		restocks, err = db.markedIDs(ctx, "restocks")
+		rf.RestocksAtRestart = len(restocks)
+		marked = append(marked, restocks...)
+	}
+	if err != nil {
+		stopLoad()
+		return r.abort(fmt.Errorf("read the marks: %w", err))
+	}
+	rf.MarkedAtRestart = len(marked) - rf.RestocksAtRestart
+	tr := event("restart the reservation Redis with its append-only file (%d bytes); %d orders and %d restocks marked for the relay",
+		node.aofBytes(), rf.MarkedAtRestart, rf.RestocksAtRestart)
+	if err := node.restartDurable(); err != nil {
+		stopLoad()
+		return r.abort(err)
+	}
+	tu := event("the reservation Redis answers")
+	rf.DownSeconds, rf.ReadySeconds = seconds(tu-tk), seconds(tu-tr)
+	relayed := make(chan *float64, 1)
+	go func() { relayed <- waitRelayed(ctx, r.dbURL, marked, l, tu) }()
+
+	pause(ctx, d/3)
+	stopLoad()
+	end := l.now()
+	c.LoadSeconds = seconds(end)
+	c.Rate = float64(countFunc(l.snapshot(), func(op lcOp) bool { return op.Kind == lcOrder })) / end.Seconds()
+	rf.RelayedAfterS = <-relayed
+	if rf.RelayedAfterS == nil {
+		r.fail("%d orders and restocks marked for the relay when Redis was restarted were still marked 30s after it answered",
+			len(marked))
+	}
+
+	// Every order taken is written, every hold lapses and is swept, every
+	// return and restock relayed: then Redis and the database must agree.
+	drainFrom := time.Now()
+	var held int
+	var pending, relaying int64
+	var audits map[string]rlcAudit
+	drained := pollEvery(ctx, 45*time.Second, 100*time.Millisecond, func() bool {
+		held, err = lcHeldCount(ctx, db, "", false)
+		if err != nil || held > 0 {
+			return false
+		}
+		audits, err = r.reserveAudits(ctx, all)
+		if err != nil {
+			return false
+		}
+		pending, relaying = 0, 0
+		for _, a := range audits {
+			pending, relaying = pending+a.Pending, relaying+a.Relaying
+		}
+		return pending == 0 && relaying == 0
+	})
+	rf.DrainSeconds, rf.DrainedPending, rf.DrainedRelaying = seconds(time.Since(drainFrom)), pending, relaying
+	lf.HeldAtDrain, lf.DrainSeconds = held, rf.DrainSeconds
+	if !drained {
+		r.fail("45s after the load: %d orders held, %d pending (taken in Redis, not written), %d units relaying (last error: %v)",
+			held, pending, relaying, err)
+		if audits, err = r.reserveAudits(ctx, all); err != nil {
+			return r.abort(fmt.Errorf("audit: %w", err))
+		}
+	}
+	tables, err := readLifecycle(ctx, r.dbURL)
+	if err != nil {
+		return r.abort(fmt.Errorf("read the rows: %w", err))
+	}
+	restocks, err := db.restockRows(ctx)
+	if err != nil {
+		return r.abort(fmt.Errorf("read the restocks: %w", err))
+	}
+	sales := map[string]redisSale{}
+	for _, sku := range all {
+		s, err := readRedisSale(ctx, node.Addr, sku)
+		if err != nil {
+			return r.abort(fmt.Errorf("read %s in Redis: %w", sku, err))
+		}
+		sales[sku] = s
+	}
+	readAt := l.now()
+	ops := l.snapshot()
+	checked := r.checkNotYetWritten(ops, l, tables, ttl)
+	// The buyers' counts are Redis's (the reserve script keeps them, the
+	// relay gives them back); the database keeps none for these
+	// strategies. The rows' check compares them with what each buyer's
+	// orders hold or paid.
+	tables.buyers = map[[2]string]int64{}
+	for sku, s := range sales {
+		for user, n := range s.buyers {
+			tables.buyers[[2]string{sku, user}] = n
+		}
+		rf.BuyerCounts += len(s.buyers)
+	}
+	plain := map[string]lcAudit{}
+	for sku, a := range audits {
+		plain[sku] = a.lcAudit
+		if a.Drift != "" {
+			r.fail("%s: the audit finds drift: %s", sku, a.Drift)
+		}
+	}
+	r.checkLifecycle(checked, l, tables, plain, readAt)
+	r.checkRedisAgainstRows(tables, restocks, sales)
+	r.lifecycleAvailability(ops, LifecycleRedisKill, tk, tk, tr, tu, end)
+	r.redisKillAvailability(ops, tk, tr, tu, end)
+	r.relayLogs()
+
+	r.res.Phases = []Phase{
+		{Name: "before the kill", FromS: 0, ToS: seconds(tk), Figures: lcFigures(ops, 0, tk)},
+		{Name: "Redis down", FromS: seconds(tk), ToS: seconds(tu), Figures: lcFigures(ops, tk, tu)},
+		{Name: "after the restart", FromS: seconds(tu), ToS: seconds(end), Figures: lcFigures(ops, tu, end+time.Hour)},
+	}
+	f := lcFigures(ops, 0, end+time.Hour)
+	f.RecoverySeconds = r.res.Figures.RecoverySeconds
+	f.OrderRows, f.UnitsSold = len(tables.orders), lf.PaidUnits
+	f.OversoldUnits, f.LostOrders, f.PhantomOrders = r.res.Figures.OversoldUnits, r.res.Figures.LostOrders, r.res.Figures.PhantomOrders
+	f.UnseenOrders = r.res.Figures.UnseenOrders
+	r.res.Figures = f
+	r.res.Config.SKUs = len(skus)
+	switch {
+	case len(r.res.Failures) > 0:
+		r.res.Verdict = VerdictFailed
+	case len(r.res.Warnings) > 0:
+		r.res.Verdict = VerdictDegraded
+	default:
+		r.res.Verdict = VerdictOK
+	}
+	r.res.DurationSeconds = seconds(time.Since(r.began))
+	r.res.Line = r.res.verdictLine()
+	e.logf("%s", r.res.Line)
+	return r.res
+}
+
+// relaySnapshot is what catchRelay saw at the moment it chose.
+type relaySnapshot struct{ marked, expired, held int }
+
+// catchRelay waits for the sweep to be half done with sku's latest burst
+// (some of it expired since the call, some still held) and, within that,
+// for a moment when the database holds orders marked for the relay:
+// returns committed and not yet given to Redis (the relay runs right after
+// each commit, so a mark lives a few milliseconds unless Redis is slow).
+// It polls every 2ms. It reports false when the whole burst was swept and
+// relayed before it could choose; seen half done for 1.5 s without a mark,
+// it takes that moment anyway.
+func catchRelay(ctx context.Context, db *lcDB, sku string) (bool, relaySnapshot, error) {
+	q := `SELECT (SELECT count(*) FROM orders WHERE relay_pending),
+		(SELECT count(*) FROM orders WHERE sku = ` + db.param(1) + ` AND state = 'expired'),
+		(SELECT count(*) FROM orders WHERE sku = ` + db.param(2) + ` AND state = 'held')`
+	read := func() (relaySnapshot, error) {
+		var s relaySnapshot
+		err := db.queryRow(ctx, q, []any{sku, sku}, &s.marked, &s.expired, &s.held)
+		return s, err
+	}
+	base, err := read()
+	if err != nil {
+		return false, base, err
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	var halfSince time.Time
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		s, err := read()
+		if err != nil {
+			return false, s, err
+		}
+		s.expired -= base.expired
+		switch {
+		case s.expired > 0 && s.marked > 0:
+			return true, s, nil
+		case s.expired > 0 && s.held == 0:
+			return false, s, nil
+		case s.expired > 0 && halfSince.IsZero():
+			halfSince = time.Now()
+		case s.expired > 0 && time.Since(halfSince) > 1500*time.Millisecond:
+			return true, s, nil
+		}
+		pause(ctx, 2*time.Millisecond)
+	}
+	return false, relaySnapshot{}, ctx.Err()
+}
+
+// pollEvery polls cond every interval until it holds, ctx ends or timeout
+// passes; it reports whether cond held.
+func pollEvery(ctx context.Context, timeout, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		pause(ctx, interval)
+	}
+	return true
+}
+
+// waitRelayed returns how long after from (the load's clock) none of ids
+// (orders and restocks marked when Redis came back) was marked any more;
+// nil when some still were 30 s after.
+func waitRelayed(ctx context.Context, dbURL string, ids []string, l *lcLoad, from time.Duration) *float64 {
+	db, err := openLcDB(ctx, dbURL)
+	if err != nil {
+		return nil
+	}
+	defer db.close()
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[strings.ToLower(id)] = true
+	}
+	var at *float64
+	pollEvery(ctx, 30*time.Second, 50*time.Millisecond, func() bool {
+		still := false
+		for _, table := range []string{"orders", "restocks"} {
+			marked, err := db.markedIDs(ctx, table)
+			if err != nil {
+				return false
+			}
+			for _, id := range marked {
+				still = still || want[strings.ToLower(id)]
+			}
+		}
+		if !still {
+			s := seconds(l.now() - from)
+			at = &s
+		}
+		return !still
+	})
+	return at
+}
+
+// markedIDs lists the ids of table's rows marked for the relay (orders
+// or restocks).
+func (d *lcDB) markedIDs(ctx context.Context, table string) ([]string, error) {
+	if d.pg != nil {
+		return d.stringList(ctx, `SELECT id::text FROM `+table+` WHERE relay_pending`)
+	}
+	return d.stringList(ctx, `SELECT id FROM `+table+` WHERE relay_pending`)
+}
+
+func (d *lcDB) stringList(ctx context.Context, q string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if d.pg != nil {
+		rows, _ := d.pg.Query(ctx, q)
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	rows, err := d.my.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// restockRow sums the restock rows of a SKU.
+type restockRow struct{ rows, units, marked int64 }
+
+func (d *lcDB) restockRows(ctx context.Context) (map[string]restockRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	const q = `SELECT sku, count(*), COALESCE(sum(quantity), 0), COALESCE(sum(CASE WHEN relay_pending THEN 1 ELSE 0 END), 0) FROM restocks GROUP BY sku`
+	out := map[string]restockRow{}
+	var sku string
+	var s restockRow
+	if d.pg != nil {
+		rows, _ := d.pg.Query(ctx, q)
+		_, err := pgx.ForEachRow(rows, []any{&sku, &s.rows, &s.units, &s.marked}, func() error {
+			out[sku] = s
+			return nil
+		})
+		return out, err
+	}
+	rows, err := d.my.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(&sku, &s.rows, &s.units, &s.marked); err != nil {
+			return nil, err
+		}
+		out[sku] = s
+	}
+	return out, rows.Err()
+}
+
+// reserveAudits reads the audit of each SKU.
+func (r *run) reserveAudits(ctx context.Context, skus []string) (map[string]rlcAudit, error) {
+	out := map[string]rlcAudit{}
+	for _, sku := range skus {
+		var a rlcAudit
+		if err := r.cluster.adminCall(ctx, http.MethodGet, "/admin/audit/"+sku, "", &a); err != nil {
+			return nil, fmt.Errorf("audit %s: %w", sku, err)
+		}
+		out[sku] = a
+	}
+	return out, nil
+}
+
+// redisSale is a SKU's sale as Redis holds it: the sale hash's counts,
+// the orders it took back (the set {sku}:returned), the restocks it took
+// ({sku}:restocks) and the buyers' counts ({sku}:buyers).
+type redisSale struct {
+	available, ordered, orders, returned, returns, restocked int64
+	returnedIDs                                              map[string]bool
+	restocks                                                 int64
+	buyers                                                   map[string]int64
+}
+
+func readRedisSale(ctx context.Context, addr, sku string) (redisSale, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 3})
+	defer rc.Close()
+	base := reserveKeyPrefix + "{" + sku + "}:"
+	h, err := rc.HGetAll(ctx, base+"sale").Result()
+	if err != nil {
+		return redisSale{}, err
+	}
+	if len(h) == 0 {
+		return redisSale{}, fmt.Errorf("no sale hash %ssale", base)
+	}
+	num := func(k string) int64 {
+		n, _ := strconv.ParseInt(h[k], 10, 64)
+		return n
+	}
+	s := redisSale{available: num("available"), ordered: num("ordered"), orders: num("orders"),
+		returned: num("returned"), returns: num("returns"), restocked: num("restocked"),
+		returnedIDs: map[string]bool{}, buyers: map[string]int64{}}
+	ids, err := rc.SMembers(ctx, base+"returned").Result()
+	if err != nil {
+		return redisSale{}, err
+	}
+	for _, id := range ids {
+		s.returnedIDs[strings.ToLower(id)] = true
+	}
+	if s.restocks, err = rc.SCard(ctx, base+"restocks").Result(); err != nil {
+		return redisSale{}, err
+	}
+	b, err := rc.HGetAll(ctx, base+"buyers").Result()
+	if err != nil {
+		return redisSale{}, err
+	}
+	for user, v := range b {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		s.buyers[user] = n
+	}
+	return s, nil
+}
+
+// checkNotYetWritten takes out of ops the pays, cancels and reads answered
+// 404 for an order answered 201: an order of the reservation strategies is
+// not found until its stream writes it (docs/api.md), which waits for a
+// Redis that is down. Such an answer did nothing; it is accepted only if
+// the row was written (its expires_at less the hold, the database's clock)
+// no earlier than a second before the request was sent — the lookup waits
+// a second for it — and fails the run otherwise.
+func (r *run) checkNotYetWritten(ops []lcOp, l *lcLoad, t *lcTables, ttl time.Duration) []lcOp {
+	byID := map[string]lcRow{}
+	for _, row := range t.orders {
+		byID[row.ID] = row
+	}
+	var kept []lcOp
+	var wrong []string
+	for _, op := range ops {
+		if op.Kind == lcOrder || op.Status != http.StatusNotFound {
+			kept = append(kept, op)
+			continue
+		}
+		r.res.Relay.NotYetWritten++
+		row, ok := byID[op.OrderID]
+		if !ok {
+			continue // its 201 without a row fails the rows' check
+		}
+		written := row.Expires - ttl.Microseconds()
+		if call := l.wall(op.Call); call > written+time.Second.Microseconds() {
+			wrong = append(wrong, fmt.Sprintf("%s of %s answered 404 %s, its row written %.3fs before the request",
+				op.Kind, op.OrderID, op.Code, float64(call-written)/1e6))
+		}
+	}
+	if len(wrong) > 0 {
+		r.fail("%d pays, cancels or reads were answered 404 for an order written before them: %s", len(wrong), sample(wrong))
+	}
+	if n := r.res.Relay.NotYetWritten; n > 0 {
+		r.note("%d pays, cancels or reads were answered 404 for an order answered 201 and not yet written (its stream waited for Redis)", n)
+	}
+	return kept
+}
+
+// checkRedisAgainstRows compares, SKU by SKU, Redis's sale with the rows:
+// its available the stock row's; every order it took a row (and no row
+// more); the orders it took back exactly the cancelled and expired rows,
+// each once; its restocks the restock rows.
+func (r *run) checkRedisAgainstRows(t *lcTables, restocks map[string]restockRow, sales map[string]redisSale) {
+	rf := r.res.Relay
+	type rowSums struct{ orders, units, returns, returned int64 }
+	rows := map[string]*rowSums{}
+	returned := map[string]map[string]bool{}
+	for _, o := range t.orders {
+		if rows[o.SKU] == nil {
+			rows[o.SKU], returned[o.SKU] = &rowSums{}, map[string]bool{}
+		}
+		s := rows[o.SKU]
+		s.orders++
+		s.units += o.Quantity
+		if o.State == "cancelled" || o.State == "expired" {
+			s.returns++
+			s.returned += o.Quantity
+			returned[o.SKU][strings.ToLower(o.ID)] = true
+		}
+	}
+	for _, sku := range slices.Sorted(maps.Keys(sales)) {
+		s, st, rs := sales[sku], t.stock[sku], rows[sku]
+		if rs == nil {
+			rs = &rowSums{}
+		}
+		rk := restocks[sku]
+		rf.RedisAvailable += s.available
+		rf.DBAvailable += st.Available
+		rf.RedisOrders += s.orders
+		rf.DBOrders += rs.orders
+		rf.RedisReturnedUnits += s.returned
+		rf.DBReturnedUnits += rs.returned
+		rf.RedisReturnedOrders += s.returns
+		rf.RedisReturnedSet += int64(len(s.returnedIDs))
+		rf.DBReturnedOrders += rs.returns
+		rf.RedisRestocked += s.restocked
+		rf.DBRestocked += rk.units
+		if s.available != st.Available {
+			r.fail("%s: Redis has %d units available, the database %d", sku, s.available, st.Available)
+		}
+		if s.orders != rs.orders || s.ordered != rs.units {
+			r.fail("%s: Redis took %d orders of %d units, the database has %d rows of %d", sku, s.orders, s.ordered, rs.orders, rs.units)
+		}
+		var missing, extra []string
+		for id := range returned[sku] {
+			if !s.returnedIDs[id] {
+				missing = append(missing, id)
+			}
+		}
+		for id := range s.returnedIDs {
+			if !returned[sku][id] {
+				extra = append(extra, id)
+			}
+		}
+		rf.ReturnsMissing += len(missing)
+		rf.ReturnsExtra += len(extra)
+		if len(missing) > 0 {
+			r.fail("%s: %d cancelled or expired orders never reached Redis (returns lost): %s", sku, len(missing), sample(missing))
+		}
+		if len(extra) > 0 {
+			r.fail("%s: Redis took back %d orders the database did not return: %s", sku, len(extra), sample(extra))
+		}
+		if s.returned != rs.returned || s.returns != rs.returns || s.returns != int64(len(s.returnedIDs)) {
+			r.fail("%s: Redis took back %d units of %d orders (its set holds %d), the database returned %d units of %d orders: a return applied %s",
+				sku, s.returned, s.returns, len(s.returnedIDs), rs.returned, rs.returns,
+				map[bool]string{true: "twice", false: "never"}[s.returned > rs.returned])
+		}
+		if s.restocked != st.Restocked || s.restocked != rk.units || s.restocks != rk.rows {
+			r.fail("%s: Redis was restocked %d units (%d restocks), the database %d (stock row) and %d in %d restock rows",
+				sku, s.restocked, s.restocks, st.Restocked, rk.units, rk.rows)
+		}
+	}
+	switch {
+	case rf.RestockAnswer != "200" && rf.DBRestocked == rf.RestockUnits:
+		// The service committed the restock, then failed to read the
+		// level from Redis for its answer: the answer says nothing was
+		// done and invites a retry, which would restock twice.
+		r.warn("the restock sent while Redis was down was answered %q, yet it committed: its %d units are in the database's restock rows and reached Redis through the relay (an admin who retries, as the answer says, restocks twice)",
+			rf.RestockAnswer, rf.DBRestocked)
+	case rf.RestockAnswer == "200" && rf.DBRestocked != rf.RestockUnits:
+		r.fail("the restock sent while Redis was down was answered 200, and the database holds %d restocked units of the %d", rf.DBRestocked, rf.RestockUnits)
+	case rf.DBRestocked != rf.RestockUnits:
+		r.note("the restock sent while Redis was down (answered %s) left %d units in restock rows", rf.RestockAnswer, rf.DBRestocked)
+	}
+}
+
+// redisKillAvailability checks what the Redis kill of scenario 12 expects
+// beyond lifecycleAvailability: no 201 while Redis is down (tk to tr, the
+// restart), some 503s then, every order answered within ORDER_TIMEOUT
+// and a second, pays and cancels answered by the database meanwhile.
+func (r *run) redisKillAvailability(ops []lcOp, tk, tr, tu, end time.Duration) {
+	rf := r.res.Relay
+	conflicts := map[string]int{}
+	for _, op := range ops {
+		if op.Call < tk || op.Call >= tu {
+			continue
+		}
+		switch op.Kind {
+		case lcOrder:
+			rf.DownOrders++
+			if op.Status == http.StatusCreated && op.Ret < tr {
+				rf.DownCreated++
+			}
+			if op.Status == http.StatusConflict && op.Ret < tr {
+				rf.Down409++
+				conflicts[op.Code]++
+			}
+			if op.Ret >= tr {
+				rf.DownWaited++
+			}
+			if op.Status == http.StatusServiceUnavailable {
+				rf.Down503++
+			}
+			if op.Answer == lcUnknown {
+				rf.DownUnknown++
+			}
+			rf.DownSlowestS = max(rf.DownSlowestS, seconds(op.Ret-op.Call))
+		case lcPay, lcCancel:
+			rf.DownSettles++
+			if lcSaid(op) != "" {
+				rf.DownSettled++
+			}
+		}
+	}
+	if rf.DownCreated > 0 {
+		r.fail("%d orders were answered 201 while Redis was down", rf.DownCreated)
+	}
+	if rf.Down503 == 0 {
+		r.warn("no 503 to an order called while Redis was down")
+	}
+	if rf.Down409 > 0 {
+		r.note("%d orders called while Redis was down were answered 409 before its restart (%v)", rf.Down409, conflicts)
+	}
+	if rf.DownSlowestS > 4 {
+		r.warn("an order called while Redis was down took %.2fs to be answered, over ORDER_TIMEOUT (3s) and a second", rf.DownSlowestS)
+	}
+	if rf.DownSettles > 0 && rf.DownSettled == 0 {
+		r.warn("none of the %d pays and cancels called while Redis was down was answered with the order's state (they are the database's)", rf.DownSettles)
+	}
+	first := -1.0
+	for _, op := range ops {
+		if op.Kind == lcOrder && op.Status == http.StatusCreated && op.Call >= tu && (first < 0 || seconds(op.Ret-tu) < first) {
+			first = seconds(op.Ret - tu)
+		}
+	}
+	rf.AfterFirst201S = first
+	after := lcFigures(ops, tu, end+time.Hour)
+	rf.After503 = after.Responses503
+}
+
+// relayLogs counts the instances' log lines about the relay and the
+// errors, for the report.
+func (r *run) relayLogs() {
+	rf := r.res.Relay
+	for i := range r.cluster.Instances {
+		f, err := os.Open(filepath.Join(r.dir, fmt.Sprintf("instance-%d.log", i)))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.Contains(line, "not yet given back"):
+				rf.LogRelayFailed++
+			case strings.Contains(line, "gave Redis the returns or restocks it did not have yet"):
+				rf.LogReturnAgain++
+				var l struct{ Count int }
+				if json.Unmarshal([]byte(line), &l) == nil {
+					rf.LogReturnedAgain += l.Count
+				}
+			}
+			if strings.Contains(line, "level=ERROR") || strings.Contains(line, `"level":"ERROR"`) {
+				rf.LogErrors++
+				if rf.LogFirstError == "" {
+					rf.LogFirstError = fmt.Sprintf("instance %d: %.300s", i, line)
+				}
+			}
+		}
+		_ = f.Close()
+	}
+	if rf.LogReturnAgain > 0 {
+		// The check of the restarted Redis gives it every return and
+		// restock the database made that Redis's sets lack: the ones
+		// still marked (in flight, never relayed) and any Redis lost.
+		r.note("%d log lines (\"the check of the sale gave Redis the returns or restocks it did not have yet\") count %d returns and restocks given to Redis by the check after its restart; %d orders and %d restocks were marked for the relay a moment before it restarted (returns in flight; sweeps and cancels committed until the check add to them)",
+			rf.LogReturnAgain, rf.LogReturnedAgain, rf.MarkedAtRestart, rf.RestocksAtRestart)
+	}
+}
+
+// writeRelay writes what a run of scenario 12 did and found.
+func writeRelay(p func(string, ...any), lf *LifecycleFigures, rf *RelayFigures) {
+	p("HOLD_TTL=%s, PER_USER_LIMIT=1. Orders %d: 201 %d, sold out %d, limit reached %d. Pays %d: paid %d, expired %d. "+
+		"Cancels %d: cancelled %d, expired %d. Reads %d. Unknown outcomes %d, 503s %d, refused %d.\n\n",
+		lf.HoldTTL, lf.Orders, lf.Created, lf.SoldOut, lf.LimitReached, lf.Pays, lf.Paid, lf.PayExpired,
+		lf.Cancels, lf.Cancelled, lf.CancelExpired, lf.Reads, lf.Unknown, lf.Responses503, lf.Refused)
+	p("Kill: %d abandoned holds in %d bursts; at the kill %d orders were marked for the relay (returns committed, not yet in Redis), "+
+		"the burst %d expired and %d held. Redis down %.2fs (its restart %.2fs of it). Restock of %d units while it was down: %s. "+
+		"At the restart %d orders and %d restocks were marked; the last of them was relayed %s.\n\n",
+		lf.BurstHolds, lf.Bursts, rf.MarkedAtKill, rf.BurstExpiredAtKill, rf.BurstHeldAtKill, rf.DownSeconds, rf.ReadySeconds,
+		rf.RestockUnits, rf.RestockAnswer, rf.MarkedAtRestart, rf.RestocksAtRestart, relayedLine(rf.RelayedAfterS))
+	p("While Redis was down: %d orders (201 before the restart %d, 409 before it %d, 503 %d, unknown %d, answered after the restart %d, slowest answer %.2fs); %d pays and cancels, %d answered with the order's state. "+
+		"After it answered: first 201 after %.2fs, %d 503s; 201/s before %.1f, after %.1f. %d pays, cancels or reads answered 404 (order not yet written).\n\n",
+		rf.DownOrders, rf.DownCreated, rf.Down409, rf.Down503, rf.DownUnknown, rf.DownWaited, rf.DownSlowestS, rf.DownSettles, rf.DownSettled,
+		rf.AfterFirst201S, rf.After503, lf.CreatedPerSecondBefore, lf.CreatedPerSecondAfter, rf.NotYetWritten)
+	p("Drain: %d held, %d pending, %d relaying after %.1fs. At the end, Redis / database: available %d / %d; orders %d / %d; "+
+		"returned units %d / %d; returned orders %d (set %d) / %d, %d missing in Redis, %d extra; restocked %d / %d; %d buyer counts in Redis checked. "+
+		"Rows: %d units on sale, %d paid, %d returned (%d orders expired, %d cancelled). Per-order check: %d orders, %d operations, %d illegal, %d unknown. "+
+		"Logs: %d relays left units marked; %d rechecks gave Redis %d returns and restocks again (logged as lost by Redis); %d ERROR lines.\n\n",
+		lf.HeldAtDrain, rf.DrainedPending, rf.DrainedRelaying, rf.DrainSeconds, rf.RedisAvailable, rf.DBAvailable, rf.RedisOrders, rf.DBOrders,
+		rf.RedisReturnedUnits, rf.DBReturnedUnits, rf.RedisReturnedOrders, rf.RedisReturnedSet, rf.DBReturnedOrders, rf.ReturnsMissing, rf.ReturnsExtra,
+		rf.RedisRestocked, rf.DBRestocked, rf.BuyerCounts, lf.InitialUnits, lf.PaidUnits, lf.ReturnedUnits, lf.ExpiredOrders, lf.CancelledOrders,
+		lf.CheckedOrders, lf.CheckedOps, lf.IllegalOrders, lf.UnknownOrders, rf.LogRelayFailed, rf.LogReturnAgain, rf.LogReturnedAgain, rf.LogErrors)
+	if rf.LogFirstError != "" {
+		p("First ERROR line: `%s`\n\n", strings.ReplaceAll(rf.LogFirstError, "`", "'"))
+	}
+}
+
+func relayedLine(s *float64) string {
+	if s == nil {
+		return "**not within 30 s of Redis answering**"
+	}
+	return fmt.Sprintf("%.2fs after Redis answered", *s)
+}
