@@ -92,7 +92,7 @@ explore: services ## every schedule of 2-3 buyers per strategy, 20x make test's 
 # reports/faults/latest, and fails when a safe configuration oversold or
 # lost data. `make test` runs short forms (TestShortFaults,
 # TestShortCatalogFaults).
-faults: services build ## the fault scenarios against real servers (about 25 minutes)
+faults: services build ## the fault scenarios against real servers (about 30 minutes)
 	$(GO) run ./cmd/faults -bin $(BIN)
 
 # About 4 minutes the first time.
