@@ -165,7 +165,13 @@ type EpochSales interface {
 // invariant: the store's check and decrement are one atomic step on one
 // counter loaded once per sale, so no schedule of orders, instances or
 // retries takes more than was loaded; the database only follows the log,
-// and writes an order only while its sale is the current one.
+// and writes an order only while its sale is the current one. Units come
+// back to the counter only through the relay (RelayReturns), for an order
+// the database moved out of held or a restock it made, once each.
+//
+// Held orders, pay, cancel and expiry are the database's (the service's
+// transitions), so every guarantee of the lifecycle is the SQL
+// strategies'; a held order's hold starts when the stream writes it.
 //
 // Every instance that sells a SKU must use this strategy: the database's
 // stock is not consulted by the orders, so a SQL strategy writing the same
