@@ -84,6 +84,24 @@ type lcAudit struct {
 	Consistent                      bool
 }
 
+// lifecycleHoldTTL is the holds' HOLD_TTL in scenarios 11 and 12.
+const lifecycleHoldTTL = 2 * time.Second
+
+// lifecycleLoad is the load of scenarios 11 and 12: its length d, the
+// buyers' spec, and how many abandoned holds the burst places. The load
+// runs until d/3 after the fault has ended (bounded by 3d and maxOrders),
+// so that the sales after it are measured.
+func (e *Env) lifecycleLoad() (d time.Duration, spec lcSpec, burstHolds int) {
+	d = e.scale(30*time.Second, 7500*time.Millisecond)
+	spec = lcSpec{workers: 64, duration: 3 * d, maxOrders: 30000, timeout: 5 * time.Second, buyersPerSKU: 400,
+		payShare: 0.4, cancelShare: 0.2, think: 2600 * time.Millisecond}
+	burstHolds = 1000
+	if e.Short {
+		burstHolds, spec.workers = 600, 32
+	}
+	return d, spec, burstHolds
+}
+
 // LifecycleFault is scenario 11: orders that come back under faults. Three
 // instances with HOLD_TTL=2s, the sweep every second, PER_USER_LIMIT=1,
 // and a bounded load of buyers who order one unit and then pay, cancel or
@@ -103,16 +121,8 @@ type lcAudit struct {
 // private database server (required for the crash; without it the
 // sweeper's kill takes a database from NewDatabase).
 func (e *Env) LifecycleFault(ctx context.Context, engine string, server *DBServer, fault string) Result {
-	d := e.scale(30*time.Second, 7500*time.Millisecond)
-	burstHolds := 1000
-	// The load runs until d/3 after the fault has ended (bounded by 3d and
-	// maxOrders), so that the sales after it are measured.
-	spec := lcSpec{workers: 64, duration: 3 * d, maxOrders: 30000, timeout: 5 * time.Second, buyersPerSKU: 400,
-		payShare: 0.4, cancelShare: 0.2, think: 2600 * time.Millisecond}
-	if e.Short {
-		burstHolds, spec.workers = 600, 32
-	}
-	const ttl = 2 * time.Second
+	d, spec, burstHolds := e.lifecycleLoad()
+	ttl := lifecycleHoldTTL
 	title := map[string]string{
 		LifecycleSweeperKill:   "orders that come back: kill -9 of the instance that is sweeping, mid-sweep, then a restart",
 		LifecycleDatabaseCrash: "orders that come back: the database killed -9 mid-sweep and restarted",

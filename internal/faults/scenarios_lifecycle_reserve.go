@@ -120,14 +120,8 @@ type rlcAudit struct {
 // hold or paid. No order may be answered 201 while Redis is down, and
 // sales must resume within seconds of its restart.
 func (e *Env) LifecycleRedisKill(ctx context.Context, engine string, server *DBServer, strategy string) Result {
-	d := e.scale(30*time.Second, 7500*time.Millisecond)
-	burstHolds := 1000
-	spec := lcSpec{workers: 64, duration: 3 * d, maxOrders: 30000, timeout: 5 * time.Second, buyersPerSKU: 400,
-		payShare: 0.4, cancelShare: 0.2, think: 2600 * time.Millisecond}
-	if e.Short {
-		burstHolds, spec.workers = 600, 32
-	}
-	const ttl = 2 * time.Second
+	d, spec, burstHolds := e.lifecycleLoad()
+	ttl := lifecycleHoldTTL
 	const down = 2 * time.Second
 	r := e.newRun(12, fmt.Sprintf("12-lifecycle-redis-kill/%s/%s", engine, strategy),
 		"orders that come back on "+strategy+": the durable Redis killed -9 while returns are relayed to it, then restarted from its append-only file",

@@ -390,18 +390,17 @@ func (s *Service) FindOrder(ctx context.Context, id, userID string) (Order, erro
 // when the strategy counts the stock outside the database: its orders are
 // answered 201 before its stream writes them here, usually milliseconds
 // later, and a buyer who pays at once must find the order. An unknown id
-// costs that second, at a few lookups.
+// costs that second, at a few lookups. Only lookups that answered make it
+// unknown (404): a lookup that failed, or that the second cut short, is
+// the database's failure, answered as such (503), not as an absent order.
 func (s *Service) awaitWritten(ctx context.Context, id string) (Order, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	wait, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		if pause(ctx, backoff.Exponential(attempt, 2*time.Millisecond, 100*time.Millisecond)) != nil {
+		if pause(wait, backoff.Exponential(attempt, 2*time.Millisecond, 100*time.Millisecond)) != nil {
 			return Order{}, false, nil
 		}
-		o, found, err := s.store.FindOrder(ctx, id)
-		if err != nil && ctx.Err() != nil {
-			return Order{}, false, nil
-		}
+		o, found, err := s.store.FindOrder(wait, id)
 		if err != nil || found {
 			return o, found, err
 		}
