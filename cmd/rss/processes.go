@@ -172,7 +172,7 @@ func startService(bin string, env []string, logPath string) (*service, error) {
 // what it needs, and nothing else of the caller's reaches the instance.
 var serviceVars = []string{"STRATEGY", "DATABASE_URL", "HTTP_ADDR", "ADMIN_TOKEN", "REDIS_ADDRS", "ETCD_ENDPOINTS",
 	"ZK_SERVERS", "LOG_LEVEL", "AUDIT_EVERY", "RESERVE_RECONCILE_EVERY", "ADMISSION_LIMIT",
-	"HOLD_TTL", "HOLD_SWEEP_EVERY", "PER_USER_LIMIT"}
+	"HOLD_TTL", "HOLD_SWEEP_EVERY", "PER_USER_LIMIT", "SOLD_OUT_TTL"}
 
 func childEnv() []string {
 	var env []string

@@ -55,6 +55,9 @@ type config struct {
 	// PerUserLimit bounds the units one user_id holds or has paid for per
 	// SKU and sale (0: no limit).
 	PerUserLimit int
+	// SoldOutTTL is how long an order refused sold out lets an instance
+	// refuse the SKU's orders without asking the store (0: never).
+	SoldOutTTL time.Duration
 	// AuditEvery is the audit job's period (0: off); one instance a
 	// period runs it, under the job lock of the lock table.
 	AuditEvery time.Duration
@@ -159,6 +162,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// indexed query a period.
 		HoldSweepEvery: duration("HOLD_SWEEP_EVERY", time.Second, true),
 		PerUserLimit:   integer("PER_USER_LIMIT", 0, 0, inventory.MaxInitialStock),
+		SoldOutTTL:     duration("SOLD_OUT_TTL", inventory.DefaultSoldOutTTL, true),
 		AdmissionLimit: integer("ADMISSION_LIMIT", 0, 0, 1000),
 		JobLock:        str("JOB_LOCK", "table"),
 	}

@@ -310,6 +310,15 @@ func TestHoldConfig(t *testing.T) {
 	if err != nil || c.PerUserLimit != 2 || c.HoldTTL != 15*time.Minute {
 		t.Fatalf("PER_USER_LIMIT=2 HOLD_TTL=15m with redis-reserve: %v, %v, %v", c.PerUserLimit, c.HoldTTL, err)
 	}
+	if c.SoldOutTTL != inventory.DefaultSoldOutTTL {
+		t.Errorf("SOLD_OUT_TTL defaults to %v, want %v", c.SoldOutTTL, inventory.DefaultSoldOutTTL)
+	}
+	if c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "SOLD_OUT_TTL": "0"})); err != nil || c.SoldOutTTL != 0 {
+		t.Errorf("SOLD_OUT_TTL=0 (the mark off): %v, %v", c.SoldOutTTL, err)
+	}
+	if _, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "SOLD_OUT_TTL": "soon"})); err == nil || !strings.Contains(err.Error(), "SOLD_OUT_TTL") {
+		t.Errorf("SOLD_OUT_TTL=soon: %v, want a refusal naming the variable", err)
+	}
 	for _, bad := range []map[string]string{
 		{"HOLD_TTL": "500ms"},
 		{"HOLD_TTL": "-1s"},

@@ -161,7 +161,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer closeStrategy()
 	svc := inventory.NewService(db, strategy,
 		inventory.WithOrderTimeout(cfg.OrderTimeout), inventory.WithLogger(log), inventory.WithObserver(m),
-		inventory.WithHoldTTL(cfg.HoldTTL), inventory.WithPerUserLimit(int64(cfg.PerUserLimit)))
+		inventory.WithHoldTTL(cfg.HoldTTL), inventory.WithPerUserLimit(int64(cfg.PerUserLimit)),
+		inventory.WithSoldOutTTL(cfg.SoldOutTTL))
 	if cfg.AuditEvery > 0 {
 		if err := sched.Add(jobs.AuditJob(cfg.AuditEvery, db, svc, log, m)); err != nil {
 			return err

@@ -191,13 +191,19 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 		}
 	}
 
-	// The buyers' rows before the stock row, as every transaction of the
-	// lifecycle takes them (a cancel: order, buyer, stock).
-	limit, held, err := lockBuyers(ctx, tx, batch)
+	// The buyers' units are claimed before the stock row is touched, as
+	// every transaction of the lifecycle takes them (a cancel: order,
+	// buyer, stock), and before the deduction, as if every order fit: the
+	// stock row is the batch's serial section (every batch of the SKU
+	// waits for it), and only what must should run under it. When the
+	// stock then cannot cover the plan, the claims of the orders refused
+	// are given back under the row lock, in one statement.
+	limit, held, err := claimBuyers(ctx, tx, batch, known)
 	if err != nil {
 		return "", err
 	}
 	plan, total := planBatch(batch, known, math.MaxInt64, limit, held)
+	claims := claimsOf(batch, plan, limit)
 	var windowErr error
 	if total > 0 {
 		ok, err := tx.DeductIfAvailable(ctx, sku, total)
@@ -216,6 +222,11 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 				available = 0
 			}
 			plan, total = planBatch(batch, known, available, limit, held)
+			if unclaimed := surplus(claims, claimsOf(batch, plan, limit)); len(unclaimed) > 0 {
+				if err := tx.ReleaseUnitsOf(ctx, sku, unclaimed); err != nil {
+					return "", err
+				}
+			}
 			if total > 0 {
 				ok, err := tx.DeductIfAvailable(ctx, sku, total)
 				if err != nil {
@@ -266,22 +277,6 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	if len(orders) == 0 {
 		return "", nil
 	}
-	if limit > 0 {
-		claims := map[string]int64{}
-		for _, o := range orders {
-			claims[o.UserID] += o.Quantity
-		}
-		ok, err := tx.ClaimUnitsOf(ctx, sku, claims, held, limit)
-		if err != nil {
-			return "", err
-		}
-		if !ok {
-			// A buyer's first order committed on another instance since
-			// lockBuyers read (its row did not exist to be locked): decide
-			// again from the rows as they are now.
-			return "", fmt.Errorf("%w: a buyer's units changed under the batch", inventory.ErrConflict)
-		}
-	}
 	if err := tx.InsertOrders(ctx, orders); err != nil {
 		return "", err
 	}
@@ -300,22 +295,99 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	return orders[0].ID, nil
 }
 
-// lockBuyers reads and locks the units the batch's buyers hold, when the
-// batch has a per-user limit; limit 0 and nothing read otherwise.
-func lockBuyers(ctx context.Context, tx Tx, batch []*batchOrder) (int64, map[string]int64, error) {
+// claimsOf sums the units of the accepted orders of plan per buyer, when
+// the batch has a per-user limit; nil otherwise.
+func claimsOf(batch []*batchOrder, plan []decision, limit int64) map[string]int64 {
+	if limit <= 0 {
+		return nil
+	}
+	claims := map[string]int64{}
+	for i, o := range batch {
+		if plan[i].verdict == accepted {
+			claims[o.order.UserID] += o.quantity
+		}
+	}
+	return claims
+}
+
+// surplus is what each buyer claimed beyond what it keeps: the units to
+// give back once the batch's plan shrank.
+func surplus(claimed, kept map[string]int64) map[string]int64 {
+	var out map[string]int64
+	for u, q := range claimed {
+		if d := q - kept[u]; d > 0 {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[u] = d
+		}
+	}
+	return out
+}
+
+// claimBuyers claims the units the batch's buyers would take if every
+// order fit, when the batch has a per-user limit (limit 0 and nothing done
+// otherwise), and returns what each buyer held before (absent: none).
+//
+// A flash sale's buyers are mostly new to the SKU: their rows are created
+// with their claims in one statement (ClaimFirstUnits), and a batch of new
+// buyers does nothing more. The buyers that have a row are read and locked
+// (LockBuyers), decided again from what they hold, and grow by what they
+// may take (ClaimUnitsOf). What a new buyer takes does not depend on the
+// others', so their claims stand as planned.
+func claimBuyers(ctx context.Context, tx Tx, batch []*batchOrder, known map[string]inventory.IdempotencyRecord) (int64, map[string]int64, error) {
 	limit := batch[0].limit
 	if limit <= 0 {
 		return 0, nil, nil
 	}
-	var users []string
-	for _, o := range batch {
-		if !slices.Contains(users, o.order.UserID) {
-			users = append(users, o.order.UserID)
+	sku := batch[0].sku
+	plan, _ := planBatch(batch, known, math.MaxInt64, limit, nil)
+	claims := claimsOf(batch, plan, limit)
+	if len(claims) == 0 {
+		return limit, nil, nil
+	}
+	created, err := tx.ClaimFirstUnits(ctx, sku, claims)
+	if err != nil {
+		return 0, nil, err
+	}
+	var existing []string
+	for u := range claims {
+		if !slices.Contains(created, u) {
+			existing = append(existing, u)
 		}
 	}
-	slices.Sort(users)
-	held, err := tx.LockBuyers(ctx, batch[0].sku, users)
-	return limit, held, err
+	if len(existing) == 0 {
+		return limit, nil, nil
+	}
+	slices.Sort(existing)
+	held, err := tx.LockBuyers(ctx, sku, existing)
+	if err != nil {
+		return 0, nil, err
+	}
+	plan, _ = planBatch(batch, known, math.MaxInt64, limit, held)
+	grown := map[string]int64{}
+	for u, q := range claimsOf(batch, plan, limit) {
+		if !slices.Contains(created, u) {
+			grown[u] = q
+		} else if q != claims[u] {
+			// Only an idempotency key shared by two buyers' orders ties
+			// one buyer's plan to another's: decide the batch again,
+			// with this buyer's row there to be read.
+			return 0, nil, fmt.Errorf("%w: the claim of new buyer %q changed from %d to %d with the others' units", inventory.ErrConflict, u, claims[u], q)
+		}
+	}
+	if len(grown) > 0 {
+		ok, err := tx.ClaimUnitsOf(ctx, sku, grown, held, limit)
+		if err != nil {
+			return 0, nil, err
+		}
+		if !ok {
+			// A row read and locked above refused a claim planned from
+			// it: only a row deleted since (a new sale) does that.
+			return 0, nil, fmt.Errorf("%w: a buyer's units changed under the batch", inventory.ErrConflict)
+		}
+	}
+	return limit, held, nil
 }
 
 // verdict is what a batch decides for one of its orders.

@@ -383,6 +383,20 @@ func (t *fakeBatchTx) LockBuyers(_ context.Context, _ string, users []string) (m
 	return held, nil
 }
 
+func (t *fakeBatchTx) ClaimFirstUnits(_ context.Context, _ string, claims map[string]int64) ([]string, error) {
+	if t.st.buyers == nil {
+		t.st.buyers = map[string]int64{}
+	}
+	var created []string
+	for u, q := range claims {
+		if _, ok := t.st.buyers[u]; !ok {
+			t.st.buyers[u] = q
+			created = append(created, u)
+		}
+	}
+	return created, nil
+}
+
 func (t *fakeBatchTx) ClaimUnitsOf(_ context.Context, _ string, claims, _ map[string]int64, limit int64) (bool, error) {
 	if t.st.buyers == nil {
 		t.st.buyers = map[string]int64{}
@@ -394,6 +408,13 @@ func (t *fakeBatchTx) ClaimUnitsOf(_ context.Context, _ string, claims, _ map[st
 		t.st.buyers[u] += q
 	}
 	return true, nil
+}
+
+func (t *fakeBatchTx) ReleaseUnitsOf(_ context.Context, _ string, units map[string]int64) error {
+	for u, q := range units {
+		t.st.buyers[u] = max(t.st.buyers[u]-q, 0)
+	}
+	return nil
 }
 
 func batchOf(orders ...*batchOrder) []*batchOrder { return orders }
@@ -738,5 +759,37 @@ func TestPlanBatchHoldsEachBuyerToTheLimit(t *testing.T) {
 	}
 	if total != 4 {
 		t.Errorf("total %d, want 4", total)
+	}
+}
+
+// TestBatchClaimsBeforeTheStockAndGivesBackWhatDidNotFit: the buyers'
+// units are claimed as if every order fit, before the deduction; when the
+// stock then covers only some, the others are refused sold out and their
+// claims given back in the same transaction. A buyer who had a row
+// (held 1 of 2) is decided on it, in arrival order.
+func TestBatchClaimsBeforeTheStockAndGivesBackWhatDidNotFit(t *testing.T) {
+	ctx := context.Background()
+	store := newFakeBatchStore(2)
+	store.st.buyers = map[string]int64{"a": 1}
+	b := New(store)
+	mk := func(id, user string, q int64) *batchOrder {
+		return newBatchOrder(ctx, inventory.Order{ID: id, SKU: "s", Quantity: q, UserID: user}, "", nil, 2)
+	}
+	batch := batchOf(mk("1", "a", 2), mk("2", "a", 1), mk("3", "b", 1), mk("4", "c", 1), mk("5", "d", 2))
+	results := b.runBatch(ctx, batch)
+	want := []error{inventory.ErrLimitReached, nil, nil, inventory.ErrSoldOut, inventory.ErrSoldOut}
+	for i, w := range want {
+		if got := results[i].err; !errors.Is(got, w) || (w == nil && got != nil) {
+			t.Errorf("order %s: %v, want %v", batch[i].order.ID, got, w)
+		}
+	}
+	wantUnits := map[string]int64{"a": 2, "b": 1, "c": 0, "d": 0}
+	for u, n := range wantUnits {
+		if got := store.st.buyers[u]; got != n {
+			t.Errorf("buyer %s holds %d units after the batch, want %d", u, got, n)
+		}
+	}
+	if store.st.available != 0 {
+		t.Errorf("%d units left, want 0", store.st.available)
 	}
 }

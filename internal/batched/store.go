@@ -38,6 +38,12 @@ type Tx interface {
 	// the same keys, and reports how many it inserted: fewer than given
 	// means another request committed one of the keys first.
 	InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (inserted int, err error)
+	// ClaimFirstUnits creates the count of each buyer of claims that has
+	// none in sku's sale, with its claim as its units, in one statement,
+	// in buyer order, and returns those buyers; a buyer with a count, or
+	// one created by a transaction that commits first, is left alone
+	// (PER_USER_LIMIT).
+	ClaimFirstUnits(ctx context.Context, sku string, claims map[string]int64) (created []string, err error)
 	// LockBuyers reads the units each of userIDs holds or has paid for in
 	// sku's sale (the buyers that have none are absent) (PER_USER_LIMIT),
 	// to plan the batch; an adapter may lock the rows it finds until the
@@ -49,4 +55,8 @@ type Tx interface {
 	// LockBuyers read. False when any was refused (a buyer row created
 	// since LockBuyers read them): the transaction must then not commit.
 	ClaimUnitsOf(ctx context.Context, sku string, claims, held map[string]int64, limit int64) (bool, error)
+	// ReleaseUnitsOf gives each buyer's units of units back to its count
+	// (claimed by ClaimUnitsOf earlier in the transaction, for orders the
+	// stock then could not cover), in one statement.
+	ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error
 }

@@ -365,13 +365,15 @@ func TestHarnessCatchesALostReturn(t *testing.T) {
 	t.Logf("caught, as it must be: %s", r.Failures[0])
 }
 
-// TestTwoBatchesOfOneBuyerDoNotDeadlock replays the schedule that caught a
-// deadlock on MariaDB: two instances' batches each read their buyer's row,
-// which does not exist yet, with FOR UPDATE (on MariaDB, a gap lock on the
-// row's place), then deduct, the second waiting for the first's stock row
-// lock; the first's claim inserts the buyer's row into the gap the second
-// locked. Reading the buyers without a lock (the claim's conditional upsert
-// and its read-back decide) leaves nothing for the insert to wait on.
+// TestTwoBatchesOfOneBuyerDoNotDeadlock replays, in today's steps, the
+// schedule that caught a deadlock on MariaDB: two instances' batches of one
+// new buyer. Then each read the buyer's missing row with FOR UPDATE (on
+// MariaDB, a gap lock on its place) and deducted, the second waiting for
+// the first's stock row lock while the first's claim inserted into the gap
+// the second locked. Now a batch claims first, creating the buyer's row
+// before it touches the stock (ClaimFirstUnits): the second waits for the
+// first's insert, holding nothing the first needs, then finds the row,
+// reads it locked, and refuses the order past the limit.
 func TestTwoBatchesOfOneBuyerDoNotDeadlock(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
@@ -381,7 +383,7 @@ func TestTwoBatchesOfOneBuyerDoNotDeadlock(t *testing.T) {
 				Strategy: func(env explore.Env) inventory.Strategy {
 					return batched.New(env.Store, batched.WithQueueObserver(env.Queue), batched.WithLogger(slog.New(slog.DiscardHandler)))
 				}}
-			steps := []string{"B: join the batch queue", "B: read for update", "A: join the batch queue", "A: read for update", "B: write", "A: write", "B: claim buyer's units"}
+			steps := []string{"B: join the batch queue", "B: claim buyer's units", "A: join the batch queue", "A: claim buyer's units", "B: write", "B: commit", "A: read for update", "A: commit"}
 			run, err := x.ReplayLifecycle(context.Background(), lc, steps)
 			if err != nil {
 				t.Fatal(err)

@@ -303,8 +303,24 @@ func (t *batchTx) InsertIdempotencyRecords(ctx context.Context, records []invent
 	return t.Tx.InsertIdempotencyRecords(ctx, records)
 }
 
-// LockBuyers and ClaimUnitsOf are the batch's statements on its buyers'
-// rows (PER_USER_LIMIT).
+// ClaimFirstUnits, LockBuyers, ClaimUnitsOf and ReleaseUnitsOf are the
+// batch's statements on its buyers' rows (PER_USER_LIMIT): the first waits
+// for another transaction inserting the same buyer, the others lock rows
+// that exist.
+func (t *batchTx) ClaimFirstUnits(ctx context.Context, sku string, claims map[string]int64) ([]string, error) {
+	if err := t.step(ctx, stepClaim); err != nil {
+		return nil, err
+	}
+	return t.Tx.ClaimFirstUnits(ctx, sku, claims)
+}
+
+func (t *batchTx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error {
+	if err := t.step(ctx, stepClaim); err != nil {
+		return err
+	}
+	return t.Tx.ReleaseUnitsOf(ctx, sku, units)
+}
+
 func (t *batchTx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
 	if err := t.step(ctx, stepLockRead); err != nil {
 		return nil, err

@@ -180,7 +180,7 @@ func (s *Service) settled(ctx context.Context, o Order, to string, moved bool) {
 	}
 	s.obs.OrderSettled(s.strategy.Name(), to)
 	if returnsUnits(to) {
-		s.relayReturns(ctx, o.SKU)
+		s.unitsBack(ctx, o.SKU)
 	}
 }
 
@@ -300,7 +300,7 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 			s.obs.OrderSettled(s.strategy.Name(), OrderExpired)
 		}
 		for _, r := range unitsBySKU(expired) {
-			s.relayReturns(ctx, r.SKU)
+			s.unitsBack(ctx, r.SKU)
 		}
 		if len(expired) < batch {
 			// And what a process that died after its commit, or a relay
@@ -320,6 +320,15 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 			return total, context.Cause(ctx)
 		}
 	}
+}
+
+// unitsBack follows a commit that gave units back to the SKU's sale (a
+// return, a restock): it relays them to the strategy's own store, then
+// lifts this instance's sold-out mark, so that its next order asks the
+// store that now has them.
+func (s *Service) unitsBack(ctx context.Context, sku string) {
+	s.relayReturns(ctx, sku)
+	s.soldOut.clear(sku)
 }
 
 // relayWait bounds the relay that follows a commit: the buyer's answer
@@ -404,10 +413,10 @@ func (s *Service) Restock(ctx context.Context, sku string, n int64) (Level, erro
 	if err != nil {
 		return Level{}, s.classify(ctx, err)
 	}
+	s.unitsBack(ctx, sku)
 	if s.relay == nil {
 		return s.store.Level(ctx, sku)
 	}
-	s.relayReturns(ctx, sku)
 	level, err := s.Level(ctx, sku)
 	if err != nil {
 		// The restock committed: a 503 would invite a retry that adds

@@ -28,6 +28,11 @@ type Service struct {
 	// relay is the strategy when it counts the stock outside the
 	// database: returns are marked for it and relayed (ReturnRelay).
 	relay ReturnRelay
+	// soldOut refuses the orders of a SKU just refused sold out without
+	// a round trip; nil when WithSoldOutTTL(0) turned it off.
+	soldOut    *soldOutMarks
+	soldOutTTL time.Duration
+	now        func() time.Time
 }
 
 // ServiceOption configures a Service.
@@ -76,6 +81,28 @@ func WithPerUserLimit(n int64) ServiceOption {
 	return func(s *Service) { s.limit = max(0, n) }
 }
 
+// WithSoldOutTTL sets how long an order refused sold out lets this instance
+// refuse the SKU's orders of as many units or more without asking the
+// store: once a sale's units are gone, most of its orders are answered so,
+// and the cheapest answer should be the one given most. It is also the
+// bound on how long this instance may answer sold out to an order that
+// units given back through another instance (a cancel, an expiry, a
+// restock, a new sale) would cover; those given back through this
+// instance lift the mark at once. The mark only refuses, so no order is
+// ever let through that the stock does not cover; an order with an
+// idempotency key always asks (a retry of an order taken gets its order).
+// Default DefaultSoldOutTTL (1s); 0 turns the mark off.
+func WithSoldOutTTL(d time.Duration) ServiceOption {
+	return func(s *Service) { s.soldOutTTL = max(0, d) }
+}
+
+// WithClock sets the clock the sold-out mark's time is read from (only
+// durations on it count, never its hour). Default time.Now; tests and the
+// schedule explorer step their own.
+func WithClock(now func() time.Time) ServiceOption {
+	return func(s *Service) { s.now = now }
+}
+
 // NewService returns a Service.
 func NewService(store Store, strategy Strategy, opts ...ServiceOption) *Service {
 	s := &Service{
@@ -86,9 +113,14 @@ func NewService(store Store, strategy Strategy, opts ...ServiceOption) *Service 
 		txAttempts: 5,
 		newID:      newOrderID,
 		obs:        NopObserver{},
+		soldOutTTL: DefaultSoldOutTTL,
+		now:        time.Now,
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.soldOutTTL > 0 {
+		s.soldOut = newSoldOutMarks(s.soldOutTTL, s.now)
 	}
 	s.relay, _ = strategy.(ReturnRelay)
 	return s
@@ -133,6 +165,16 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 
+	fingerprint := req.fingerprint()
+	sent := s.now()
+	if req.IdempotencyKey == "" && s.soldOut.refuses(req.SKU, req.Quantity) {
+		// Refused sold out a moment ago: refused again without asking.
+		// Not with a key: a retry of an order that was taken must get its
+		// order back, and only the strategy knows where the key is (the
+		// reservation strategies' reach the database later).
+		return Order{}, s.soldOutError(req)
+	}
+
 	order := Order{
 		ID:       s.newID(),
 		SKU:      req.SKU,
@@ -144,7 +186,6 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	if s.hold > 0 {
 		order.State, order.Hold = OrderHeld, s.hold
 	}
-	fingerprint := req.fingerprint()
 	var replayed Order
 
 	inTx := func(ctx context.Context, deduct func(context.Context, Tx) error) error {
@@ -225,13 +266,16 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return replayed, nil
 	}
 	err = s.classify(ctx, err)
+	if errors.Is(err, ErrSoldOut) {
+		s.soldOut.note(req.SKU, req.Quantity, sent)
+	}
 	if req.IdempotencyKey != "" && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) || errors.Is(err, ErrLimitReached)) {
 		if prior, ok := s.replayAfterRefusal(ctx, req.IdempotencyKey, fingerprint); ok {
 			return prior, nil
 		}
 	}
 	if errors.Is(err, ErrSoldOut) {
-		return Order{}, fmt.Errorf("%w: fewer than %d units of %q are available", ErrSoldOut, req.Quantity, req.SKU)
+		return Order{}, s.soldOutError(req)
 	}
 	if !refusal(err) {
 		s.log.Warn("order failed", "sku", req.SKU, "order_id", order.ID, "strategy", s.strategy.Name(), "err", err)
@@ -249,6 +293,11 @@ func refusal(err error) bool {
 		}
 	}
 	return false
+}
+
+// soldOutError is the refusal of an order the stock does not cover.
+func (s *Service) soldOutError(req Request) error {
+	return fmt.Errorf("%w: fewer than %d units of %q are available", ErrSoldOut, req.Quantity, req.SKU)
 }
 
 // limitReached is the refusal of an order past the per-user limit.
@@ -450,7 +499,11 @@ func (s *Service) StartSaleWindow(ctx context.Context, sku string, n int64, w Sa
 		return err
 	}
 	if starter, ok := s.strategy.(SaleKeeper); ok {
-		return starter.StartSaleWindow(ctx, sku, n, w)
+		err := starter.StartSaleWindow(ctx, sku, n, w)
+		if err == nil {
+			s.soldOut.clear(sku)
+		}
+		return err
 	}
 	// The database first, then the strategy's state. Neither sets anything
 	// back: StartSale bumps the version and keeps the fence, and the lock's
@@ -463,6 +516,7 @@ func (s *Service) StartSaleWindow(ctx context.Context, sku string, n int64, w Sa
 			return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name(), sku, err)
 		}
 	}
+	s.soldOut.clear(sku)
 	return nil
 }
 

@@ -186,6 +186,39 @@ func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[
 	return read(existing, " ORDER BY user_id FOR UPDATE")
 }
 
+func (t *tx) ClaimFirstUnits(ctx context.Context, sku string, claims map[string]int64) ([]string, error) {
+	users := make([]string, 0, len(claims))
+	for u := range claims {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	args := make([]any, 0, 3*len(users))
+	for _, u := range users {
+		args = append(args, sku, u, claims[u])
+	}
+	// IGNORE skips the buyers that have a row (after waiting for a
+	// transaction inserting the same one), and RETURNING names the rows
+	// inserted. What else IGNORE would turn into a warning cannot happen
+	// here: the user_id is validated to fit its column, and the units are
+	// positive.
+	rows, err := t.tx.QueryContext(ctx, `
+		INSERT IGNORE INTO buyer_units (sku, user_id, units) VALUES `+placeholders(len(users), "(?, ?, ?)")+`
+		RETURNING user_id`, args...)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	var created []string
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		created = append(created, u)
+	}
+	return created, wrap(ctx, rows.Err())
+}
+
 func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map[string]int64, limit int64) (bool, error) {
 	var fresh, grown []string
 	for u := range claims {
@@ -247,6 +280,30 @@ func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map[stri
 		}
 	}
 	return true, nil
+}
+
+func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error {
+	users := make([]string, 0, len(units))
+	for u := range units {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	var when strings.Builder
+	var args []any
+	for _, u := range users {
+		when.WriteString(" WHEN ? THEN ?")
+		args = append(args, u, units[u])
+	}
+	args = append(args, args...)
+	args = append(args, sku)
+	for _, u := range users {
+		args = append(args, u)
+	}
+	// Rows this transaction claimed, so locked by it already.
+	_, err := t.tx.ExecContext(ctx, `
+		UPDATE buyer_units SET units = GREATEST(units - CASE user_id`+when.String()+` END, 0)
+		WHERE sku = ? AND user_id IN (`+placeholders(len(users), "?")+`)`, args...)
+	return wrap(ctx, err)
 }
 
 func (t *tx) Restock(ctx context.Context, sku string, quantity int64) (bool, error) {

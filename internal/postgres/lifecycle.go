@@ -96,15 +96,24 @@ func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[
 	return units, wrap(ctx, rows.Err())
 }
 
+func (t *tx) ClaimFirstUnits(ctx context.Context, sku string, claims map[string]int64) ([]string, error) {
+	// DO NOTHING waits for a transaction inserting the same buyer, and
+	// leaves the buyer out if it commits; a row that exists is not locked.
+	users, quantities := sortedClaims(claims)
+	rows, err := t.tx.Query(ctx, `
+		INSERT INTO buyer_units (sku, user_id, units)
+		SELECT $1::text, u, q FROM unnest($2::text[], $3::bigint[]) AS c (u, q)
+		ON CONFLICT (sku, user_id) DO NOTHING
+		RETURNING user_id`, sku, users, quantities)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	created, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return created, wrap(ctx, err)
+}
+
 func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, _ map[string]int64, limit int64) (bool, error) {
-	users, quantities := make([]string, 0, len(claims)), make([]int64, 0, len(claims))
-	for u := range claims {
-		users = append(users, u)
-	}
-	slices.Sort(users)
-	for _, u := range users {
-		quantities = append(quantities, claims[u])
-	}
+	users, quantities := sortedClaims(claims)
 	tag, err := t.tx.Exec(ctx, `
 		INSERT INTO buyer_units (sku, user_id, units)
 		SELECT $1::text, u, q FROM unnest($2::text[], $3::bigint[]) AS c (u, q) WHERE q <= $4::bigint
@@ -114,6 +123,30 @@ func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, _ map[string]
 		return false, wrap(ctx, err)
 	}
 	return tag.RowsAffected() == int64(len(users)), nil
+}
+
+func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error {
+	users, quantities := sortedClaims(units)
+	_, err := t.tx.Exec(ctx, `
+		UPDATE buyer_units b SET units = GREATEST(b.units - r.q, 0)
+		FROM unnest($2::text[], $3::bigint[]) AS r (u, q)
+		WHERE b.sku = $1 AND b.user_id = r.u`, sku, users, quantities)
+	return wrap(ctx, err)
+}
+
+// sortedClaims lists the buyers of claims in order, with their units:
+// statements over several buyers' rows take them in buyer order, as every
+// transaction does, so two never wait for each other's in opposite orders.
+func sortedClaims(claims map[string]int64) ([]string, []int64) {
+	users, quantities := make([]string, 0, len(claims)), make([]int64, 0, len(claims))
+	for u := range claims {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	for _, u := range users {
+		quantities = append(quantities, claims[u])
+	}
+	return users, quantities
 }
 
 func (t *tx) Restock(ctx context.Context, sku string, quantity int64) (bool, error) {

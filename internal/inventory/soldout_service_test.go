@@ -1,0 +1,167 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/testdb"
+)
+
+// handClock is a clock the test moves by hand, for the sold-out mark.
+type handClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *handClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *handClock) step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// markStrategies are the strategies the sold-out mark is run on: one of
+// each way a strategy takes an order (a transaction the service runs, a
+// batch the strategy runs, a lock around the transaction, Redis first).
+var markStrategies = []string{inventory.NameConditional, inventory.NameBatched, inventory.NameRedisLock, inventory.NameRedisReserve, inventory.NameRedisWatch}
+
+// forEachMarkStrategy runs test on both engines for markStrategies, each
+// with two instances (services) over one database and one strategy's
+// servers: a, whose clock the test moves, and b.
+func forEachMarkStrategy(t *testing.T, test func(t *testing.T, a, b *inventory.Service, clock *handClock)) {
+	for _, engine := range store.Engines {
+		for _, name := range markStrategies {
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				db := testdb.New(t, engine, 8)
+				strategy := strategies()[name](t, engine, db)
+				clock := &handClock{t: time.Unix(1_000_000, 0)}
+				a := inventory.NewService(db, strategy, inventory.WithClock(clock.now), inventory.WithSoldOutTTL(time.Second))
+				b := inventory.NewService(db, strategy)
+				test(t, a, b, clock)
+			})
+		}
+	}
+}
+
+func order(t *testing.T, svc *inventory.Service, sku, user, key string) (inventory.Order, error) {
+	t.Helper()
+	return svc.PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: 1, UserID: user, IdempotencyKey: key})
+}
+
+// TestSoldOutMarkAnswersWithoutAskingUntilItsBound: once an instance was
+// told sold out, it refuses the SKU's orders without asking the store, so
+// a unit restocked through another instance is refused to it, for the
+// bound and no longer; an instance's own restock lifts its mark at once.
+// Nothing is ever let through that the stock does not cover.
+func TestSoldOutMarkAnswersWithoutAskingUntilItsBound(t *testing.T) {
+	forEachMarkStrategy(t, func(t *testing.T, a, b *inventory.Service, clock *handClock) {
+		ctx := context.Background()
+		if err := a.StartSale(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := order(t, a, "s", "u1", ""); err != nil {
+			t.Fatalf("the only unit: %v", err)
+		}
+		if _, err := order(t, a, "s", "u2", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("an order past the stock: %v, want sold out", err)
+		}
+		if _, err := b.Restock(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.step(999 * time.Millisecond)
+		if _, err := order(t, a, "s", "u3", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("within the bound of a refusal, a marked instance asked the store (it answered %v)", err)
+		}
+		// b never saw the sale sold out: it asks, and the unit is there.
+		if _, err := order(t, b, "s", "u4", ""); err != nil {
+			t.Fatalf("an instance without a mark: %v", err)
+		}
+		if _, err := order(t, b, "s", "u5", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("b, past the stock: %v", err)
+		}
+		// b's restock comes back to a once its bound has passed.
+		if _, err := b.Restock(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.step(time.Millisecond)
+		if _, err := order(t, a, "s", "u6", ""); err != nil {
+			t.Fatalf("past the bound, the restocked unit was refused: %v", err)
+		}
+		// a's own restock lifts its mark at once.
+		if _, err := order(t, a, "s", "u7", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("past the stock: %v", err)
+		}
+		if _, err := a.Restock(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := order(t, a, "s", "u8", ""); err != nil {
+			t.Fatalf("after the instance's own restock: %v", err)
+		}
+		// And a new sale through it.
+		if _, err := order(t, a, "s", "u9", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("past the stock: %v", err)
+		}
+		if err := a.StartSale(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := order(t, a, "s", "u10", ""); err != nil {
+			t.Fatalf("after the instance's own new sale: %v", err)
+		}
+		audit := quietAudit(t, a, "s")
+		if !audit.Consistent() || audit.Available != 0 || audit.Orders != 1 {
+			t.Fatalf("audit of the new sale: %+v", audit)
+		}
+	})
+}
+
+// TestSoldOutMarkStillReplaysAKeyThatWasTaken: a retry of an order that was
+// taken gets its order back from a marked instance, not "sold out".
+func TestSoldOutMarkStillReplaysAKeyThatWasTaken(t *testing.T) {
+	forEachMarkStrategy(t, func(t *testing.T, a, _ *inventory.Service, _ *handClock) {
+		ctx := context.Background()
+		if err := a.StartSale(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		first, err := order(t, a, "s", "u1", "key-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := order(t, a, "s", "u2", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("past the stock: %v", err)
+		}
+		again, err := order(t, a, "s", "u1", "key-1")
+		if err != nil || again.ID != first.ID {
+			t.Fatalf("the retry of a taken order from a marked instance: %+v, %v; want order %s", again, err, first.ID)
+		}
+	})
+}
+
+// TestSoldOutMarkRefusesOnlyOrdersTheRefusalCovers: a refusal of more units
+// than are left does not refuse a smaller order the stock covers.
+func TestSoldOutMarkRefusesOnlyOrdersTheRefusalCovers(t *testing.T) {
+	forEachMarkStrategy(t, func(t *testing.T, a, _ *inventory.Service, _ *handClock) {
+		ctx := context.Background()
+		if err := a.StartSale(ctx, "s", 3); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.PlaceOrder(ctx, inventory.Request{SKU: "s", Quantity: 4, UserID: "u1"}); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("4 of 3 units: %v", err)
+		}
+		for i := range 3 {
+			if _, err := a.PlaceOrder(ctx, inventory.Request{SKU: "s", Quantity: 1, UserID: "u2"}); err != nil {
+				t.Fatalf("unit %d of 3, after a refusal of 4: %v", i+1, err)
+			}
+		}
+	})
+}
