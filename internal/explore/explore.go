@@ -395,8 +395,10 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick picker) (result, e
 	services := make([]*inventory.Service, max(1, sc.Instances))
 	for i := range services {
 		services[i] = inventory.NewService(st, sc.Strategy(env),
-			// The scheduler decides what happens when; no deadline may.
+			// The scheduler decides what happens when; no deadline may,
+			// and no sold-out mark's bound passes (the clock stands still).
 			inventory.WithOrderTimeout(time.Minute),
+			inventory.WithClock(standingClock),
 			inventory.WithPerUserLimit(sc.PerUserLimit),
 			inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	}
@@ -591,3 +593,8 @@ func outcomeOf(err error) history.Outcome {
 	}
 	return history.NoEffect
 }
+
+// standingClock is a clock that never moves: the instances' sold-out marks
+// refuse to the end of a schedule, whatever its length, so that a schedule
+// replays the same however long its steps take.
+func standingClock() time.Time { return time.Unix(1_000_000, 0) }

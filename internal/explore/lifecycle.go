@@ -3,6 +3,7 @@ package explore
 import (
 	"context"
 	"errors"
+	"sync"
 	"fmt"
 	"io"
 	"log/slog"
@@ -46,6 +47,38 @@ type Lifecycle struct {
 	// SKIP LOCKED sometimes waits for a row another transaction holds
 	// instead of skipping it, which no schedule decides.
 	RetryUnreplayed int
+	// SoldOutBound adds an entity at whose step ("sold-out mark's bound
+	// passes") the instances' clock moves past SOLD_OUT_TTL, so that a
+	// sold-out mark set before it refuses no more. Without it the clock
+	// stands still and a mark refuses to the end of the schedule.
+	SoldOutBound bool
+	// MarkOutlivesBound is the control of the sold-out mark's bound: the
+	// bound's step leaves the clock where it is, so that a mark refuses
+	// past it, as one that never expired would.
+	MarkOutlivesBound bool
+}
+
+// soldOutTTL is the instances' SOLD_OUT_TTL in a lifecycle schedule; only
+// the bound's step moves their clock, by more than it.
+const soldOutTTL = time.Second
+
+// stepClock is the instances' clock for the sold-out mark: it stands still
+// but at the bound's step. Only the entity that runs moves it.
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stepClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *stepClock) pass(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }
 
 // Hold is an order placed before the schedule begins, held for a day:
@@ -118,6 +151,10 @@ type Actor struct {
 	Instance int
 	// User is the buyer's user_id for Buy; "" for one of its own.
 	User string
+	// Retry, for Buy: once refused sold out, the buyer buys again (a
+	// click after the answer): its second call starts after its first
+	// answer, so the sold-out mark its first refusal set may answer it.
+	Retry bool
 }
 
 // holdTTL is how long every order of a lifecycle schedule is held: long
@@ -135,6 +172,11 @@ type lifecycleAnswer struct {
 	order inventory.Order
 	swept int
 	err   error
+	// first is the refusal of a buyer's first attempt when it bought
+	// again (Actor.Retry), at firstAt: the trace's length when it was
+	// answered, which is also when the second attempt was sent.
+	first   error
+	firstAt int64
 }
 
 // said is the state of its order an answer names: the order's state on
@@ -224,12 +266,15 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 	}
 	services := make([]*inventory.Service, instances)
 	strategies := make([]inventory.Strategy, instances)
+	clock := &stepClock{t: time.Unix(1_000_000, 0)}
 	for i := range services {
 		strategies[i] = lc.Strategy(env)
 		services[i] = inventory.NewService(st, strategies[i],
 			// The scheduler decides what happens when; no deadline may,
-			// and no hold lapses but by the scheduler's choice.
+			// and no hold lapses, nor a sold-out mark's bound passes, but
+			// by the scheduler's choice.
 			inventory.WithOrderTimeout(time.Minute),
+			inventory.WithClock(clock.now), inventory.WithSoldOutTTL(soldOutTTL),
 			inventory.WithHoldTTL(holdTTL), inventory.WithPerUserLimit(lc.PerUserLimit),
 			inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	}
@@ -306,7 +351,13 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 				if user == "" {
 					user = "buyer-" + e.name
 				}
-				ans.order, ans.err = svc.PlaceOrder(ectx, inventory.Request{SKU: sku, Quantity: a.Quantity, UserID: user})
+				req := inventory.Request{SKU: sku, Quantity: a.Quantity, UserID: user}
+				ans.order, ans.err = svc.PlaceOrder(ectx, req)
+				if a.Retry && errors.Is(ans.err, inventory.ErrSoldOut) {
+					// Only this entity runs: the trace stands still.
+					ans.first, ans.firstAt = ans.err, int64(len(s.trace))
+					ans.order, ans.err = svc.PlaceOrder(ectx, req)
+				}
 				if w != nil {
 					w.buyerDone()
 				}
@@ -331,6 +382,20 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 			lapseErrs[i] = x.clock.Lapse(ctx, holds[i].ID)
 		}()
 	}
+	boundAt := int64(-1) // the trace's length at the bound's step; -1: not passed
+	if lc.SoldOutBound {
+		e := s.newEntity("sold-out mark", -1)
+		go func() {
+			defer func() { s.events <- event{e: e, kind: evDone} }()
+			if s.park(e, stepBound, 0).abort {
+				return
+			}
+			boundAt = int64(len(s.trace))
+			if !lc.MarkOutlivesBound {
+				clock.pass(soldOutTTL + time.Millisecond)
+			}
+		}()
+	}
 	if w != nil {
 		go w.run(ctx, sku)
 	}
@@ -345,7 +410,7 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 	for i, a := range lc.Actors {
 		res.outcomes = append(res.outcomes, answers[i].outcome(a.Act))
 	}
-	res.audit, res.problems = x.checkLifecycle(ctx, lc, sku, st, holds, answers, returned, s)
+	res.audit, res.problems = x.checkLifecycle(ctx, lc, sku, st, holds, answers, returned, boundAt, s)
 	if w != nil {
 		// Returns a failed relay left marked go back first (the sweep
 		// would); then the store's books must be the database's.
@@ -385,6 +450,46 @@ func sweepLeftovers(ctx context.Context, svc *inventory.Service) error {
 	return nil
 }
 
+// markedCall is the call, in the history's doubled positions, of actor i's
+// second attempt, refused sold out, as the sold-out mark lets it be: a
+// mark stands for the refusal that set it, so the refusal it answers may
+// be as old as the oldest refusal on the same instance that was answered
+// before the attempt was sent, and sent after the bound's step when that
+// step came before the attempt (the clock then moved past every older
+// mark). A refusal no mark explains keeps its own call, and the history
+// then shows a unit refused that was there.
+func markedCall(lc Lifecycle, answers []lifecycleAnswer, returned []int64, i int, boundAt int64) int64 {
+	call := 2*answers[i].firstAt + 1
+	bound := int64(-1)
+	if boundAt >= 0 && 2*boundAt < call {
+		bound = 2 * boundAt
+	}
+	type attempt struct{ sent, answered int64 }
+	earliest := call
+	for j, act := range lc.Actors {
+		if act.Act != Buy || act.Instance != lc.Actors[i].Instance {
+			continue
+		}
+		a := answers[j]
+		var refused []attempt
+		switch {
+		case a.first != nil:
+			refused = append(refused, attempt{0, 2 * a.firstAt})
+			if j != i && errors.Is(a.err, inventory.ErrSoldOut) {
+				refused = append(refused, attempt{2*a.firstAt + 1, 2 * returned[j]})
+			}
+		case errors.Is(a.err, inventory.ErrSoldOut):
+			refused = append(refused, attempt{0, 2 * returned[j]})
+		}
+		for _, r := range refused {
+			if r.answered < call && r.sent >= bound {
+				earliest = min(earliest, r.sent)
+			}
+		}
+	}
+	return earliest
+}
+
 // checkLifecycle holds one finished schedule of the lifecycle to the
 // rules: the audit adds up (no unit returned twice, none lost, none
 // oversold); the units the committed transactions gave back are the units
@@ -395,7 +500,7 @@ func sweepLeftovers(ctx context.Context, svc *inventory.Service) error {
 // nothing else expires them; and the buyers' history is linearizable
 // against a stock counter that the returns add to.
 func (x *Explorer) checkLifecycle(ctx context.Context, lc Lifecycle, sku string, st *store, holds []inventory.Order,
-	answers []lifecycleAnswer, returned []int64, s *scheduler,
+	answers []lifecycleAnswer, returned []int64, boundAt int64, s *scheduler,
 ) (inventory.Audit, []string) {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
@@ -442,9 +547,9 @@ func (x *Explorer) checkLifecycle(ctx context.Context, lc Lifecycle, sku string,
 		// end of the schedule (its late commit may land after its
 		// answer).
 		if units := st.returned[i]; units > 0 {
-			op := history.Op{Client: i, SKU: sku, Quantity: -units, Return: returned[i], Outcome: history.OK}
+			op := history.Op{Client: i, SKU: sku, Quantity: -units, Return: 2 * returned[i], Outcome: history.OK}
 			if s.lostAnswer[i] {
-				op.Return = int64(len(s.trace) + 1)
+				op.Return = 2 * int64(len(s.trace)+1)
 			}
 			ops = append(ops, op)
 		}
@@ -461,7 +566,18 @@ func (x *Explorer) checkLifecycle(ctx context.Context, lc Lifecycle, sku string,
 		}
 		if act.Act == Buy {
 			outcome := outcomeOf(ans.err)
-			ops = append(ops, history.Op{Client: i, SKU: sku, Quantity: act.Quantity, Return: returned[i], Outcome: outcome})
+			op := history.Op{Client: i, SKU: sku, Quantity: act.Quantity, Return: 2 * returned[i], Outcome: outcome}
+			if ans.first != nil {
+				// Two attempts: the first refused, the second sent after
+				// that answer (positions are doubled, so that one lies
+				// between two of the trace's).
+				ops = append(ops, history.Op{Client: i, SKU: sku, Quantity: act.Quantity, Return: 2 * ans.firstAt, Outcome: history.SoldOut})
+				op.Call = 2*ans.firstAt + 1
+				if outcome == history.SoldOut {
+					op.Call = markedCall(lc, answers, returned, i, boundAt)
+				}
+			}
+			ops = append(ops, op)
 			switch outcome {
 			case history.OK:
 				if o, found, err := x.store.FindOrder(ctx, ans.order.ID); err != nil || !found || o.Quantity != act.Quantity {

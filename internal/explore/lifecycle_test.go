@@ -48,6 +48,9 @@ type lifecycleShape struct {
 	samples int
 	// limit is PER_USER_LIMIT (0: none).
 	limit int64
+	// soldOutBound: the sold-out mark's bound passes at a step of the
+	// schedule (Lifecycle.SoldOutBound).
+	soldOutBound bool
 }
 
 // lifecycleShapes are the races of the lifecycle: each pits two
@@ -78,6 +81,15 @@ func lifecycleShapes(t *testing.T) []lifecycleShape {
 		{name: "one buyer ordering twice on two instances, PER_USER_LIMIT=1", stock: 2, limit: 1,
 			actors: []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
 			max:    scaled(t, 120), samples: scaled(t, 30)},
+		// The sold-out mark (SOLD_OUT_TTL): the buyer's first click is
+		// refused while the unit is held, which marks the SKU sold out on
+		// its instance; the cancel gives the unit back through the other
+		// instance, and the mark's bound passes at any step. Once it has
+		// passed, a unit given back is the buyer's on its next click.
+		{name: "a buyer clicking again while a cancel on another instance gives the unit back", stock: 1,
+			holds:  []explore.Hold{{Quantity: 1}},
+			actors: []explore.Actor{{Act: explore.Buy, Quantity: 1, Retry: true}, {Act: explore.Cancel, Instance: 1}},
+			max:    scaled(t, 120), samples: scaled(t, 30), soldOutBound: true},
 	}
 }
 
@@ -129,6 +141,7 @@ func TestEveryLifecycleSchedule(t *testing.T) {
 						Strategy:        c.strategy,
 						Faults:          c.faults,
 						PerUserLimit:    shape.limit,
+						SoldOutBound:    shape.soldOutBound,
 						MaxSchedules:    shape.max,
 						Samples:         shape.samples,
 						Seed:            s,
@@ -291,6 +304,35 @@ func TestHarnessCatchesAUnitReturnedTwice(t *testing.T) {
 	t.Logf("caught, as it must be: %s", f)
 	if problems := strings.Join(f.Problems, "; "); !strings.Contains(problems, "audit broken") {
 		t.Errorf("the first failure does not show the audit broken: %s", problems)
+	}
+}
+
+// TestHarnessCatchesAMarkPastItsBound: the control of the sold-out mark's
+// bound. With a mark that outlives it, the buyer's second click is refused
+// in the schedules where the cancel gave the unit back and the bound
+// passed before that click, and the history must show a unit refused that
+// was there; the schedules where the mark was still in its time, or the
+// unit not yet back, stay right.
+func TestHarnessCatchesAMarkPastItsBound(t *testing.T) {
+	x := openLifecycle(t, "postgres", nil)
+	lc := explore.Lifecycle{Name: "a buyer clicking again while a cancel on another instance gives the unit back, the mark outliving its bound", Stock: 1,
+		Holds:        []explore.Hold{{Quantity: 1}},
+		Actors:       []explore.Actor{{Act: explore.Buy, Quantity: 1, Retry: true}, {Act: explore.Cancel, Instance: 1}},
+		Strategy:     func(explore.Env) inventory.Strategy { return inventory.NewConditional() },
+		SoldOutBound: true, MarkOutlivesBound: true,
+		MaxSchedules: 200, Samples: 0, Seed: 1}
+	r, err := x.ExploreLifecycle(context.Background(), lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Failed == 0 || r.Failed == r.Schedules {
+		t.Fatalf("%s: %d of %d schedules broke a rule, want some and not all", lc.Name, r.Failed, r.Schedules)
+	}
+	f := r.Failures[0]
+	t.Logf("caught, as it must be: %s", f)
+	if problems := strings.Join(f.Problems, "; "); !strings.Contains(problems, "not linearizable") {
+		t.Errorf("the first failure does not show the history broken: %s", problems)
 	}
 }
 

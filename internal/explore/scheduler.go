@@ -64,6 +64,9 @@ const (
 	stepSweep  = "sweep lapsed holds"
 	stepLapse  = "lapses"
 	stepClaim  = "claim buyer's units"
+	// stepBound: the sold-out mark's bound passes (SOLD_OUT_TTL, a
+	// clock's step): a mark set before it refuses no more.
+	stepBound = "bound passes"
 )
 
 // grant is the scheduler's answer to a parked entity.
