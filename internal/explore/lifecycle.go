@@ -3,10 +3,10 @@ package explore
 import (
 	"context"
 	"errors"
-	"sync"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/flashsale/stock/internal/history"
