@@ -121,6 +121,13 @@ type plan struct {
 	LifecyclePayPercent   int
 	LifecycleCancelPct    int
 	LifecycleTwicePercent int
+
+	// The capacity estimate (report: "Capacity"): the orders/s of each
+	// strategy on a machine of CapacityServiceCores cores for the
+	// service's instances and CapacityDatabaseCores for the database,
+	// from the CPU per order measured in this run.
+	CapacityServiceCores  int
+	CapacityDatabaseCores int
 }
 
 // loadPlan reads the plan through getenv and reports every bad value at once.
@@ -230,6 +237,11 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	p.LifecyclePayPercent = integer("LIFECYCLE_PAY_PERCENT", 50, 0, 100)
 	p.LifecycleCancelPct = integer("LIFECYCLE_CANCEL_PERCENT", 50, 0, 100)
 	p.LifecycleTwicePercent = integer("LIFECYCLE_TWICE_PERCENT", 25, 0, 100)
+	// Eight and eight: a modest pair of servers, four times this 2-core
+	// machine each, so that the estimate reads as a different machine
+	// rather than this one.
+	p.CapacityServiceCores = integer("CAPACITY_SERVICE_CORES", 8, 1, 1024)
+	p.CapacityDatabaseCores = integer("CAPACITY_DATABASE_CORES", 8, 1, 1024)
 	if p.LifecycleHoldTTL < time.Second {
 		// bin/stock refuses it: a buyer could not pay in time.
 		bad("LIFECYCLE_HOLD_TTL=%s is shorter than a second, which the service refuses", p.LifecycleHoldTTL)
@@ -408,6 +420,8 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 	s = append(s,
 		report.Setting{Name: "hot-row ceiling", Value: fmt.Sprintf("%s per measurement, %d connections (and 1), before each of the %d rounds", p.CeilingDuration, p.Instances*p.DBMaxConns, p.Rounds), Note: "internal/hotrow through the service's store adapters; the report shows the median"},
 		report.Setting{Name: "load generator ceiling", Value: fmt.Sprintf("%d VUs for %s", p.LoadGenVUs, p.LoadGenDuration), Note: "k6 against GET /healthz on the same instances; then the Go client with as many workers"},
+		report.Setting{Name: "capacity estimate", Value: fmt.Sprintf("CAPACITY_SERVICE_CORES=%d CAPACITY_DATABASE_CORES=%d", p.CapacityServiceCores, p.CapacityDatabaseCores),
+			Note: "the cores of the machine the estimate is for: the service's instances together, and the database"},
 	)
 	for _, b := range p.Backends {
 		s = append(s, report.Setting{Name: "DATABASE_URL (" + b.Name + ")", Value: b.URL})

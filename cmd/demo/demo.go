@@ -48,6 +48,9 @@ type demo struct {
 	skus map[string][]string
 	// steadyRates is the rate offered per backend.
 	steadyRates map[string]int
+	// pids are the servers' processes by address, looked up once (the
+	// steps run one at a time, so the map needs no lock).
+	pids map[string]pidLookup
 }
 
 // strategiesOf asks the service binary which strategies it has.
@@ -105,7 +108,11 @@ func (d *demo) measureLoadGen(ctx context.Context) {
 		return
 	}
 	defer f.stop()
+	// The service's CPU per request and k6's: the database has nothing
+	// to do for /healthz.
+	healthzMeter := &cpuMeter{components: []component{serviceComponent(f)}}
 	res := d.k6.run(ctx, k6Job{
+		Meter:  healthzMeter,
 		Label:  "healthz",
 		Script: "healthz.js",
 		Vars: [][2]string{
@@ -126,6 +133,7 @@ func (d *demo) measureLoadGen(ctx context.Context) {
 		return
 	}
 	lg.Requests = res.Summary.Count("http_reqs")
+	lg.Cost = res.Cost
 	// The requests over the configured duration: the summary's own rate
 	// divides by the whole test run, setup included.
 	lg.RequestsPerSec = float64(lg.Requests) / d.p.LoadGenDuration.Seconds()
@@ -134,7 +142,10 @@ func (d *demo) measureLoadGen(ctx context.Context) {
 	}
 	d.progress.note("load generator: %.0f requests/s", lg.RequestsPerSec)
 	// The second load generator on the same instances, right after.
+	goMeter := healthzMeter.with(selfComponent())
+	before := goMeter.sample(0, 0)
 	g := goHealthz(ctx, f.urls(), d.p.LoadGenVUs, d.p.LoadGenDuration)
+	g.Cost = goMeter.cost(before, goMeter.sample(g.Requests, 0), "the Go client's whole run, its workers' start included")
 	d.rep.GoLoadGen = &g
 	d.progress.note("Go load generator: %.0f requests/s (p99 %s)", g.RequestsPerSec, g.P99.Round(10*time.Microsecond))
 }
@@ -356,7 +367,10 @@ func (d *demo) runGoBurst(ctx context.Context, f *fleet, k6 *report.Run) {
 		Stock: k6.Stock, Buyers: k6.Buyers, Workers: k6.VUs,
 	}
 	d.skus[k6.Backend] = append(d.skus[k6.Backend], g.SKU)
+	meter := d.meter(f, d.backend(k6.Backend), k6.Strategy).with(selfComponent())
+	before := meter.sample(0, 0)
 	goBurst(ctx, f.urls(), d.p.AdminToken, &g, d.burstMaxDuration(g.Stock))
+	g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders), "the Go client's whole burst, from putting the units on sale to the last answer")
 	audit, err := fetchAudit(ctx, f, d.p.AdminToken, g.SKU)
 	if err != nil {
 		g.Error = strings.TrimPrefix(g.Error+"; "+err.Error(), "; ")
@@ -447,6 +461,7 @@ func (d *demo) runScenario(ctx context.Context, f *fleet, r *report.Run) {
 		backlog = d.sampleBacklog(ctx, f, r.SKU)
 	}
 	res := d.k6.run(ctx, k6Job{
+		Meter:           d.meter(f, d.backend(r.Backend), r.Strategy),
 		Label:           fmt.Sprintf("%s · %s · %s", r.Backend, r.Strategy, r.Scenario),
 		Script:          "flashsale.js",
 		Vars:            vars,
@@ -457,6 +472,7 @@ func (d *demo) runScenario(ctx context.Context, f *fleet, r *report.Run) {
 	})
 	r.Command = instancesCommand(f) + "\n" + res.Command
 	r.ExitCode, r.Summary, r.Wall = res.ExitCode, res.Summary, res.Wall
+	r.Cost, r.SellCost = res.Cost, res.SellCost
 	var errs []error
 	if res.Err != nil {
 		errs = append(errs, res.Err)
@@ -501,6 +517,16 @@ func (d *demo) runScenario(ctx context.Context, f *fleet, r *report.Run) {
 		d.progress.note("audit: initial %d, available %d, ordered %d in %d orders → %s %s",
 			r.Audit.Initial, r.Audit.Available, r.Audit.Ordered, r.Audit.Orders, report.StatusText(v), strings.Join(v.Problems, "; "))
 	}
+}
+
+// backend is the plan's backend of that name.
+func (d *demo) backend(name string) backend {
+	for _, b := range d.p.Backends {
+		if b.Name == name {
+			return b
+		}
+	}
+	return backend{Name: name}
 }
 
 func roundSuffix(rounds, round int) string {

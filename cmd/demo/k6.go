@@ -60,6 +60,9 @@ type k6Job struct {
 	// Planned is how long the load should take, for the progress line (0:
 	// until done).
 	Planned time.Duration
+	// Meter, when set, reads the CPU of the run's processes while k6 runs
+	// (k6 itself is added to it), for the result's Cost and SellCost.
+	Meter *cpuMeter
 }
 
 // k6Runner runs k6 jobs one after the other and shows their progress.
@@ -79,6 +82,8 @@ type k6Result struct {
 	// Err is set when k6 did not run or left no summary; a non-zero exit
 	// alone (99: a threshold crossed) is not an error here.
 	Err error
+	// Cost and SellCost are what the load cost (runCosts), with a Meter.
+	Cost, SellCost *report.CPUCost
 }
 
 // k6CannotStartRESTAPI is k6's exit code when its REST API cannot listen
@@ -87,7 +92,7 @@ const k6CannotStartRESTAPI = 106
 
 // start runs k6 with args and env, its output to log, polling its REST API
 // on port for the progress line, and returns when k6 has exited.
-func (k *k6Runner) start(ctx context.Context, job k6Job, args, env []string, log *os.File, port int) (time.Time, error) {
+func (k *k6Runner) start(ctx context.Context, job k6Job, args, env []string, log *os.File, port int) (time.Time, *k6Samples, error) {
 	cmd := exec.CommandContext(ctx, k.bin, args...)
 	cmd.Dir = k.loadtestDir
 	cmd.Env = append(os.Environ(), env...)
@@ -99,18 +104,35 @@ func (k *k6Runner) start(ctx context.Context, job k6Job, args, env []string, log
 
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
-		return started, fmt.Errorf("starting k6: %w", err)
+		return started, nil, fmt.Errorf("starting k6: %w", err)
 	}
-	// The poller is owned by this call: stopped and joined before return.
+	api := fmt.Sprintf("http://127.0.0.1:%d", port)
+	// The poller and the sampler are owned by this call: stopped and
+	// joined before return.
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		k.poll(fmt.Sprintf("http://127.0.0.1:%d", port), job, started, stop)
+		k.poll(api, job, started, stop)
 	}()
+	var samples *k6Samples
+	sampled := make(chan struct{})
+	if job.Meter != nil {
+		samples = newK6Samples(job.Meter, cmd.Process.Pid, job.Script)
+		go func() {
+			defer close(sampled)
+			samples.run(api, stop)
+		}()
+	} else {
+		close(sampled)
+	}
 	err := cmd.Wait()
 	close(stop)
 	<-done
-	return started, err
+	<-sampled
+	if samples != nil && cmd.ProcessState != nil {
+		samples.exited(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
+	}
+	return started, samples, err
 }
 
 // run runs job, polling k6's REST API for the progress line while it runs.
@@ -158,6 +180,7 @@ func (k *k6Runner) run(ctx context.Context, job k6Job) k6Result {
 	var started time.Time
 	var waitErr error
 	var log *os.File
+	var samples *k6Samples
 	for try := 1; ; try++ {
 		port, err := freePort()
 		if err != nil {
@@ -170,7 +193,7 @@ func (k *k6Runner) run(ctx context.Context, job k6Job) k6Result {
 			res.Err = err
 			return res
 		}
-		started, waitErr = k.start(ctx, job, args, env, log, port)
+		started, samples, waitErr = k.start(ctx, job, args, env, log, port)
 		var ee *exec.ExitError
 		if try < 3 && errors.As(waitErr, &ee) && ee.ExitCode() == k6CannotStartRESTAPI {
 			log.Close()
@@ -195,6 +218,9 @@ func (k *k6Runner) run(ctx context.Context, job k6Job) k6Result {
 		res.Err = errors.Join(res.Err, fmt.Errorf("k6 left no summary (exit %d, see %s): %w", res.ExitCode, log.Name(), err))
 	}
 	res.Summary = s
+	if samples != nil && s != nil {
+		res.Cost, res.SellCost = samples.costs(s)
+	}
 	k.progress.finish(job.Label, res)
 	return res
 }
@@ -214,6 +240,39 @@ func (k *k6Runner) poll(api string, job k6Job, started time.Time, stop <-chan st
 		orders, _ := k6Counter(client, api, "orders")
 		k.progress.update(job.Label, time.Since(started), job.Planned, reqs, orders)
 	}
+}
+
+// k6Counters reads every counter from k6's REST API (GET /v1/metrics):
+// one request, however many counters the caller needs.
+func k6Counters(client *http.Client, api string) (map[string]float64, error) {
+	resp, err := client.Get(api + "/v1/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil, fmt.Errorf("k6 API: %s", resp.Status)
+	}
+	var body struct {
+		Data []struct {
+			ID         string `json:"id"`
+			Attributes struct {
+				Type   string             `json:"type"`
+				Sample map[string]float64 `json:"sample"`
+			} `json:"attributes"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range body.Data {
+		if m.Attributes.Type == "counter" {
+			out[m.ID] = m.Attributes.Sample["count"]
+		}
+	}
+	return out, nil
 }
 
 // k6Counter reads a counter from k6's REST API (GET /v1/metrics/{name}).

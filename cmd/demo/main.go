@@ -130,6 +130,7 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 		k6:          &k6Runner{bin: k6Bin, loadtestDir: loadtestDir, progress: prog},
 		skus:        map[string][]string{},
 		steadyRates: map[string]int{},
+		pids:        map[string]pidLookup{},
 		rep: &report.Report{
 			Title:         "Flash sale: anti-oversell strategies under load",
 			Started:       started,
@@ -137,6 +138,7 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 			Strategies:    p.Strategies,
 			Rounds:        p.Rounds,
 			BuyersPerUnit: p.buyersPerUnit(),
+			Capacity:      &report.Capacity{ServiceCores: p.CapacityServiceCores, DatabaseCores: p.CapacityDatabaseCores},
 		},
 	}
 	for _, b := range p.Backends {
@@ -278,6 +280,7 @@ func rerunCommands(p plan, commit string) []string {
 		fmt.Sprintf("BURST_MIN_SECONDS=%s GO_BURST_STRATEGIES=%s", p.BurstMin, strings.Join(p.GoBurstStrategies, ",")),
 		fmt.Sprintf("STEADY_DURATION=%s STEADY_MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs),
 		fmt.Sprintf("CEILING_DURATION=%s LOADGEN_VUS=%d LOADGEN_DURATION=%s", p.CeilingDuration, p.LoadGenVUs, p.LoadGenDuration),
+		fmt.Sprintf("CAPACITY_SERVICE_CORES=%d CAPACITY_DATABASE_CORES=%d", p.CapacityServiceCores, p.CapacityDatabaseCores),
 	}
 	full = append(full, p.catalogVars(), p.lifecycleVars())
 	if p.SteadyRate > 0 {

@@ -157,6 +157,16 @@ func TestSmokeRun(t *testing.T) {
 			if st := run.Stats(); st.Orders != 100 || st.SoldOut != 300 {
 				t.Errorf("k6 saw %d orders and %d sold-outs; want 100 and 300", st.Orders, st.SoldOut)
 			}
+			// The CPU per order: every component read, or said why not.
+			if c := run.Cost; c == nil || c.Answered <= 0 || c.Answered > 400 || len(c.Components) != 3 {
+				t.Errorf("conditional burst's cost: %+v", c)
+			} else {
+				for _, comp := range c.Components {
+					if comp.Measured() == (comp.Error != "") || (comp.Name == report.ComponentService && comp.CPU <= 0) {
+						t.Errorf("conditional burst's %s: %+v", comp.Name, comp)
+					}
+				}
+			}
 		}
 	}
 	if f := d.rep.Failures(); len(f) != 0 {

@@ -23,6 +23,9 @@ type GoLoadGen struct {
 	RequestsPerSec float64       `json:"requests_per_sec"`
 	P99            time.Duration `json:"p99_ns"`
 	Error          string        `json:"error,omitempty"`
+	// Cost is the CPU the run took, by process class (the Go client runs
+	// in the demo's own process).
+	Cost *CPUCost `json:"cost,omitempty"`
 }
 
 // GoBurst is the same burst as k6's (units, buyers, workers) sent by the Go
@@ -45,6 +48,9 @@ type GoBurst struct {
 	P99          time.Duration `json:"p99_ns"`
 	Audit        *Audit        `json:"audit,omitempty"`
 	Error        string        `json:"error,omitempty"`
+	// Cost is the CPU the burst took, by process class, from the start of
+	// the sale to the last answer.
+	Cost *CPUCost `json:"cost,omitempty"`
 }
 
 // Problems lists what makes a Go burst a failure: an audit that does not

@@ -109,6 +109,10 @@ type page struct {
 	BurstLoad         string
 	StdyLoad          string
 	Duration          string
+	// CostRows are the CPU per order by component; CapacityRows the
+	// estimate drawn from them and its check against this run.
+	CostRows     []costRow
+	CapacityRows []capacityRow
 	// Busy: the load average exceeded the core count before the run.
 	Busy bool
 	// Scope is "6 strategies × 2 backends".
@@ -133,6 +137,7 @@ type backendView struct {
 	Name, Label                 string
 	Orders, Latency, Oversell   template.HTML
 	Catalog                     template.HTML
+	Cost                        template.HTML
 	BurstLatency, SteadyLatency template.HTML
 	HasCeiling                  bool
 	CeilingText, ForUpdateText  string
@@ -216,6 +221,8 @@ func buildPage(r *Report) page {
 	p.LifecycleLoad = lifecycleLoad(r)
 	p.LifecycleFindings = lifecycleFindings(p.LifecycleRows)
 	p.LifecycleGoal = fmtRatio(LifecycleGoal)
+	p.CostRows = costRows(r, burst, steady)
+	p.CapacityRows = capacityRows(r, burst)
 	if len(steady) > 0 {
 		run := steady[0].Run
 		rates := map[string]int{}
@@ -236,6 +243,7 @@ func buildPage(r *Report) page {
 	for _, b := range r.Backends {
 		v := backendViewOf(r, b, burst, steady)
 		v.Catalog = catalogChart(r, b, burst)
+		v.Cost = costChart(r, b, burst)
 		p.Backends = append(p.Backends, v)
 	}
 	for _, b := range r.Backends {

@@ -64,6 +64,9 @@ type Report struct {
 	// Faults is the latest fault-suite run, nil when make faults has not
 	// run on this machine.
 	Faults *Faults `json:"faults,omitempty"`
+	// Capacity is what the capacity estimate assumes (CAPACITY_SERVICE_CORES,
+	// CAPACITY_DATABASE_CORES); nil leaves the estimate out.
+	Capacity *Capacity `json:"capacity,omitempty"`
 }
 
 // Environment describes the machine and the software, so that a reader can
@@ -111,6 +114,8 @@ type LoadGen struct {
 	Dir            string        `json:"dir"`
 	Dashboard      string        `json:"dashboard,omitempty"`
 	Error          string        `json:"error,omitempty"`
+	// Cost is the CPU the run took, by process class.
+	Cost *CPUCost `json:"cost,omitempty"`
 }
 
 // Ceiling is the hot-row ceiling of one statement on one backend, measured

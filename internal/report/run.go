@@ -48,6 +48,11 @@ type Run struct {
 	Wall  time.Duration `json:"wall_ns"`
 	// Audit is GET /admin/audit/{sku} after the load stopped.
 	Audit *Audit `json:"audit,omitempty"`
+	// Cost is the CPU the run took, by process class, from the first
+	// answer to the last; SellCost the same until the last 201 (the
+	// selling, without a burst's sold-out tail), nil when none was sold.
+	Cost     *CPUCost `json:"cost,omitempty"`
+	SellCost *CPUCost `json:"sell_cost,omitempty"`
 	// Summary is the k6 summary (Dir/summary.json), not serialised.
 	Summary *Summary `json:"-"`
 }
