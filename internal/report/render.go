@@ -148,6 +148,8 @@ type tableRow struct {
 	Backend, BackendLabel, Strategy                         string
 	Orders, OrdersPerSec, RequestsPerSec, Window            string
 	P50, P95, P99                                           string
+	// P99Split is "p99 of the 201s / of the sold-out 409s".
+	P99Split string
 	SoldOut, Busy, Errors, Dropped, Offered                 string
 	Available, Oversold, Conservation, Ratio, Status        string
 	StatusClass, Problems, Dashboard, Dir, Untold, Requests string
@@ -509,6 +511,10 @@ func tableRowOf(r *Report, row Row) tableRow {
 	} else {
 		t.P50, t.P95, t.P99 = "–", "–", "–"
 	}
+	t.P99Split = "–"
+	if st.P99Created > 0 || st.P99SoldOut > 0 {
+		t.P99Split = fmtOptDur(st.P99Created) + " / " + fmtOptDur(st.P99SoldOut)
+	}
 	if row.Audit != nil {
 		t.Available = fmtInt(row.Audit.Available)
 		t.Oversold = fmtInt(v.Oversold)
@@ -677,4 +683,12 @@ func ratioSuffix(r Row) string {
 		return ""
 	}
 	return " (" + fmtRatio(r.Ratio) + ")"
+}
+
+// fmtOptDur is fmtDur, "–" for none.
+func fmtOptDur(d time.Duration) string {
+	if d <= 0 {
+		return "–"
+	}
+	return fmtDur(d)
 }

@@ -101,6 +101,9 @@ type Stats struct {
 	// Latency of POST /orders, every answer.
 	P50, P95, P99 time.Duration
 	HasLatency    bool
+	// The p99 of the 201s and of the 409s (sold out) alone, when the
+	// load recorded them (loadtest/flashsale.js); 0 otherwise.
+	P99Created, P99SoldOut time.Duration
 }
 
 func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
@@ -146,6 +149,12 @@ func (r *Run) Stats() Stats {
 		p95, _ := s.Value("order_latency", "p(95)")
 		p99, _ := s.Value("order_latency", "p(99)")
 		st.P95, st.P99 = ms(p95), ms(p99)
+	}
+	if v, ok := s.Value("order_latency_created", "p(99)"); ok {
+		st.P99Created = ms(v)
+	}
+	if v, ok := s.Value("order_latency_sold_out", "p(99)"); ok {
+		st.P99SoldOut = ms(v)
 	}
 	return st
 }
