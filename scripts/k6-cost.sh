@@ -6,8 +6,10 @@
 #
 #   BASE_URLS=http://127.0.0.1:18080 ADMIN_TOKEN=... scripts/k6-cost.sh
 #
-# Each run puts REQUESTS units on sale under a new SKU (flashsale.js), so
-# every order is a 201 and the service does its full work. With
+# Each sale run puts REQUESTS units on sale under a new SKU (flashsale.js),
+# so every order is a 201 and the service does its full work; the sold-out
+# run puts one unit on sale, so every order but one is a 409 sold_out
+# (after the first, answered by the instance's mark: SOLD_OUT_TTL). With
 # SERVICE_PIDS (the instances' PIDs, space-separated) it also prints their
 # CPU per request. The last column is the whole machine's CPU per request
 # (/proc/stat, every process: k6, the service, Redis, the database and
@@ -40,16 +42,16 @@ machine_cpu() {
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# run SCRIPT: one k6 run; prints "SCRIPT requests cpu-seconds".
+# run NAME SCRIPT STOCK: one k6 run; prints "NAME requests cpu-seconds".
 run() {
-  local script=$1 sku="k6-cost-$RANDOM$RANDOM"
+  local name=$1 script=$2 stock=$3 sku="k6-cost-$RANDOM$RANDOM"
   local TIMEFORMAT='%U %S' # bash's time: the child's user and system CPU
   local before machine_before
   before=$(service_cpu)
   machine_before=$(machine_cpu)
   { time (cd loadtest && "$k6" run -q \
     -e BASE_URLS="$BASE_URLS" -e ADMIN_TOKEN="$ADMIN_TOKEN" -e SKU="$sku" \
-    -e STOCK="$REQUESTS" -e BUYERS="$REQUESTS" -e VUS=64 -e DURATION=5s \
+    -e STOCK="$stock" -e BUYERS="$REQUESTS" -e VUS=64 -e DURATION=5s \
     -e SUMMARY_JSON="$out/summary.json" "$script" >"$out/stdout" 2>&1) ; } 2>"$out/time" || {
     cat "$out/stdout" >&2
     exit 1
@@ -57,13 +59,14 @@ run() {
   local requests cpu
   requests=$(sed -n 's/^requests: \([0-9]*\).*/\1/p' "$out/stdout")
   cpu=$(awk '{print $1 + $2}' "$out/time")
-  echo "$script $requests $cpu $(awk -v a="$before" -v b="$(service_cpu)" 'BEGIN {print b - a}')" \
+  echo "$name $requests $cpu $(awk -v a="$before" -v b="$(service_cpu)" 'BEGIN {print b - a}')" \
     "$(awk -v a="$machine_before" -v b="$(machine_cpu)" 'BEGIN {print b - a}')"
 }
 
 printf '%-13s %9s %10s %12s %12s %14s %14s\n' script requests k6-cpu-s k6-µs/req service-cpu-s service-µs/req machine-µs/req
 for _ in $(seq "$ROUNDS"); do
-  for script in healthz.js flashsale.js; do
-    run "$script" | awk '{printf "%-13s %9d %10.2f %12.0f %12.2f %14.0f %14.0f\n", $1, $2, $3, 1e6 * $3 / $2, $4, 1e6 * $4 / $2, 1e6 * $5 / $2}'
+  for what in "healthz healthz.js 1" "sale flashsale.js $REQUESTS" "sold-out flashsale.js 1"; do
+    # shellcheck disable=SC2086 # three words on purpose
+    run $what | awk '{printf "%-13s %9d %10.2f %12.0f %12.2f %14.0f %14.0f\n", $1, $2, $3, 1e6 * $3 / $2, $4, 1e6 * $4 / $2, 1e6 * $5 / $2}'
   done
 done
