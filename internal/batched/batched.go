@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -331,10 +332,14 @@ func surplus(claimed, kept map[string]int64) map[string]int64 {
 //
 // A flash sale's buyers are mostly new to the SKU: their rows are created
 // with their claims in one statement (ClaimFirstUnits), and a batch of new
-// buyers does nothing more. The buyers that have a row are read and locked
-// (LockBuyers), decided again from what they hold, and grow by what they
-// may take (ClaimUnitsOf). What a new buyer takes does not depend on the
-// others', so their claims stand as planned.
+// buyers does nothing more. When some buyers had a row, those rows are
+// read and locked (LockBuyers) and the batch is planned again from what
+// they hold; every buyer's claim is then set to what that plan gives it:
+// the buyers with a row grow, and a new buyer's claim, which only an
+// idempotency key shared with another buyer's order ties to the others'
+// plans, grows or shrinks with it (found by review:
+// TestBatchedBuyerWhoseOrderLosesItsKeyKeepsNoUnits,
+// TestBatchedNewBuyerWhoseClaimGrowsIsDecided).
 func claimBuyers(ctx context.Context, tx Tx, batch []*batchOrder, known map[string]inventory.IdempotencyRecord) (int64, map[string]int64, error) {
 	limit := batch[0].limit
 	if limit <= 0 {
@@ -365,19 +370,21 @@ func claimBuyers(ctx context.Context, tx Tx, batch []*batchOrder, known map[stri
 		return 0, nil, err
 	}
 	plan, _ = planBatch(batch, known, math.MaxInt64, limit, held)
-	grown := map[string]int64{}
-	for u, q := range claimsOf(batch, plan, limit) {
-		if !slices.Contains(created, u) {
-			grown[u] = q
-		} else if q != claims[u] {
-			// Only an idempotency key shared by two buyers' orders ties
-			// one buyer's plan to another's: decide the batch again,
-			// with this buyer's row there to be read.
-			return 0, nil, fmt.Errorf("%w: the claim of new buyer %q changed from %d to %d with the others' units", inventory.ErrConflict, u, claims[u], q)
+	// What each buyer's row counts now, and what this transaction has
+	// claimed on it so far.
+	rows, claimed := maps.Clone(held), map[string]int64{}
+	for _, u := range created {
+		rows[u], claimed[u] = claims[u], claims[u]
+	}
+	want := claimsOf(batch, plan, limit)
+	grow, shrink := map[string]int64{}, surplus(claimed, want)
+	for u, q := range want {
+		if d := q - claimed[u]; d > 0 {
+			grow[u] = d
 		}
 	}
-	if len(grown) > 0 {
-		ok, err := tx.ClaimUnitsOf(ctx, sku, grown, held, limit)
+	if len(grow) > 0 {
+		ok, err := tx.ClaimUnitsOf(ctx, sku, grow, rows, limit)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -385,6 +392,11 @@ func claimBuyers(ctx context.Context, tx Tx, batch []*batchOrder, known map[stri
 			// A row read and locked above refused a claim planned from
 			// it: only a row deleted since (a new sale) does that.
 			return 0, nil, fmt.Errorf("%w: a buyer's units changed under the batch", inventory.ErrConflict)
+		}
+	}
+	if len(shrink) > 0 {
+		if err := tx.ReleaseUnitsOf(ctx, sku, shrink); err != nil {
+			return 0, nil, err
 		}
 	}
 	return limit, held, nil

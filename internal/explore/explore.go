@@ -393,12 +393,14 @@ func (x *Explorer) run(ctx context.Context, sc Scenario, pick picker) (result, e
 		env.Reservations, env.Sales = &reservations{Reservations: r.Store, st: st, w: w}, r.Sales
 	}
 	services := make([]*inventory.Service, max(1, sc.Instances))
+	clock := newStepClock()
 	for i := range services {
 		services[i] = inventory.NewService(st, sc.Strategy(env),
 			// The scheduler decides what happens when; no deadline may,
-			// and no sold-out mark's bound passes (the clock stands still).
+			// and no sold-out mark's bound passes (the clock moves a
+			// nanosecond a reading).
 			inventory.WithOrderTimeout(time.Minute),
-			inventory.WithClock(standingClock),
+			inventory.WithClock(clock.now),
 			inventory.WithPerUserLimit(sc.PerUserLimit),
 			inventory.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	}
@@ -593,8 +595,3 @@ func outcomeOf(err error) history.Outcome {
 	}
 	return history.NoEffect
 }
-
-// standingClock is a clock that never moves: the instances' sold-out marks
-// refuse to the end of a schedule, whatever its length, so that a schedule
-// replays the same however long its steps take.
-func standingClock() time.Time { return time.Unix(1_000_000, 0) }

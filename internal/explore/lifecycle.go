@@ -62,16 +62,22 @@ type Lifecycle struct {
 // the bound's step moves their clock, by more than it.
 const soldOutTTL = time.Second
 
-// stepClock is the instances' clock for the sold-out mark: it stands still
-// but at the bound's step. Only the entity that runs moves it.
+// stepClock is the instances' clock for the sold-out mark: it moves a
+// nanosecond a reading, so that readings are ordered as the code takes
+// them (a refusal sent after a clear reads a later time than the clear),
+// and by a bound's worth only at the bound's step. A schedule's readings
+// come in the order its steps do, so it replays the same.
 type stepClock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
+func newStepClock() *stepClock { return &stepClock{t: time.Unix(1_000_000, 0)} }
+
 func (c *stepClock) now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Nanosecond)
 	return c.t
 }
 
@@ -266,7 +272,7 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 	}
 	services := make([]*inventory.Service, instances)
 	strategies := make([]inventory.Strategy, instances)
-	clock := &stepClock{t: time.Unix(1_000_000, 0)}
+	clock := newStepClock()
 	for i := range services {
 		strategies[i] = lc.Strategy(env)
 		services[i] = inventory.NewService(st, strategies[i],

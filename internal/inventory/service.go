@@ -165,6 +165,11 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
 
+	if s.limit > 0 && req.Quantity > s.limit {
+		// No transaction: no order of this size can ever be taken (and
+		// the answer says so, not sold out).
+		return Order{}, s.limitReached(req)
+	}
 	fingerprint := req.fingerprint()
 	sent := s.now()
 	if req.IdempotencyKey == "" && s.soldOut.refuses(req.SKU, req.Quantity) {
@@ -242,10 +247,6 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	}
 
 	var err error
-	if s.limit > 0 && req.Quantity > s.limit {
-		// No transaction: no order of this size can ever be taken.
-		return Order{}, s.limitReached(req)
-	}
 	if taker, ok := s.strategy.(OrderTaker); ok {
 		// The strategy owns the transaction (batched.Batched): it checks
 		// the key, deducts, and records the order and its key itself.

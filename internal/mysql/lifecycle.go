@@ -294,7 +294,6 @@ func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]in
 		when.WriteString(" WHEN ? THEN ?")
 		args = append(args, u, units[u])
 	}
-	args = append(args, args...)
 	args = append(args, sku)
 	for _, u := range users {
 		args = append(args, u)
