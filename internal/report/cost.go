@@ -466,7 +466,7 @@ func checkInRun(r *Report, row Row, cost *CPUCost, inRun float64, why string) (c
 		return "not checked", why, false
 	}
 	if cost.MachineBusy < Saturated {
-		reason = fmt.Sprintf("the cores were not the limit: the machine was %s busy", fmtPercent(cost.MachineBusy))
+		reason = fmt.Sprintf("the machine was %s busy", fmtPercent(cost.MachineBusy))
 		if rate, what := r.serialBound(row.Run.Backend, row.Run.Strategy); rate > 0 && measured >= 0.75*rate {
 			reason += fmt.Sprintf("; the %s bound (%s/s in this run), not cores, limited it", what, fmtRate(rate))
 		} else if rate > 0 {
