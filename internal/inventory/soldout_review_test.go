@@ -109,6 +109,7 @@ func TestSoldOutMarkGivesWayToAWindowStartedElsewhere(t *testing.T) {
 		if err := a.StartSale(ctx, "s", 1); err != nil {
 			t.Fatal(err)
 		}
+		clock.step(time.Millisecond) // a refusal at the sale's own reading marks nothing
 		if _, err := order(t, a, "s", "u1", ""); err != nil {
 			t.Fatalf("the only unit: %v", err)
 		}
@@ -164,6 +165,7 @@ func TestSoldOutMarkDoesNotAnswerAnOrderPastTheLimit(t *testing.T) {
 			if err := a.StartSale(ctx, "s", 1); err != nil {
 				t.Fatal(err)
 			}
+			clock.step(time.Millisecond) // a refusal at the sale's own reading marks nothing
 			if _, err := order(t, a, "s", "u1", ""); err != nil {
 				t.Fatalf("the only unit: %v", err)
 			}
