@@ -145,11 +145,11 @@ type backendView struct {
 }
 
 type tableRow struct {
-	Backend, BackendLabel, Strategy                         string
-	Orders, OrdersPerSec, RequestsPerSec, Window            string
-	P50, P95, P99                                           string
+	Backend, BackendLabel, Strategy              string
+	Orders, OrdersPerSec, RequestsPerSec, Window string
+	P50, P95, P99                                string
 	// P99Split is "p99 of the 201s / of the sold-out 409s".
-	P99Split string
+	P99Split                                                string
 	SoldOut, Busy, Errors, Dropped, Offered                 string
 	Available, Oversold, Conservation, Ratio, Status        string
 	StatusClass, Problems, Dashboard, Dir, Untold, Requests string
