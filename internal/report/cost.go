@@ -354,7 +354,6 @@ func capacityRows(r *Report, burst []Row) []capacityRow {
 	if r.Capacity == nil {
 		return nil
 	}
-	n, m := float64(r.Capacity.ServiceCores), float64(r.Capacity.DatabaseCores)
 	var out []capacityRow
 	for _, row := range burst {
 		cost := row.Run.SellCost
@@ -370,28 +369,24 @@ func capacityRows(r *Report, burst []Row) []capacityRow {
 		dash := func() string { return "–" }
 		c.Service, c.Database, c.Coordination = dash(), dash(), dash()
 		c.ServiceBound, c.DatabaseBound, c.CoordBound, c.SerialBound = dash(), dash(), dash(), dash()
-		if cc, ok := cost.component(ComponentService); ok {
-			v, _ := perOrder(cc.CPU, cost.Sold)
-			c.Service = fmtMicros(v, true)
-			if v > 0 {
-				rate := n * 1e6 / v
-				c.ServiceBound = fmtRate(rate)
-				bounds = append(bounds, bound{fmt.Sprintf("service CPU (%d cores)", r.Capacity.ServiceCores), rate})
+		// The service's and the database's cores, each over its CPU per
+		// order.
+		coresBound := func(component string, cores int, micros, boundText *string) {
+			cc, ok := cost.component(component)
+			if !ok {
+				*micros = "not measured"
+				return
 			}
-		} else {
-			c.Service = "not measured"
-		}
-		if cc, ok := cost.component(ComponentDatabase); ok {
 			v, _ := perOrder(cc.CPU, cost.Sold)
-			c.Database = fmtMicros(v, true)
+			*micros = fmtMicros(v, true)
 			if v > 0 {
-				rate := m * 1e6 / v
-				c.DatabaseBound = fmtRate(rate)
-				bounds = append(bounds, bound{fmt.Sprintf("database CPU (%d cores)", r.Capacity.DatabaseCores), rate})
+				rate := float64(cores) * 1e6 / v
+				*boundText = fmtRate(rate)
+				bounds = append(bounds, bound{fmt.Sprintf("%s CPU (%d cores)", component, cores), rate})
 			}
-		} else {
-			c.Database = "not measured"
 		}
+		coresBound(ComponentService, r.Capacity.ServiceCores, &c.Service, &c.ServiceBound)
+		coresBound(ComponentDatabase, r.Capacity.DatabaseCores, &c.Database, &c.DatabaseBound)
 		if cc, ok := cost.coordination(); ok {
 			if !cc.Measured() {
 				c.Coordination = cc.Name + " not measured"
