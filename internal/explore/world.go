@@ -22,13 +22,16 @@ type store struct {
 
 	mu       sync.Mutex
 	inserted map[int][]string // buyer -> ids of the orders it tried to insert
+	// byUser: user_id -> ids of the orders tried for it, whoever inserted
+	// them (a batch's leader inserts the others'; buyers may share one).
+	byUser map[string][]string
 	// returned: buyer -> units that its committed transactions gave back
 	// (ReturnUnits), the late commits of its lost answers included.
 	returned map[int]int64
 }
 
 func newStore(db inventory.Store, s *scheduler) *store {
-	return &store{Store: db, s: s, inserted: map[int][]string{}, returned: map[int]int64{}}
+	return &store{Store: db, s: s, inserted: map[int][]string{}, byUser: map[string][]string{}, returned: map[int]int64{}}
 }
 
 var (
@@ -136,6 +139,12 @@ func (st *store) noteInsert(buyer int, id string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.inserted[buyer] = append(st.inserted[buyer], id)
+}
+
+func (st *store) noteUserInsert(user, id string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.byUser[user] = append(st.byUser[user], id)
 }
 
 func (st *store) noteReturned(buyer int, units int64) {
@@ -265,6 +274,7 @@ func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit
 
 func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
 	t.st.noteInsert(t.e.buyer, o.ID)
+	t.st.noteUserInsert(o.UserID, o.ID)
 	return t.Tx.InsertOrder(ctx, o)
 }
 
@@ -340,6 +350,7 @@ func (t *batchTx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map
 // ("buyer-A"); in a retry scenario they share one, and none is noted.
 func (t *batchTx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
 	for _, o := range orders {
+		t.st.noteUserInsert(o.UserID, o.ID)
 		if name, ok := strings.CutPrefix(o.UserID, "buyer-"); ok && len(name) == 1 {
 			t.st.noteInsert(int(name[0]-'A'), o.ID)
 		}
