@@ -24,8 +24,8 @@ const DefaultSoldOutTTL = time.Second
 // outlives the store's answer by more than ttl, and units that come back
 // after the store answered are on sale to this instance at most ttl later.
 // A change made through this instance clears the SKU's mark at once
-// (clear), and an observation older than that clear is ignored (else a
-// refusal of the old sale, answered late, would mark the new one).
+// (clear), and an observation not newer than that clear is ignored (else
+// a refusal of the old sale, answered late, would mark the new one).
 //
 // Entries live at most ttl past their last observation or clear, and are
 // pruned as the map grows, so its size follows the SKUs sold out in the
