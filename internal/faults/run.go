@@ -228,6 +228,12 @@ func (r *run) finish(ctx context.Context, phases ...phaseMark) Result {
 	if err := r.check(ctx, phases); err != nil {
 		return r.abort(err)
 	}
+	return r.conclude()
+}
+
+// conclude sets the verdict from the failures and warnings found, and the
+// run's duration and line, and logs the line.
+func (r *run) conclude() Result {
 	switch {
 	case len(r.res.Failures) > 0 && r.res.Config.Safe:
 		r.res.Verdict = VerdictFailed

@@ -293,18 +293,7 @@ func (e *Env) LifecycleFault(ctx context.Context, engine string, server *DBServe
 	r.res.Figures = f
 	// The load's SKUs; the burst's is in the lifecycle figures.
 	r.res.Config.SKUs = len(skus)
-	switch {
-	case len(r.res.Failures) > 0:
-		r.res.Verdict = VerdictFailed
-	case len(r.res.Warnings) > 0:
-		r.res.Verdict = VerdictDegraded
-	default:
-		r.res.Verdict = VerdictOK
-	}
-	r.res.DurationSeconds = seconds(time.Since(r.began))
-	r.res.Line = r.res.verdictLine()
-	e.logf("%s", r.res.Line)
-	return r.res
+	return r.conclude()
 }
 
 // catchSweeper catches an instance mid-sweep, its sweep transaction open

@@ -339,18 +339,7 @@ func (e *Env) LifecycleRedisKill(ctx context.Context, engine string, server *DBS
 	f.UnseenOrders = r.res.Figures.UnseenOrders
 	r.res.Figures = f
 	r.res.Config.SKUs = len(skus)
-	switch {
-	case len(r.res.Failures) > 0:
-		r.res.Verdict = VerdictFailed
-	case len(r.res.Warnings) > 0:
-		r.res.Verdict = VerdictDegraded
-	default:
-		r.res.Verdict = VerdictOK
-	}
-	r.res.DurationSeconds = seconds(time.Since(r.began))
-	r.res.Line = r.res.verdictLine()
-	e.logf("%s", r.res.Line)
-	return r.res
+	return r.conclude()
 }
 
 // relaySnapshot is what catchRelay saw at the moment it chose.
