@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -554,20 +555,31 @@ func TestCatalogSKUs(t *testing.T) {
 	}
 }
 
+// TestForEachStopsAtTheFirstError: with one worker, no call follows the
+// failed one; with several, the error is returned and no call runs after
+// forEach has returned (how many the other workers begin before they see
+// the error is a matter of scheduling, not asserted).
 func TestForEachStopsAtTheFirstError(t *testing.T) {
 	var calls atomic.Int64
-	err := forEach(t.Context(), 1000, 4, func(i int) error {
+	failAt10 := func(i int) error {
 		calls.Add(1)
 		if i == 10 {
 			return fmt.Errorf("SKU %d refused", i)
 		}
 		return nil
-	})
-	if err == nil || err.Error() != "SKU 10 refused" {
-		t.Errorf("err = %v", err)
 	}
-	if n := calls.Load(); n >= 1000 {
-		t.Errorf("%d calls: the work went on after the error", n)
+	if err := forEach(t.Context(), 1000, 1, failAt10); err == nil || err.Error() != "SKU 10 refused" || calls.Load() != 11 {
+		t.Errorf("one worker: %d calls, err = %v; want 11 calls and SKU 10 refused", calls.Load(), err)
+	}
+	calls.Store(0)
+	err := forEach(t.Context(), 1000, 4, failAt10)
+	after := calls.Load()
+	if err == nil || err.Error() != "SKU 10 refused" {
+		t.Errorf("four workers: err = %v", err)
+	}
+	runtime.Gosched()
+	if n := calls.Load(); n != after {
+		t.Errorf("four workers: %d calls after forEach returned", n-after)
 	}
 	calls.Store(0)
 	if err := forEach(t.Context(), 1000, 4, func(int) error { calls.Add(1); return nil }); err != nil || calls.Load() != 1000 {

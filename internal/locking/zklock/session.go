@@ -24,6 +24,13 @@ func (l *Locker) onEvent(ev zk.Event) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if ev.State == zk.StateConnecting {
+		// The client announces each attempt before it fails its unsent
+		// requests with ErrNoServer (at the start of a round): see
+		// sendUnsent.
+		l.dials++
+		return
+	}
 	var cause error
 	switch ev.State {
 	case zk.StateHasSession:
@@ -174,15 +181,7 @@ func call[T any](l *Locker, ctx context.Context, f func() (T, error), orphan fun
 	abandoned := false
 	done := make(chan result, 1)
 	if !l.spawn(func() {
-		v, err := f()
-		if errors.Is(err, zk.ErrNoServer) {
-			// The client fails the requests it has not sent yet with
-			// ErrNoServer each time it begins a round of connection
-			// attempts, and with one server that is at once after every
-			// disconnection. Unsent, so safe to repeat: a second one
-			// means a whole round of attempts failed.
-			v, err = f()
-		}
+		v, err := sendUnsent(l, f)
 		mu.Lock()
 		if abandoned {
 			mu.Unlock()
@@ -210,6 +209,40 @@ func call[T any](l *Locker, ctx context.Context, f func() (T, error), orphan fun
 		abandoned = true
 		return zero, ctx.Err()
 	}
+}
+
+// sendUnsent runs f, and again when the client failed it unsent
+// (zk.ErrNoServer), until a whole round of connection attempts has failed
+// since the first failure. The client fails the requests it has not sent
+// yet with ErrNoServer each time it begins a round of attempts, and with
+// one server that is at once after every disconnection; unsent, they are
+// safe to repeat. A repeat can land in the queue before that same flush
+// has emptied it and fail with it: that is no new round (no attempt was
+// announced since), so it is sent again (found in CI: an uncontended
+// Acquire gave up after a single refused dial).
+func sendUnsent[T any](l *Locker, f func() (T, error)) (T, error) {
+	v, err := f()
+	if !errors.Is(err, zk.ErrNoServer) {
+		return v, err
+	}
+	round := l.dialsSoFar()
+	for range maxSameFlush {
+		v, err = f()
+		if !errors.Is(err, zk.ErrNoServer) || l.dialsSoFar() != round {
+			return v, err
+		}
+	}
+	return v, err
+}
+
+// maxSameFlush bounds the repeats that one flush of the client's queue
+// fails: each is a request sent while the flush still drains the queue.
+const maxSameFlush = 8
+
+func (l *Locker) dialsSoFar() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dials
 }
 
 // spawn runs f on a goroutine that Close joins, unless the Locker is

@@ -54,6 +54,7 @@ type Locker struct {
 	sessionGen uint64        // counts expiries: nodes of an older generation are gone
 	epoch      uint64        // counts disconnections and expiries: holds of an older one are lost
 	changed    chan struct{} // closed and replaced at every change of the session's state
+	dials      uint64        // counts the client's connection attempts (its CONNECTING events)
 	holds      map[*hold]struct{}
 	names      map[string]*nameState
 	idleNames  int // entries of names with no users
