@@ -233,20 +233,39 @@ func (s *server) operatorOnlyOverCap(c *gin.Context) {
 // readJSON reads a JSON object body of at most MaxBodyBytes into v (a
 // pointer to a struct), refusing unknown fields, field names that match only
 // case-insensitively, repeated fields, and anything after the object. Every
-// JSON body goes through it.
+// JSON body goes through it, but an order's in its plainest shape
+// (decodeOrderBody).
 func readJSON(c *gin.Context, v any) error {
-	mediaType, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
-	if err != nil || mediaType != "application/json" {
-		return errUnsupportedMediaType
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// readBody reads a JSON body of at most MaxBodyBytes.
+func readBody(c *gin.Context) ([]byte, error) {
+	// The header as clients send it needs no parsing (ParseMediaType
+	// allocates a map for the parameters on every order).
+	if ct := c.GetHeader("Content-Type"); ct != "application/json" {
+		mediaType, _, err := mime.ParseMediaType(ct)
+		if err != nil || mediaType != "application/json" {
+			return nil, errUnsupportedMediaType
+		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return invalid("body is larger than %d bytes", MaxBodyBytes)
+			return nil, invalid("body is larger than %d bytes", MaxBodyBytes)
 		}
-		return invalid("reading body: %v", err)
+		return nil, invalid("reading body: %v", err)
 	}
+	return body, nil
+}
+
+// decodeJSON decodes body into v as readJSON says.
+func decodeJSON(body []byte, v any) error {
 	if decodeInOnePass(body, v) {
 		return nil
 	}
@@ -463,9 +482,16 @@ func (s *server) placeOrder(c *gin.Context) {
 }
 
 func decodeOrder(c *gin.Context) (inventory.Request, error) {
-	var body orderRequest
-	if err := readJSON(c, &body); err != nil {
+	raw, err := readBody(c)
+	if err != nil {
 		return inventory.Request{}, err
+	}
+	var body orderRequest
+	if !decodeOrderBody(raw, &body) {
+		body = orderRequest{}
+		if err := decodeJSON(raw, &body); err != nil {
+			return inventory.Request{}, err
+		}
 	}
 	var missing []string
 	if body.SKU == nil {

@@ -159,26 +159,28 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	if err := req.Validate(); err != nil {
 		return Order{}, err
 	}
-	// The order runs to its own deadline even if the client hangs up: the
-	// transaction is atomic either way, and finishing it keeps the logs and
-	// the answer for a retry true.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
-
 	if s.limit > 0 && req.Quantity > s.limit {
 		// No transaction: no order of this size can ever be taken (and
 		// the answer says so, not sold out).
 		return Order{}, s.limitReached(req)
 	}
-	fingerprint := req.fingerprint()
 	sent := s.now()
 	if req.IdempotencyKey == "" && s.soldOut.refuses(req.SKU, req.Quantity) {
 		// Refused sold out a moment ago: refused again without asking.
 		// Not with a key: a retry of an order that was taken must get its
 		// order back, and only the strategy knows where the key is (the
-		// reservation strategies' reach the database later).
+		// reservation strategies' reach the database later). Before the
+		// deadline's timer and the fingerprint: the answer given most in a
+		// flash sale costs neither.
 		return Order{}, s.soldOutError(req)
 	}
+	fingerprint := req.fingerprint()
+
+	// The order runs to its own deadline even if the client hangs up: the
+	// transaction is atomic either way, and finishing it keeps the logs and
+	// the answer for a retry true.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
 
 	order := Order{
 		ID:       s.newID(),
