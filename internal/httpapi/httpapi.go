@@ -185,20 +185,12 @@ func (s *server) fail(c *gin.Context, err error) {
 	writeError(c, http.StatusInternalServerError, "internal", "internal error")
 }
 
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 func writeError(c *gin.Context, status int, code, message string) {
-	var body errorBody
-	body.Error.Code, body.Error.Message = code, message
 	if status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", retryAfterSeconds)
 	}
-	c.AbortWithStatusJSON(status, body)
+	c.Abort()
+	c.Data(status, jsonContentType, appendErrorJSON(make([]byte, 0, 128), code, message))
 }
 
 func invalid(format string, args ...any) error {
@@ -478,7 +470,7 @@ func (s *server) placeOrder(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, orderJSON(order))
+	writeOrder(c, http.StatusCreated, orderJSON(order))
 }
 
 func decodeOrder(c *gin.Context) (inventory.Request, error) {

@@ -28,7 +28,7 @@ func (s *server) getOrder(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, orderJSON(order))
+	writeOrder(c, http.StatusOK, orderJSON(order))
 }
 
 // settleRequest is the body of pay and cancel.
@@ -63,5 +63,5 @@ func (s *server) settle(c *gin.Context, move func(ctx context.Context, id, userI
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, orderJSON(order))
+	writeOrder(c, http.StatusOK, orderJSON(order))
 }
