@@ -37,7 +37,7 @@ func shortEnv(t *testing.T) *faults.Env {
 
 // TestShortFaults runs the short forms of scenarios 1 (conditional and
 // batched, on PostgreSQL), 2 (on redis-lock;
-// scenario 3 exercises redlock), 3 and 7's etcd leader kill (a few seconds
+// scenario 3 exercises redlock), 3, 7's etcd leader kill and 13 (a few seconds
 // of load each) against real processes: the service built from
 // cmd/stock, redis-servers, etcd, and the PostgreSQL of testdb. The safe
 // configurations must come out exact; FENCING=off may oversell (that is
@@ -67,6 +67,15 @@ func TestShortFaults(t *testing.T) {
 		// About 10 s: etcd-lock with its etcd leader killed (make faults
 		// runs zk-lock's and the paused holders of both).
 		{"7-etcd-leader-kill", func() faults.Result { return env.CoordinatorLeaderKill(ctx, inventory.NameEtcdLock) }},
+		// About 10 s each: the sold-out mark while units come back, one
+		// instance frozen past the bound; and the control (SOLD_OUT_TTL=30s
+		// against a bound of 1s), which fails unless the check catches it.
+		{"13-sold-out-mark", func() faults.Result {
+			return env.SoldOutMark(ctx, "postgres", inventory.NameConditional, false)
+		}},
+		{"13-sold-out-mark/ttl-30s", func() faults.Result {
+			return env.SoldOutMark(ctx, "postgres", inventory.NameConditional, true)
+		}},
 	}
 	for _, c := range runs {
 		t.Run(c.name, func(t *testing.T) {

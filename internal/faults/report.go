@@ -9,7 +9,7 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 )
 
-// All runs the scenarios that want (nil: all ten), in order, and returns
+// All runs the scenarios that want (nil: all thirteen), in order, and returns
 // one result per run. Scenario 5 runs on e.Postgres and e.MariaDB.
 // Scenario 7 is the coordination services': etcd-lock and zk-lock with
 // their cluster's leader killed, and their paused holder. Scenario 8 is the
@@ -114,6 +114,15 @@ func (e *Env) steps(ctx context.Context) []step {
 			step{12, s, func() Result { return e.LifecycleRedisKill(ctx, "postgres", e.Postgres, s) }},
 			step{12, s, func() Result { return e.LifecycleRedisKill(ctx, "mysql", e.MariaDB, s) }})
 	}
+	// The sold-out mark across instances while units come back, one
+	// instance frozen past its bound; and the control, whose marks outlive
+	// the bound the check assumes, which the check must catch.
+	steps = append(steps,
+		step{13, inventory.NameConditional, func() Result { return e.SoldOutMark(ctx, "postgres", inventory.NameConditional, false) }},
+		step{13, inventory.NameConditional, func() Result { return e.SoldOutMark(ctx, "postgres", inventory.NameConditional, true) }},
+		step{13, inventory.NameConditional, func() Result { return e.SoldOutMark(ctx, "mysql", inventory.NameConditional, false) }},
+		step{13, inventory.NameBatched, func() Result { return e.SoldOutMark(ctx, "postgres", inventory.NameBatched, false) }},
+		step{13, inventory.NameBatched, func() Result { return e.SoldOutMark(ctx, "mysql", inventory.NameBatched, false) }})
 	sizes := RestartTableSizes
 	if e.Short {
 		sizes = sizes[:2]
@@ -275,6 +284,8 @@ func writeRun(p func(string, ...any), r Result) {
 	}
 	if lf := r.Lifecycle; lf != nil && r.Relay != nil {
 		writeRelay(p, lf, r.Relay)
+	} else if lf != nil && r.Scenario == 13 {
+		writeSoldOut(p, lf)
 	} else if lf != nil {
 		writeLifecycle(p, lf)
 	}
@@ -419,4 +430,14 @@ func writeLifecycle(p func(string, ...any), lf *LifecycleFigures) {
 		lf.BurstHolds, lf.Bursts, lf.CaughtIn, lf.CaughtRows, lf.CatchTries, lf.HeldAtDrain, lf.DrainSeconds,
 		lf.InitialUnits, lf.AvailableUnits, lf.PaidUnits, lf.ReturnedUnits, lf.ExpiredOrders, lf.CancelledOrders,
 		lf.CreatedPerSecondBefore, lf.CreatedPerSecondAfter, lf.CheckedOrders, lf.CheckedOps, lf.IllegalOrders, lf.UnknownOrders)
+}
+
+// writeSoldOut writes what a run of scenario 13 did (its returns and the
+// freeze are in its notes).
+func writeSoldOut(p func(string, ...any), lf *LifecycleFigures) {
+	p("HOLD_TTL=%s (no hold lapses in the run), PER_USER_LIMIT=1, one buyer per order. Orders %d: 201 %d, sold out %d, limit reached %d. "+
+		"Cancels %d: cancelled %d. Unknown outcomes %d, 503s %d, refused %d. Rows at the end: %d units on sale (initial and restocked), "+
+		"%d available, %d returned (%d orders cancelled). Per-order check: %d orders, %d operations, %d illegal, %d unknown.\n\n",
+		lf.HoldTTL, lf.Orders, lf.Created, lf.SoldOut, lf.LimitReached, lf.Cancels, lf.Cancelled, lf.Unknown, lf.Responses503, lf.Refused,
+		lf.InitialUnits, lf.AvailableUnits, lf.ReturnedUnits, lf.CancelledOrders, lf.CheckedOrders, lf.CheckedOps, lf.IllegalOrders, lf.UnknownOrders)
 }

@@ -46,7 +46,7 @@ type Report struct {
 
 // Result is one run of one scenario in one configuration.
 type Result struct {
-	// Scenario is the number of the scenario (1..12); Name is a
+	// Scenario is the number of the scenario (1..13); Name is a
 	// stable identifier of the run, e.g. "2-paused-holder/redlock/fencing-off".
 	Scenario int     `json:"scenario"`
 	Name     string  `json:"name"`
