@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -107,16 +109,53 @@ func (p *process) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// freePort asks the kernel for a free port on 127.0.0.1. Another process
-// could take it before the child binds it; the child then fails to start,
-// which the caller reports.
+// freePort returns a port on 127.0.0.1 that nothing listens on, chosen
+// below the kernel's range of ephemeral ports: a port from that range (the
+// kernel's own answer to a listen on :0) may become the local port of any
+// outgoing connection — the load generator opens thousands — between this
+// check and the child's bind (a full demo lost a control's round to
+// "bind: address already in use" so). Below the range only another
+// listener can take it; the child then fails to start, which the caller
+// reports.
 func freePort() (int, error) {
+	low := ephemeralLow()
+	for range 200 {
+		if low <= minPickedPort {
+			break
+		}
+		port := minPickedPort + rand.IntN(low-minPickedPort)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken
+		}
+		l.Close()
+		return port, nil
+	}
+	// The range starts too low to leave room below it: the kernel's pick.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// minPickedPort is the lowest port freePort picks: above the well-known
+// and most registered services' ports.
+const minPickedPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range; 32768, its default, when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	low, err := strconv.Atoi(strings.Fields(string(b) + " x")[0])
+	if err != nil {
+		return 32768
+	}
+	return low
 }
 
 // instance is one service process.

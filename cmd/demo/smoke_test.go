@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -628,5 +630,28 @@ func TestRefusal(t *testing.T) {
 		`stock: redis is not durable: 127.0.0.1:6379 has appendonly "no"`)
 	if line, ok := refusal(other); ok {
 		t.Errorf("a Redis that is not durable was taken for a refusal: %q", line)
+	}
+}
+
+// TestFreePortIsBelowTheEphemeralRange: the demo's ports are never ones
+// the kernel may give an outgoing connection, and nothing listens on them.
+func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	if low <= minPickedPort {
+		t.Skipf("the ephemeral range starts at %d: no room below it", low)
+	}
+	for range 20 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port < minPickedPort || port >= low {
+			t.Fatalf("port %d is outside [%d, %d)", port, minPickedPort, low)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatalf("port %d: %v", port, err)
+		}
+		l.Close()
 	}
 }
