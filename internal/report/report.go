@@ -246,9 +246,11 @@ func (r *Report) Failures() []string {
 const resultsFile = "results.json"
 
 // Save writes the report's data as results.json in dir; Load reads it back
-// with the k6 summaries, so a report can be rendered again.
+// with the k6 summaries, so a report can be rendered again. Compact: a
+// full run's, indented, is over the 1 MB a tracked file may have (make
+// tracked), and PUBLISH=1 commits it; `jq .` shows it indented.
 func (r *Report) Save(dir string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
