@@ -306,46 +306,7 @@ func lcFigures(ops []lcOp, from, to time.Duration) Figures {
 // answersAt when it answered again.
 func (r *run) lifecycleAvailability(ops []lcOp, fault string, stoppedAt, faultAt, backAt, answersAt, end time.Duration) {
 	lf := r.res.Lifecycle
-	for _, op := range ops {
-		switch op.Kind {
-		case lcOrder:
-			lf.Orders++
-			switch {
-			case op.Status == http.StatusCreated:
-				lf.Created++
-			case op.Code == "sold_out":
-				lf.SoldOut++
-			case op.Code == "limit_reached":
-				lf.LimitReached++
-			}
-		case lcPay:
-			lf.Pays++
-			switch lcSaid(op) {
-			case "paid":
-				lf.Paid++
-			case "expired":
-				lf.PayExpired++
-			}
-		case lcCancel:
-			lf.Cancels++
-			switch lcSaid(op) {
-			case "cancelled":
-				lf.Cancelled++
-			case "expired":
-				lf.CancelExpired++
-			}
-		case lcRead:
-			lf.Reads++
-		}
-		if op.Answer == lcUnknown {
-			lf.Unknown++
-		}
-		if op.Status == http.StatusServiceUnavailable {
-			lf.Responses503++
-		} else if op.Answer == lcNoEffect {
-			lf.Refused++
-		}
-	}
+	lf.count(ops)
 	if lf.LimitReached == 0 {
 		r.warn("no order was refused limit_reached: the load did not test PER_USER_LIMIT")
 	}
@@ -397,5 +358,62 @@ func (r *run) lifecycleAvailability(ops []lcOp, fault string, stoppedAt, faultAt
 		} else if down.Responses503 == 0 {
 			r.warn("no 503 while the database was down")
 		}
+	}
+}
+
+// count adds the answers of ops to lf: orders, pays, cancels and reads by
+// what they said, unknown outcomes, 503s and refused connections.
+func (lf *LifecycleFigures) count(ops []lcOp) {
+	for _, op := range ops {
+		switch op.Kind {
+		case lcOrder:
+			lf.Orders++
+			switch {
+			case op.Status == http.StatusCreated:
+				lf.Created++
+			case op.Code == "sold_out":
+				lf.SoldOut++
+			case op.Code == "limit_reached":
+				lf.LimitReached++
+			}
+		case lcPay:
+			lf.Pays++
+			switch lcSaid(op) {
+			case "paid":
+				lf.Paid++
+			case "expired":
+				lf.PayExpired++
+			}
+		case lcCancel:
+			lf.Cancels++
+			switch lcSaid(op) {
+			case "cancelled":
+				lf.Cancelled++
+			case "expired":
+				lf.CancelExpired++
+			}
+		case lcRead:
+			lf.Reads++
+		}
+		if op.Answer == lcUnknown {
+			lf.Unknown++
+		}
+		if op.Status == http.StatusServiceUnavailable {
+			lf.Responses503++
+		} else if op.Answer == lcNoEffect {
+			lf.Refused++
+		}
+	}
+}
+
+// eventLog returns the function a scenario notes its events with: each at
+// now() on the load's clock, in the result and the log, and returned.
+func (r *run) eventLog(now func() time.Duration) func(format string, args ...any) time.Duration {
+	return func(format string, args ...any) time.Duration {
+		at := now()
+		what := fmt.Sprintf(format, args...)
+		r.res.Events = append(r.res.Events, Event{AtS: seconds(at), What: what})
+		r.env.logf("  %6.2fs %s", seconds(at), what)
+		return at
 	}
 }

@@ -174,13 +174,7 @@ func (e *Env) LifecycleFault(ctx context.Context, engine string, server *DBServe
 	c.Workers, c.ClientTimeout = spec.workers, spec.timeout.String()
 	l := startLifecycleLoad(ctx, r.cluster.Instances, skus, spec)
 	stopLoad := func() { l.stop(); l.wait() }
-	event := func(format string, args ...any) time.Duration {
-		at := l.now()
-		what := fmt.Sprintf(format, args...)
-		r.res.Events = append(r.res.Events, Event{AtS: seconds(at), What: what})
-		e.logf("  %6.2fs %s", seconds(at), what)
-		return at
-	}
+	event := r.eventLog(l.now)
 
 	pause(ctx, d/5)
 	var victim *Instance

@@ -172,13 +172,7 @@ func (e *Env) LifecycleRedisKill(ctx context.Context, engine string, server *DBS
 	c.Workers, c.ClientTimeout = spec.workers, spec.timeout.String()
 	l := startLifecycleLoad(ctx, r.cluster.Instances, skus, spec)
 	stopLoad := func() { l.stop(); l.wait() }
-	event := func(format string, args ...any) time.Duration {
-		at := l.now()
-		what := fmt.Sprintf(format, args...)
-		r.res.Events = append(r.res.Events, Event{AtS: seconds(at), What: what})
-		e.logf("  %6.2fs %s", seconds(at), what)
-		return at
-	}
+	event := r.eventLog(l.now)
 
 	pause(ctx, d/5)
 	var caught bool
@@ -265,7 +259,7 @@ func (e *Env) LifecycleRedisKill(ctx context.Context, engine string, server *DBS
 		if err != nil || held > 0 {
 			return false
 		}
-		audits, err = r.reserveAudits(ctx, all)
+		audits, err = readAudits[rlcAudit](ctx, r, all)
 		if err != nil {
 			return false
 		}
@@ -280,7 +274,7 @@ func (e *Env) LifecycleRedisKill(ctx context.Context, engine string, server *DBS
 	if !drained {
 		r.fail("45s after the load: %d orders held, %d pending (taken in Redis, not written), %d units relaying (last error: %v)",
 			held, pending, relaying, err)
-		if audits, err = r.reserveAudits(ctx, all); err != nil {
+		if audits, err = readAudits[rlcAudit](ctx, r, all); err != nil {
 			return r.abort(fmt.Errorf("audit: %w", err))
 		}
 	}
@@ -500,11 +494,12 @@ func (d *lcDB) restockRows(ctx context.Context) (map[string]restockRow, error) {
 	return out, rows.Err()
 }
 
-// reserveAudits reads the audit of each SKU.
-func (r *run) reserveAudits(ctx context.Context, skus []string) (map[string]rlcAudit, error) {
-	out := map[string]rlcAudit{}
+// readAudits reads GET /admin/audit/{sku} of each SKU, into T (the
+// audit's fields a scenario checks).
+func readAudits[T any](ctx context.Context, r *run, skus []string) (map[string]T, error) {
+	out := map[string]T{}
 	for _, sku := range skus {
-		var a rlcAudit
+		var a T
 		if err := r.cluster.adminCall(ctx, http.MethodGet, "/admin/audit/"+sku, "", &a); err != nil {
 			return nil, fmt.Errorf("audit %s: %w", sku, err)
 		}

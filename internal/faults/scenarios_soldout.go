@@ -93,13 +93,7 @@ func (e *Env) SoldOutMark(ctx context.Context, engine, strategy string, control 
 	r.res.Lifecycle = &LifecycleFigures{HoldTTL: soldOutHoldTTL.String(), CaughtIn: -1}
 	l := startSoldOutLoad(ctx, r.cluster, skus, 3*d)
 	c.Workers, c.ClientTimeout = len(skus), l.views[0].spec.timeout.String()
-	event := func(format string, args ...any) time.Duration {
-		at := l.now()
-		what := fmt.Sprintf(format, args...)
-		r.res.Events = append(r.res.Events, Event{AtS: seconds(at), What: what})
-		e.logf("  %6.2fs %s", seconds(at), what)
-		return at
-	}
+	event := r.eventLog(l.now)
 
 	pause(ctx, d/3)
 	victim := rand.IntN(len(r.cluster.Instances))
@@ -128,7 +122,7 @@ func (e *Env) SoldOutMark(ctx context.Context, engine, strategy string, control 
 		}
 		changes += n
 		readAt = l.now()
-		if audits, err = r.soldOutAudits(ctx, all); err != nil {
+		if audits, err = readAudits[lcAudit](ctx, r, all); err != nil {
 			return r.abort(err)
 		}
 		again, err := readLifecycle(ctx, r.dbURL)
@@ -604,33 +598,7 @@ func (r *run) checkSoldOutHistories(ops []lcOp, restocks []soRestock, skus []str
 // the two other instances, and after it; 503s few.
 func (r *run) soldOutAvailability(ops []lcOp, l *soLoad, fz *soFreeze, end time.Duration) {
 	lf := r.res.Lifecycle
-	for _, op := range ops {
-		switch op.Kind {
-		case lcOrder:
-			lf.Orders++
-			switch {
-			case op.Status == http.StatusCreated:
-				lf.Created++
-			case op.Code == "sold_out":
-				lf.SoldOut++
-			case op.Code == "limit_reached":
-				lf.LimitReached++
-			}
-		case lcCancel:
-			lf.Cancels++
-			if lcSaid(op) == "cancelled" {
-				lf.Cancelled++
-			}
-		}
-		if op.Answer == lcUnknown {
-			lf.Unknown++
-		}
-		if op.Status == http.StatusServiceUnavailable {
-			lf.Responses503++
-		} else if op.Answer == lcNoEffect {
-			lf.Refused++
-		}
-	}
+	lf.count(ops)
 	l.mu.Lock()
 	cycles, restocks := slices.Clone(l.cycles), slices.Clone(l.restocks)
 	l.mu.Unlock()
@@ -745,17 +713,4 @@ func sameTables(a, b *lcTables) bool {
 		}
 	}
 	return true
-}
-
-// soldOutAudits reads GET /admin/audit/{sku} of each SKU.
-func (r *run) soldOutAudits(ctx context.Context, skus []string) (map[string]lcAudit, error) {
-	audits := map[string]lcAudit{}
-	for _, sku := range skus {
-		var a lcAudit
-		if err := r.cluster.adminCall(ctx, http.MethodGet, "/admin/audit/"+sku, "", &a); err != nil {
-			return nil, fmt.Errorf("audit %s: %w", sku, err)
-		}
-		audits[sku] = a
-	}
-	return audits, nil
 }
