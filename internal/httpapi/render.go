@@ -18,10 +18,17 @@ const jsonContentType = "application/json; charset=utf-8"
 
 // writeOrder answers status with the order.
 func writeOrder(c *gin.Context, status int, r orderResponse) {
-	c.Data(status, jsonContentType, appendOrderJSON(make([]byte, 0, 256), r))
+	b, err := appendOrderJSON(make([]byte, 0, 256), r)
+	if err != nil {
+		// An expiry past the year 9999: gin's way, which records the
+		// error, as before.
+		c.JSON(status, r)
+		return
+	}
+	c.Data(status, jsonContentType, b)
 }
 
-func appendOrderJSON(b []byte, r orderResponse) []byte {
+func appendOrderJSON(b []byte, r orderResponse) ([]byte, error) {
 	b = append(b, `{"order_id":`...)
 	b = appendJSONString(b, r.OrderID)
 	b = append(b, `,"sku":`...)
@@ -37,15 +44,12 @@ func appendOrderJSON(b []byte, r orderResponse) []byte {
 	if r.ExpiresAt != nil {
 		t, err := r.ExpiresAt.MarshalJSON()
 		if err != nil {
-			// A year past 9999: encoding/json fails too, and its error
-			// is the one to give.
-			whole, _ := json.Marshal(r)
-			return whole
+			return nil, err // encoding/json fails on it too
 		}
 		b = append(b, `,"expires_at":`...)
 		b = append(b, t...)
 	}
-	return append(b, '}')
+	return append(b, '}'), nil
 }
 
 func appendErrorJSON(b []byte, code, message string) []byte {
