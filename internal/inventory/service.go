@@ -196,6 +196,17 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	var replayed Order
 
 	inTx := func(ctx context.Context, deduct func(context.Context, Tx) error) error {
+		if req.IdempotencyKey == "" && s.soldOut.refuses(req.SKU, req.Quantity) {
+			// The same check as on the way in, at the last moment before
+			// the transaction: an order that waited its turn (the row's
+			// gate, the lock, a retry's pause) while another order of this
+			// instance was refused sold out is refused without a round
+			// trip too. Without it the orders queued when a sale sells
+			// out (up to ROW_MAX_IN_FLIGHT's waiters, every lock waiter)
+			// each take the row in turn only to find it empty, and the
+			// sold-out answers are the slowest of the burst.
+			return errSoldOutByMark
+		}
 		err := s.runTx(ctx, order.ID, func(ctx context.Context, tx Tx) error {
 			if req.IdempotencyKey != "" {
 				prior, err := s.lookupKey(ctx, tx, req.IdempotencyKey, fingerprint)
@@ -269,7 +280,9 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return replayed, nil
 	}
 	err = s.classify(ctx, err)
-	if errors.Is(err, ErrSoldOut) {
+	if errors.Is(err, ErrSoldOut) && !errors.Is(err, errSoldOutByMark) {
+		// Only the store's refusals mark: a mark's own refusal noted
+		// again would stretch it past the observation it stands for.
 		s.soldOut.note(req.SKU, req.Quantity, sent)
 	}
 	if req.IdempotencyKey != "" && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) || errors.Is(err, ErrLimitReached)) {
@@ -297,6 +310,9 @@ func refusal(err error) bool {
 	}
 	return false
 }
+
+// errSoldOutByMark is a refusal by the sold-out mark, not by the store.
+var errSoldOutByMark = fmt.Errorf("%w (refused by this instance's sold-out mark)", ErrSoldOut)
 
 // soldOutError is the refusal of an order the stock does not cover.
 func (s *Service) soldOutError(req Request) error {

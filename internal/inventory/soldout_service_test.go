@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,4 +168,80 @@ func TestSoldOutMarkRefusesOnlyOrdersTheRefusalCovers(t *testing.T) {
 			}
 		}
 	})
+}
+
+// turnstile stands for what an order waits on before its transaction (the
+// row's gate, a lock, a retry's pause): its first order waits at the
+// turnstile until the test lets it go; the others pass.
+type turnstile struct {
+	inventory.Strategy
+	first   atomic.Bool // (not a sync.Once: its Do would hold the others too)
+	waiting chan struct{} // closed once the first order waits
+	pass    chan struct{} // closed by the test to let it go
+}
+
+func (w *turnstile) Deduct(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
+	if w.first.CompareAndSwap(false, true) {
+		close(w.waiting)
+		<-w.pass
+	}
+	return w.Strategy.Deduct(ctx, sku, quantity, inTx)
+}
+
+// TestSoldOutMarkRefusesAnOrderThatWaitedItsTurn: an order that was waiting
+// for its turn when another order of its instance was refused sold out is
+// refused by the mark at its turn, without a round trip (the unit restocked
+// meanwhile through another instance is still there afterwards), within the
+// mark's bound and no longer.
+func TestSoldOutMarkRefusesAnOrderThatWaitedItsTurn(t *testing.T) {
+	for _, engine := range store.Engines {
+		for _, name := range []string{inventory.NameConditional, inventory.NameVersionCAS, inventory.NameRedisLock} {
+			t.Run(engine+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				db := testdb.New(t, engine, 8)
+				gate := &turnstile{Strategy: strategies()[name](t, engine, db), waiting: make(chan struct{}), pass: make(chan struct{})}
+				clock := &handClock{t: time.Unix(1_000_000, 0)}
+				a := inventory.NewService(db, gate, inventory.WithClock(clock.now), inventory.WithSoldOutTTL(time.Second))
+				b := inventory.NewService(db, gate)
+				if err := a.StartSale(ctx, "s", 1); err != nil {
+					t.Fatal(err)
+				}
+				clock.step(time.Millisecond)
+				waited := make(chan error, 1)
+				go func() {
+					_, err := order(t, a, "s", "waits", "")
+					waited <- err
+				}()
+				<-gate.waiting
+				if _, err := order(t, a, "s", "u1", ""); err != nil {
+					t.Fatalf("the only unit: %v", err)
+				}
+				clock.step(time.Millisecond)
+				if _, err := order(t, a, "s", "u2", ""); !errors.Is(err, inventory.ErrSoldOut) {
+					t.Fatalf("past the stock: %v, want sold out", err)
+				}
+				if _, err := b.Restock(ctx, "s", 1); err != nil {
+					t.Fatal(err)
+				}
+				close(gate.pass)
+				if err := <-waited; !errors.Is(err, inventory.ErrSoldOut) {
+					t.Fatalf("the order that waited its turn, within the mark's bound: %v, want sold out by the mark", err)
+				}
+				if level, err := a.Level(ctx, "s"); err != nil || level.Available != 1 {
+					t.Fatalf("the restocked unit after the marked refusal: %+v, %v; want 1 available (no round trip took it)", level, err)
+				}
+				// Past the bound of the store's refusal (sent at +2 ms),
+				// the unit sells.
+				clock.step(time.Second)
+				if _, err := order(t, a, "s", "u3", ""); err != nil {
+					t.Fatalf("past the mark's bound, the restocked unit was refused: %v", err)
+				}
+				audit := quietAudit(t, a, "s")
+				if !audit.Consistent() || audit.Available != 0 || audit.Orders != 2 {
+					t.Fatalf("audit: %+v", audit)
+				}
+			})
+		}
+	}
 }
