@@ -175,7 +175,7 @@ func TestSoldOutMarkRefusesOnlyOrdersTheRefusalCovers(t *testing.T) {
 // turnstile until the test lets it go; the others pass.
 type turnstile struct {
 	inventory.Strategy
-	first   atomic.Bool // (not a sync.Once: its Do would hold the others too)
+	first   atomic.Bool   // (not a sync.Once: its Do would hold the others too)
 	waiting chan struct{} // closed once the first order waits
 	pass    chan struct{} // closed by the test to let it go
 }
