@@ -50,6 +50,15 @@ type plan struct {
 	BurstMin time.Duration
 	// GoBurstStrategies get the same burst from the Go client too.
 	GoBurstStrategies []string
+	// SoldOutOrders are sent by the Go client to each strategy's burst SKU
+	// once it is sold out (round 1): the service's CPU of a sold-out
+	// answer beside /healthz's. 0 leaves the run out.
+	SoldOutOrders int
+	// The ratio burst: RatioBuyers one-unit orders for RatioStock units
+	// from RatioWorkers keep-alive clients over the instances, redis-reserve
+	// and conditional taking turns RatioRounds times per backend. 0 rounds
+	// leave it out.
+	RatioStock, RatioBuyers, RatioWorkers, RatioRounds int
 	// Rounds is how often each strategy's burst and steady run, and the
 	// ceilings, are measured; the strategies take turns round by round
 	// and the report shows the medians.
@@ -145,6 +154,12 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	defStock, defBuyers, defVUs, defMax := 1000, 4000, 200, 60*time.Second
 	defSteady, defSteadyVUs, defCeiling, defLoadGen := 8*time.Second, 200, 3*time.Second, 5*time.Second
 	defRounds := 3
+	// A sold-out answer costs the service about 50 µs: 20,000 of them
+	// are a second of its CPU, long enough to read against /healthz's.
+	defSoldOutOrders := 20_000
+	// Five pairs of the ratio burst (about 5 s a pair): a burst of 3,000
+	// units is short, and its single rounds scatter on a busy machine.
+	defRatioRounds := 5
 	// The catalog: 10,000 SKUs for 5 s, measured (2026-11-28, a busy
 	// machine) at about 25 s a run for a database strategy (10.7 s set-up,
 	// 8.3 s audit), 50 s for redis-reserve and 77 s on the cluster: about
@@ -172,6 +187,7 @@ func loadPlan(getenv func(string) string) (plan, error) {
 		defStock, defBuyers, defVUs, defMax = 300, 1200, 100, 20*time.Second
 		defSteady, defSteadyVUs, defCeiling, defLoadGen = 4*time.Second, 100, 2*time.Second, 2*time.Second
 		defCatalogSKUs, defCatalogDuration = 500, 1500*time.Millisecond
+		defSoldOutOrders, defRatioRounds = 5_000, 2
 	}
 	p.Root = str("DEMO_ROOT", ".")
 	p.StockBin = str("STOCK_BIN", "bin/stock")
@@ -189,6 +205,11 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	p.BurstMin = duration("BURST_MIN_SECONDS", 3*time.Second)
 	p.GoBurstStrategies = splitList(str("GO_BURST_STRATEGIES", "batched,conditional,redis-reserve"))
 	p.Rounds = integer("BURST_ROUNDS", defRounds, 1, 9)
+	p.SoldOutOrders = integer("SOLD_OUT_ORDERS", defSoldOutOrders, 0, 1_000_000)
+	p.RatioStock = integer("RATIO_STOCK", 3000, 1, 1_000_000)
+	p.RatioBuyers = integer("RATIO_BUYERS", 9000, 1, 1_000_000)
+	p.RatioWorkers = integer("RATIO_WORKERS", 300, 1, 2000)
+	p.RatioRounds = integer("RATIO_ROUNDS", defRatioRounds, 0, 9)
 	p.SteadyDuration = duration("STEADY_DURATION", defSteady)
 	p.SteadyMaxVUs = integer("STEADY_MAX_VUS", defSteadyVUs, 1, 2000)
 	p.SteadyRate = integer("STEADY_RATE", 0, 0, 100_000)
@@ -395,6 +416,8 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 		{Name: "BURST_MIN_SECONDS", Value: p.BurstMin.String(), Note: "batched's and redis-reserve's stock is at least this long at k6's /healthz ceiling (their rates are not bounded by one commit per order), with the same buyers per unit; the others keep BURST_STOCK"},
 		{Name: "GO_BURST_STRATEGIES", Value: strings.Join(p.GoBurstStrategies, ","), Note: "get the same burst from the Go client (cmd/demo, HTTP/1.1 keep-alive, as many workers as k6's VUs), on a SKU of their own"},
 		{Name: "steady", Value: fmt.Sprintf("DURATION=%s MAX_VUS=%d", p.SteadyDuration, p.SteadyMaxVUs), Note: "constant-arrival-rate, all VUs pre-allocated"},
+		{Name: "SOLD_OUT_ORDERS", Value: strconv.Itoa(p.SoldOutOrders), Note: "round 1 of every strategy: the Go client's orders on the burst's SKU once it is sold out (as many workers as k6's VUs), for the service's CPU of a sold-out answer; 0 leaves it out"},
+		{Name: "ratio burst", Value: p.ratioVars(), Note: "redis-reserve and conditional taking turns on instances of their own, the Go client's keep-alive workers connected before the clock starts; RATIO_ROUNDS=0 leaves it out"},
 	}
 	if p.CatalogSKUs > 0 {
 		s = append(s, report.Setting{Name: "catalog", Value: p.catalogVars(),
@@ -469,4 +492,9 @@ func stockDatabase(raw string) string {
 	}
 	u.Path = "/stock"
 	return u.String()
+}
+
+// ratioVars are the ratio burst's settings, as the variables that set them.
+func (p plan) ratioVars() string {
+	return fmt.Sprintf("RATIO_STOCK=%d RATIO_BUYERS=%d RATIO_WORKERS=%d RATIO_ROUNDS=%d", p.RatioStock, p.RatioBuyers, p.RatioWorkers, p.RatioRounds)
 }

@@ -68,7 +68,20 @@ func strategiesOf(ctx context.Context, bin string) ([]string, error) {
 
 // totalSteps counts the progress steps of a plan.
 func totalSteps(p plan) int {
-	return 1 + len(p.Backends)*max(1, p.Rounds)*(1+len(p.Strategies)) + len(p.Backends)*(len(clusterCatalogs(p))+len(lifecycleStrategies(p)))
+	return 1 + len(p.Backends)*max(1, p.Rounds)*(1+len(p.Strategies)) + len(p.Backends)*(len(clusterCatalogs(p))+len(lifecycleStrategies(p))+ratioSteps(p))
+}
+
+// ratioSteps is 1 when the plan runs the ratio burst (a step per backend).
+func ratioSteps(p plan) int {
+	if p.RatioRounds == 0 {
+		return 0
+	}
+	for _, s := range ratioStrategies {
+		if !slices.Contains(p.Strategies, s) {
+			return 0
+		}
+	}
+	return 1
 }
 
 // clusterCatalogs are the strategies whose catalog runs a second time, on
@@ -349,6 +362,9 @@ func (d *demo) runStrategy(ctx context.Context, b backend, strategy string, roun
 	if slices.Contains(d.p.GoBurstStrategies, strategy) && ctx.Err() == nil {
 		d.runGoBurst(ctx, f, runs[0])
 	}
+	if round == 1 && d.p.SoldOutOrders > 0 && ctx.Err() == nil {
+		d.runSoldOut(ctx, f, runs[0])
+	}
 	if catalog && ctx.Err() == nil {
 		redisMasters := 0
 		if isReserved(strategy) {
@@ -379,6 +395,57 @@ func (d *demo) runGoBurst(ctx context.Context, f *fleet, k6 *report.Run) {
 	d.rep.GoBursts = append(d.rep.GoBursts, g)
 	d.progress.note("Go client burst: %d orders in %s, %.0f orders/s, p99 %s, %d sold out, %d other%s",
 		g.Orders, g.SellWindow.Round(time.Millisecond), g.OrdersPerSec, g.P99.Round(time.Millisecond), g.SoldOut, g.Other, problemsSuffix(g.Problems()))
+}
+
+// runSoldOut sends SOLD_OUT_ORDERS orders from the Go client to the k6
+// burst's SKU, sold out by then, and measures what answering them cost:
+// the sold-out answer, which should cost about what /healthz does.
+func (d *demo) runSoldOut(ctx context.Context, f *fleet, k6 *report.Run) {
+	g := report.GoBurst{
+		Backend: k6.Backend, Strategy: k6.Strategy, Round: k6.Round,
+		SKU: k6.SKU, Buyers: d.p.SoldOutOrders, Workers: k6.VUs,
+	}
+	if k6.Error != "" {
+		g.Error = "the burst before it failed: " + k6.Error
+		d.rep.SoldOutRuns = append(d.rep.SoldOutRuns, g)
+		return
+	}
+	client := goClient(g.Workers, len(f.urls()))
+	defer client.CloseIdleConnections()
+	if err := warmUp(ctx, client, f.urls(), g.Workers); err != nil {
+		g.Error = err.Error()
+		d.rep.SoldOutRuns = append(d.rep.SoldOutRuns, g)
+		return
+	}
+	g.Warm = true
+	meter := d.meter(f, d.backend(k6.Backend), k6.Strategy).with(selfComponent())
+	before := meter.sample(0, 0)
+	goOrders(ctx, client, f.urls(), &g, d.p.BurstMaxDuration)
+	g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders), "")
+	audit, err := fetchAudit(ctx, f, d.p.AdminToken, g.SKU)
+	if err != nil {
+		g.Error = strings.TrimPrefix(g.Error+"; "+err.Error(), "; ")
+	}
+	g.Audit = audit
+	if g.Orders > 0 {
+		g.Error = strings.TrimPrefix(fmt.Sprintf("%s; %d orders were sold on a SKU sold out by its burst", g.Error, g.Orders), "; ")
+	}
+	d.rep.SoldOutRuns = append(d.rep.SoldOutRuns, g)
+	d.progress.note("sold out: %d answers in %s, p99 %s, service %s an answer%s",
+		g.SoldOut, g.Duration.Round(time.Millisecond), g.P99.Round(time.Millisecond), perAnswer(g.Cost, report.ComponentService), problemsSuffix(g.Problems()))
+}
+
+// perAnswer is a component's CPU per answer in c, for the progress lines.
+func perAnswer(c *report.CPUCost, name string) string {
+	if c == nil || c.Answered == 0 {
+		return "–"
+	}
+	for _, comp := range c.Components {
+		if comp.Name == name && comp.Measured() {
+			return (comp.CPU / time.Duration(c.Answered)).Round(100 * time.Nanosecond).String()
+		}
+	}
+	return "–"
 }
 
 func problemsSuffix(ps []string) string {

@@ -119,16 +119,56 @@ func goBurst(ctx context.Context, urls []string, token string, g *report.GoBurst
 		g.Error = err.Error()
 		return
 	}
+	if g.Warm {
+		if err := warmUp(ctx, client, urls, g.Workers); err != nil {
+			g.Error = err.Error()
+			return
+		}
+	}
+	goOrders(ctx, client, urls, g, maxDuration)
+}
+
+// warmUp opens every worker's keep-alive connection to every instance
+// (GET /healthz, all at once), so that a burst's clock starts with the
+// clients connected, as a sale's buyers are who sit on the page.
+func warmUp(ctx context.Context, client *http.Client, urls []string, workers int) error {
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range workers {
+		for _, u := range urls {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u+"/healthz", nil)
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		}
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("warming up: %d of %d connections failed", n, workers*len(urls))
+	}
+	return nil
+}
+
+// goOrders sends g.Buyers orders of one unit of g.SKU from g.Workers
+// workers at once, round robin over urls, until every buyer has an answer
+// or maxDuration passes, and fills g's counts, windows and latencies.
+func goOrders(ctx context.Context, client *http.Client, urls []string, g *report.GoBurst, maxDuration time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, maxDuration)
 	defer cancel()
 	var next, orders, soldOut, other atomic.Int64
 	var lastSold atomic.Int64 // nanoseconds since began
-	var lat latencies
+	var lat, latSold, latSoldOut latencies
 	var wg sync.WaitGroup
 	began := time.Now()
 	for range g.Workers {
 		wg.Go(func() {
-			var mine []time.Duration
+			var mine, sold, refused []time.Duration
 			for i := next.Add(1); i <= int64(g.Buyers) && ctx.Err() == nil; i = next.Add(1) {
 				body := fmt.Sprintf(`{"sku":%q,"quantity":1,"user_id":"go-%d"}`, g.SKU, i)
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, urls[int(i)%len(urls)]+"/orders", bytes.NewBufferString(body))
@@ -141,10 +181,12 @@ func goBurst(ctx context.Context, urls []string, token string, g *report.GoBurst
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				mine = append(mine, time.Since(t))
+				took := time.Since(t)
+				mine = append(mine, took)
 				switch resp.StatusCode {
 				case http.StatusCreated:
 					orders.Add(1)
+					sold = append(sold, took)
 					at := int64(time.Since(began))
 					for {
 						old := lastSold.Load()
@@ -154,20 +196,24 @@ func goBurst(ctx context.Context, urls []string, token string, g *report.GoBurst
 					}
 				case http.StatusConflict:
 					soldOut.Add(1)
+					refused = append(refused, took)
 				default:
 					other.Add(1)
 				}
 			}
 			lat.add(mine)
+			latSold.add(sold)
+			latSoldOut.add(refused)
 		})
 	}
 	wg.Wait()
+	g.Duration = time.Since(began)
 	g.Orders, g.SoldOut, g.Other = orders.Load(), soldOut.Load(), other.Load()
 	g.SellWindow = time.Duration(lastSold.Load())
 	if g.SellWindow >= 10*time.Millisecond {
 		g.OrdersPerSec = float64(g.Orders) / g.SellWindow.Seconds()
 	}
-	g.P99 = lat.p99()
+	g.P99, g.P99Sold, g.P99SoldOut = lat.p99(), latSold.p99(), latSoldOut.p99()
 	if answered := g.Orders + g.SoldOut + g.Other; answered < int64(g.Buyers) {
 		g.Error = fmt.Sprintf("only %d of %d buyers were answered within %s", answered, g.Buyers, maxDuration)
 	}

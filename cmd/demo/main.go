@@ -208,6 +208,9 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 				}
 			}
 		}
+		if ctx.Err() == nil {
+			d.runRatioBursts(ctx, b)
+		}
 	}
 	d.cleanUp(ctx)
 
@@ -282,7 +285,7 @@ func rerunCommands(p plan, commit string) []string {
 		fmt.Sprintf("CEILING_DURATION=%s LOADGEN_VUS=%d LOADGEN_DURATION=%s", p.CeilingDuration, p.LoadGenVUs, p.LoadGenDuration),
 		fmt.Sprintf("CAPACITY_SERVICE_CORES=%d CAPACITY_DATABASE_CORES=%d", p.CapacityServiceCores, p.CapacityDatabaseCores),
 	}
-	full = append(full, p.catalogVars(), p.lifecycleVars())
+	full = append(full, fmt.Sprintf("SOLD_OUT_ORDERS=%d", p.SoldOutOrders), p.ratioVars(), p.catalogVars(), p.lifecycleVars())
 	if p.SteadyRate > 0 {
 		full = append(full, fmt.Sprintf("STEADY_RATE=%d", p.SteadyRate))
 	}

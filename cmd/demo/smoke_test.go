@@ -108,7 +108,7 @@ func TestSmokeRun(t *testing.T) {
 	p := plan{
 		Instances: 3, DBMaxConns: 8, NaiveRaceWindow: "5ms", AdminToken: "smoke-admin-token",
 		BurstStock: 100, BurstBuyers: 400, BurstVUs: 100, BurstMaxDuration: 20 * time.Second, Rounds: 1,
-		SteadyDuration: 2 * time.Second, SteadyMaxVUs: 20,
+		SteadyDuration: 2 * time.Second, SteadyMaxVUs: 20, SoldOutOrders: 500,
 		CatalogSKUs: 200, CatalogStock: 5, CatalogWorkers: 20, CatalogDuration: time.Second,
 		CatalogZipfS: 1.3, CatalogZipfV: 1, CatalogAdminWorkers: 8,
 		Lifecycle: true, LifecycleStrategies: []string{"conditional"}, LifecycleStock: 10, LifecycleBuyers: 40, LifecycleVUs: 40,
@@ -174,6 +174,24 @@ func TestSmokeRun(t *testing.T) {
 	}
 	if f := d.rep.Failures(); len(f) != 0 {
 		t.Errorf("failures: %q", f)
+	}
+	// The sold-out run: every order on the sold-out SKU refused, the
+	// stock untouched, the service's CPU read.
+	var soldOut int
+	for _, g := range d.rep.SoldOutRuns {
+		if g.Strategy != "conditional" {
+			continue
+		}
+		soldOut++
+		if g.SoldOut != 500 || g.Orders != 0 || g.Other != 0 || len(g.Problems()) != 0 || g.Audit == nil || g.Audit.Ordered != 100 {
+			t.Errorf("conditional's sold-out run: %+v, problems %q", g, g.Problems())
+		}
+		if c := g.Cost; c == nil || c.Answered != 500 {
+			t.Errorf("conditional's sold-out run's cost: %+v", c)
+		}
+	}
+	if soldOut != 1 {
+		t.Errorf("%d sold-out runs of conditional, want 1", soldOut)
 	}
 	if len(d.rep.CatalogRuns) != 2 {
 		t.Fatalf("%d catalog runs, want one per strategy", len(d.rep.CatalogRuns))

@@ -45,9 +45,17 @@ type GoBurst struct {
 	// SellWindow runs from the start to the last 201.
 	SellWindow   time.Duration `json:"sell_window_ns"`
 	OrdersPerSec float64       `json:"orders_per_sec"`
-	P99          time.Duration `json:"p99_ns"`
-	Audit        *Audit        `json:"audit,omitempty"`
-	Error        string        `json:"error,omitempty"`
+	// Duration runs from the first order sent to the last answer.
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	// P99 is over every answer, P99Sold over the 201s, P99SoldOut over
+	// the 409s.
+	P99        time.Duration `json:"p99_ns"`
+	P99Sold    time.Duration `json:"p99_201_ns,omitempty"`
+	P99SoldOut time.Duration `json:"p99_sold_out_ns,omitempty"`
+	// Warm: every worker's connections were open before the clock started.
+	Warm  bool   `json:"warm,omitempty"`
+	Audit *Audit `json:"audit,omitempty"`
+	Error string `json:"error,omitempty"`
 	// Cost is the CPU the burst took, by process class, from the start of
 	// the sale to the last answer.
 	Cost *CPUCost `json:"cost,omitempty"`

@@ -113,6 +113,14 @@ type page struct {
 	// estimate drawn from them and its check against this run.
 	CostRows     []costRow
 	CapacityRows []capacityRow
+	// The cost goals: sold-out answers, the fast paths' orders, the ratio
+	// burst (goals.go).
+	SoldOutGoalRows []soldOutGoalRow
+	FastPathRows    []fastPathRow
+	RatioRows       []ratioRow
+	SoldOutCPUGoal  string
+	FastPathCPUGoal string
+	RatioGoal       string
 	// Busy: the load average exceeded the core count before the run.
 	Busy bool
 	// Scope is "6 strategies × 2 backends".
@@ -225,6 +233,8 @@ func buildPage(r *Report) page {
 	p.LifecycleGoal = fmtRatio(LifecycleGoal)
 	p.CostRows = costRows(r, burst, steady)
 	p.CapacityRows = capacityRows(r, burst)
+	p.SoldOutGoalRows, p.FastPathRows, p.RatioRows = soldOutGoalRows(r, burst), fastPathRows(r, burst), ratioRows(r)
+	p.SoldOutCPUGoal, p.FastPathCPUGoal, p.RatioGoal = fmtRatio(SoldOutCPUGoal), fmtRatio(FastPathCPUGoal), fmtRatio(RatioGoal)
 	if len(steady) > 0 {
 		run := steady[0].Run
 		rates := map[string]int{}

@@ -44,6 +44,11 @@ type Report struct {
 	// strategies.
 	GoLoadGen *GoLoadGen `json:"go_load_generator,omitempty"`
 	GoBursts  []GoBurst  `json:"go_bursts,omitempty"`
+	// SoldOutRuns are the Go client's orders on each strategy's burst SKU
+	// once sold out (SOLD_OUT_ORDERS); RatioBursts the ratio burst's
+	// rounds (redis-reserve and conditional taking turns).
+	SoldOutRuns []GoBurst `json:"sold_out_runs,omitempty"`
+	RatioBursts []GoBurst `json:"ratio_bursts,omitempty"`
 	// BuyersPerUnit is the one ratio of buyers to units of every burst.
 	BuyersPerUnit float64   `json:"buyers_per_unit,omitempty"`
 	Ceilings      []Ceiling `json:"ceilings"`
@@ -223,6 +228,19 @@ func (r *Report) Failures() []string {
 	for _, g := range r.GoBursts {
 		for _, p := range g.Problems() {
 			out = append(out, fmt.Sprintf("%s/%s burst from the Go client round %d: %s", g.Backend, g.Strategy, g.Round, p))
+		}
+	}
+	for _, set := range []struct {
+		name string
+		runs []GoBurst
+	}{{"sold-out run", r.SoldOutRuns}, {"ratio burst", r.RatioBursts}} {
+		for _, g := range set.runs {
+			if IsControl(g.Strategy) {
+				continue // a control may oversell: its burst's row says so
+			}
+			for _, p := range g.Problems() {
+				out = append(out, fmt.Sprintf("%s/%s %s round %d: %s", g.Backend, g.Strategy, set.name, g.Round, p))
+			}
 		}
 	}
 	for _, c := range r.Catalogs() {
