@@ -96,6 +96,9 @@ func (l *Locker) createProtected(dir, guid string) (string, error) {
 
 func (l *Locker) findGUID(dir, guid string) (string, error) {
 	children, _, err := l.conn.Children(dir)
+	if l.onFind != nil {
+		err = l.onFind(err)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -108,9 +111,16 @@ func (l *Locker) findGUID(dir, guid string) (string, error) {
 }
 
 // forget deletes the node of an abandoned create (path, or found by its
-// GUID), retrying across reconnections until it is gone, its session
-// (generation gen) expired, or the Locker closed. It runs on a goroutine
-// of the Locker's.
+// GUID), retrying across reconnections until it is gone or the Locker
+// closed. It runs on a goroutine of the Locker's.
+//
+// gen is the session generation read before the create, which is not
+// always the create's own: a create queued while that session was
+// disconnected goes out in the next session once the first expired, and
+// its node lives there (found by review). So when gen's session ends,
+// forget does not give up: it goes on in the current session, where the
+// lookup by GUID is definitive, the client sending a session's requests in
+// order.
 func (l *Locker) forget(dir, guid, path string, gen uint64) {
 	for {
 		var err error
@@ -124,7 +134,13 @@ func (l *Locker) forget(dir, guid, path string, gen uint64) {
 			return
 		}
 		if !l.awaitChange(gen) {
-			return
+			l.mu.Lock()
+			closed, current := l.closed, l.sessionGen
+			l.mu.Unlock()
+			if closed {
+				return
+			}
+			gen = current
 		}
 	}
 }

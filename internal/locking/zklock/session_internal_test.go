@@ -1,10 +1,15 @@
 package zklock
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/flashsale/stock/internal/testzk"
 )
 
 // TestSendUnsentRepeatsWhatTheSameFlushFailed: the client fails unsent
@@ -53,5 +58,57 @@ func TestSendUnsentRepeatsWhatTheSameFlushFailed(t *testing.T) {
 				t.Fatalf("sendUnsent = %v after %d calls, want %v after %d", err, calls, c.want, c.calls)
 			}
 		})
+	}
+}
+
+// TestForgetFollowsACreateIntoTheNextSession: obtain reads the session's
+// generation before its create, and a create queued while that session is
+// disconnected can be sent in the next session, once the first expired
+// (found by review). If its answer is lost and the lookups by GUID fail,
+// the abandoned node lives in the new session: forget must look for it
+// there rather than give up with the old generation, or the node holds the
+// lock against every process for as long as the Locker lives.
+func TestForgetFollowsACreateIntoTheNextSession(t *testing.T) {
+	srv := testzk.Start(t)
+	l, err := New([]string{srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := l.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name := "forget-next-session-" + newGUID()[:8]
+	if err := l.ensure(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	dir, guid := l.dir(name), newGUID()
+	// The generation obtain read; then the session it stood for expired
+	// and the create went out in the next one.
+	gen := l.generation()
+	l.mu.Lock()
+	l.sessionGen++
+	l.mu.Unlock()
+	path, err := l.createProtected(dir, guid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first lookup by GUID is refused with the connection.
+	var finds atomic.Int32
+	l.onFind = func(err error) error {
+		if finds.Add(1) == 1 {
+			return zk.ErrNoServer
+		}
+		return err
+	}
+	l.forget(dir, guid, "", gen)
+	exists, _, err := l.conn.Exists(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exists {
+		t.Fatalf("forget gave up on %s, created in the session after generation %d: an orphan that holds the lock (%d lookups)", path, gen, finds.Load())
 	}
 }

@@ -46,6 +46,7 @@ type Locker struct {
 	// Test hooks, set before use.
 	onWatch  func(node, predecessor string) // after each watch is set
 	onCreate func(path string, err error) (string, error)
+	onFind   func(err error) error // passes each lookup by GUID's error
 	watches  atomic.Int64 // predecessor watches that woke a waiter (its deletion, or a session change)
 
 	mu         sync.Mutex
