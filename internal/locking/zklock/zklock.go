@@ -47,7 +47,7 @@ type Locker struct {
 	onWatch  func(node, predecessor string) // after each watch is set
 	onCreate func(path string, err error) (string, error)
 	onFind   func(err error) error // passes each lookup by GUID's error
-	watches  atomic.Int64 // predecessor watches that woke a waiter (its deletion, or a session change)
+	watches  atomic.Int64          // predecessor watches that woke a waiter (its deletion, or a session change)
 
 	mu         sync.Mutex
 	closed     bool
