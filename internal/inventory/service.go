@@ -174,7 +174,12 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		// flash sale costs neither.
 		return Order{}, s.soldOutError(req)
 	}
-	fingerprint := req.fingerprint()
+	// Only a key's replay compares fingerprints: an order without one
+	// (most of a flash sale's) skips the hash.
+	var fingerprint []byte
+	if req.IdempotencyKey != "" {
+		fingerprint = req.fingerprint()
+	}
 
 	// The order runs to its own deadline even if the client hangs up: the
 	// transaction is atomic either way, and finishing it keeps the logs and
@@ -194,7 +199,67 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		order.State, order.Hold = OrderHeld, s.hold
 	}
 	var replayed Order
+	var err error
+	if taker, ok := s.strategy.(OrderTaker); ok {
+		// The strategy owns the transaction (batched.Batched): it checks
+		// the key, deducts, and records the order and its key itself.
+		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint, PerUserLimit: s.limit})
+		if terr == nil && placed.ID != order.ID {
+			replayed, terr = placed, errReplayed
+		}
+		err = terr
+	} else {
+		replayed, err = s.deduct(ctx, req, order, fingerprint)
+	}
+	switch {
+	case err == nil:
+		// Guarded: slog boxes its arguments before it asks the level.
+		if s.log.Enabled(ctx, slog.LevelDebug) {
+			s.log.Debug("order created", "order_id", order.ID, "sku", order.SKU, "quantity", order.Quantity, "strategy", order.Strategy)
+		}
+		return order, nil
+	case errors.Is(err, errReplayed):
+		s.log.Debug("order replayed", "order_id", replayed.ID, "sku", replayed.SKU, "idempotency_key", req.IdempotencyKey)
+		return replayed, nil
+	}
+	err = s.classify(ctx, err)
+	if errors.Is(err, ErrSoldOut) && !errors.Is(err, errSoldOutByMark) {
+		// Only the store's refusals mark: a mark's own refusal noted
+		// again would stretch it past the observation it stands for.
+		s.soldOut.note(req.SKU, req.Quantity, sent)
+	}
+	if req.IdempotencyKey != "" && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) || errors.Is(err, ErrLimitReached)) {
+		if prior, ok := s.replayAfterRefusal(ctx, req.IdempotencyKey, fingerprint); ok {
+			return prior, nil
+		}
+	}
+	if errors.Is(err, ErrSoldOut) {
+		return Order{}, s.soldOutError(req)
+	}
+	if !refusal(err) {
+		s.log.Warn("order failed", "sku", req.SKU, "order_id", order.ID, "strategy", s.strategy.Name(), "err", err)
+	}
+	return Order{}, err
+}
 
+// refusal reports whether err is an answer about the order itself (sold
+// out, past the limit, outside the window, an unknown SKU, a reused key),
+// not a failure worth a warning.
+func refusal(err error) bool {
+	for _, r := range []error{ErrSoldOut, ErrLimitReached, ErrSaleNotStarted, ErrSaleEnded, ErrUnknownSKU, ErrIdempotencyConflict} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// deduct takes the order through the strategy's Deduct, in the service's
+// transaction (inTx); errReplayed with the prior order when the key was
+// taken. A method of its own so that the closure and what it captures are
+// allocated only on this path, not for a strategy that takes whole orders.
+func (s *Service) deduct(ctx context.Context, req Request, order Order, fingerprint []byte) (Order, error) {
+	var replayed Order
 	inTx := func(ctx context.Context, deduct func(context.Context, Tx) error) error {
 		if req.IdempotencyKey == "" && s.soldOut.refuses(req.SKU, req.Quantity) {
 			// The same check as on the way in, at the last moment before
@@ -259,56 +324,10 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return err
 	}
 
-	var err error
-	if taker, ok := s.strategy.(OrderTaker); ok {
-		// The strategy owns the transaction (batched.Batched): it checks
-		// the key, deducts, and records the order and its key itself.
-		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint, PerUserLimit: s.limit})
-		if terr == nil && placed.ID != order.ID {
-			replayed, terr = placed, errReplayed
-		}
-		err = terr
-	} else {
-		err = s.strategy.Deduct(ctx, req.SKU, req.Quantity, inTx)
-	}
-	switch {
-	case err == nil:
-		s.log.Debug("order created", "order_id", order.ID, "sku", order.SKU, "quantity", order.Quantity, "strategy", order.Strategy)
-		return order, nil
-	case errors.Is(err, errReplayed):
-		s.log.Debug("order replayed", "order_id", replayed.ID, "sku", replayed.SKU, "idempotency_key", req.IdempotencyKey)
-		return replayed, nil
-	}
-	err = s.classify(ctx, err)
-	if errors.Is(err, ErrSoldOut) && !errors.Is(err, errSoldOutByMark) {
-		// Only the store's refusals mark: a mark's own refusal noted
-		// again would stretch it past the observation it stands for.
-		s.soldOut.note(req.SKU, req.Quantity, sent)
-	}
-	if req.IdempotencyKey != "" && (errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) || errors.Is(err, ErrLimitReached)) {
-		if prior, ok := s.replayAfterRefusal(ctx, req.IdempotencyKey, fingerprint); ok {
-			return prior, nil
-		}
-	}
-	if errors.Is(err, ErrSoldOut) {
-		return Order{}, s.soldOutError(req)
-	}
-	if !refusal(err) {
-		s.log.Warn("order failed", "sku", req.SKU, "order_id", order.ID, "strategy", s.strategy.Name(), "err", err)
-	}
-	return Order{}, err
-}
-
-// refusal reports whether err is an answer about the order itself (sold
-// out, past the limit, outside the window, an unknown SKU, a reused key),
-// not a failure worth a warning.
-func refusal(err error) bool {
-	for _, r := range []error{ErrSoldOut, ErrLimitReached, ErrSaleNotStarted, ErrSaleEnded, ErrUnknownSKU, ErrIdempotencyConflict} {
-		if errors.Is(err, r) {
-			return true
-		}
-	}
-	return false
+	// Not in one return statement: inTx sets replayed, and Go does not
+	// order reading a variable against a call in the same expression list.
+	err := s.strategy.Deduct(ctx, req.SKU, req.Quantity, inTx)
+	return replayed, err
 }
 
 // errSoldOutByMark is a refusal by the sold-out mark, not by the store.

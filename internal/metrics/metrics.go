@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +21,13 @@ import (
 
 // Metrics holds the service's collectors and their registry.
 type Metrics struct {
-	registry      *prometheus.Registry
+	registry *prometheus.Registry
+	// outcomes keeps each (strategy, outcome)'s order counter and
+	// histogram: OrderDone runs for every order, and the vectors' own
+	// lookup hashes the labels and allocates each time. A handful of
+	// entries: one strategy per process, a fixed set of outcomes.
+	outcomesMu    sync.RWMutex
+	outcomes      map[outcomeLabels]outcomeSeries
 	orders        *prometheus.CounterVec
 	deduction     *prometheus.HistogramVec
 	retries       *prometheus.CounterVec
@@ -185,10 +192,37 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
 }
 
+type outcomeLabels struct{ strategy, outcome string }
+
+type outcomeSeries struct {
+	orders    prometheus.Counter
+	deduction prometheus.Observer
+}
+
+// series returns the order counter and histogram of strategy and outcome.
+func (m *Metrics) series(strategy, outcome string) outcomeSeries {
+	key := outcomeLabels{strategy, outcome}
+	m.outcomesMu.RLock()
+	s, ok := m.outcomes[key]
+	m.outcomesMu.RUnlock()
+	if ok {
+		return s
+	}
+	s = outcomeSeries{orders: m.orders.WithLabelValues(strategy, outcome), deduction: m.deduction.WithLabelValues(strategy, outcome)}
+	m.outcomesMu.Lock()
+	if m.outcomes == nil {
+		m.outcomes = map[outcomeLabels]outcomeSeries{}
+	}
+	m.outcomes[key] = s
+	m.outcomesMu.Unlock()
+	return s
+}
+
 // OrderDone implements inventory.Observer.
 func (m *Metrics) OrderDone(strategy, outcome string, elapsed time.Duration) {
-	m.orders.WithLabelValues(strategy, outcome).Inc()
-	m.deduction.WithLabelValues(strategy, outcome).Observe(elapsed.Seconds())
+	s := m.series(strategy, outcome)
+	s.orders.Inc()
+	s.deduction.Observe(elapsed.Seconds())
 	switch outcome {
 	case "busy", "unavailable", "error":
 		m.backendErrors.WithLabelValues(strategy, outcome).Inc()

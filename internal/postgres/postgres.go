@@ -410,7 +410,10 @@ func (t *tx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string
 }
 
 // InsertOrders inserts the rows of arrays (unnest), so the statement's text
-// is the same for any number of orders and its plan is cached.
+// is the same for any number of orders and its plan is cached. The ids go
+// as text[] and are cast in SQL: pgx cannot encode a []string as uuid[] in
+// binary, and its failed attempt (an error that prints the whole slice,
+// then the text format) cost more than the rest of the statement.
 func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
 	n := len(orders)
 	ids, skus, users, strategies, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -421,9 +424,9 @@ func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
 	}
 	_, err := t.tx.Exec(ctx, `
 		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
-		SELECT id, sku, quantity, user_id, strategy, state,
+		SELECT id::uuid, sku, quantity, user_id, strategy, state,
 		       CASE WHEN hold > 0 THEN statement_timestamp() + hold * interval '1 microsecond' END
-		FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+		FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
 		     AS o (id, sku, quantity, user_id, strategy, state, hold)`,
 		ids, skus, quantities, users, strategies, states, holds)
 	return wrap(ctx, err)
@@ -440,7 +443,7 @@ func (t *tx) InsertIdempotencyRecords(ctx context.Context, records []inventory.I
 	// is not counted.
 	tag, err := t.tx.Exec(ctx, `
 		INSERT INTO idempotency_keys (idempotency_key, sku, request_hash, order_id)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::uuid[])
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]::uuid[])
 		ON CONFLICT (idempotency_key) DO NOTHING`, keys, skus, hashes, ids)
 	if err != nil {
 		return 0, wrap(ctx, err)

@@ -16,7 +16,7 @@ import (
 
 // MarkRelay implements inventory.Tx.
 func (t *tx) MarkRelay(ctx context.Context, ids []string) error {
-	_, err := t.tx.Exec(ctx, `UPDATE orders SET relay_pending = true WHERE id = ANY($1::uuid[])`, ids)
+	_, err := t.tx.Exec(ctx, `UPDATE orders SET relay_pending = true WHERE id = ANY($1::text[]::uuid[])`, ids)
 	return wrap(ctx, err)
 }
 
@@ -78,7 +78,7 @@ func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit 
 	// this one waiting for it.
 	if _, err := s.pool.Exec(ctx, `
 		UPDATE `+table+` SET relay_pending = false
-		WHERE id IN (SELECT id FROM `+table+` WHERE id = ANY($1::uuid[]) AND relay_pending FOR UPDATE SKIP LOCKED)`, ids); err != nil {
+		WHERE id IN (SELECT id FROM `+table+` WHERE id = ANY($1::text[]::uuid[]) AND relay_pending FOR UPDATE SKIP LOCKED)`, ids); err != nil {
 		return 0, wrap(ctx, err)
 	}
 	return len(marked), nil

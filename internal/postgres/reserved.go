@@ -68,9 +68,9 @@ func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.O
 	if err := t.tx.QueryRow(ctx, `
 		WITH written AS (
 			INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
-			SELECT id, sku, quantity, user_id, strategy, state,
+			SELECT id::uuid, sku, quantity, user_id, strategy, state,
 			       CASE WHEN hold > 0 THEN statement_timestamp() + hold * interval '1 microsecond' END
-			FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+			FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
 			     AS o (id, sku, quantity, user_id, strategy, state, hold)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING quantity

@@ -136,6 +136,14 @@ func (s *Store) keys(sku string) skuKeys {
 	return skuKeys{sale: base + "sale", epoch: base + "epoch", idem: base + "keys", orders: base + "orders", buyers: base + "buyers", returned: base + "returned", open: base + "open", restocks: base + "restocks"}
 }
 
+// reserveKeys are the reserve script's keys (KEYS[1..5]): sale, idem,
+// orders, the order's placed key and buyers of keys and placedKey, built
+// alone because they are built for every order.
+func (s *Store) reserveKeys(sku, orderID string) []string {
+	base := s.prefix + "{" + sku + "}:"
+	return []string{base + "sale", base + "keys", base + "orders", base + "placed:" + orderID, base + "buyers"}
+}
+
 func (s *Store) placedKey(sku, orderID string) string {
 	return s.prefix + "{" + sku + "}:placed:" + orderID
 }
@@ -154,8 +162,7 @@ func (s *Store) catalogKey() string { return s.prefix + "reserve:catalog" }
 // the order may have been taken, and a retry with its Idempotency-Key
 // finds it.
 func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, error) {
-	k := s.keys(r.Order.SKU)
-	keys := []string{k.sale, k.idem, k.orders, s.placedKey(r.Order.SKU, r.Order.ID), k.buyers}
+	keys := s.reserveKeys(r.Order.SKU, r.Order.ID)
 	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds(), r.Order.Strategy, r.PerUserLimit, r.Order.Hold.Milliseconds()}
 	// mayHaveRun: an earlier attempt may have reached Redis and taken the
 	// order. A retry's answer is then only about the retry: "ok" finds the

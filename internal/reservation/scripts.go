@@ -23,8 +23,9 @@ import (
 //	{S}:keys      hash: idempotency key -> "fingerprint orderID".
 //	{S}:orders    stream: the accepted orders not yet in the database, one
 //	              entry each (id, q, u, k, h, e, s, hd: order id, quantity,
-//	              user, key, fingerprint, sale epoch, strategy, hold in ms);
-//	              group "persist".
+//	              user, key, fingerprint, sale epoch, strategy, hold in ms;
+//	              k and h only with a key, hd only with a hold: a missing
+//	              field is none); group "persist".
 //	{S}:buyers    hash: user id -> units taken in the sale, kept only
 //	              while orders carry a per-user limit (PER_USER_LIMIT).
 //	{S}:returned  set: the orders whose units came back in the sale.

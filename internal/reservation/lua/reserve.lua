@@ -35,7 +35,17 @@ if limit > 0 then redis.call('HINCRBY', KEYS[5], ARGV[3], q) end
 redis.call('HINCRBY', KEYS[1], 'available', -q)
 redis.call('HINCRBY', KEYS[1], 'ordered', q)
 redis.call('HINCRBY', KEYS[1], 'orders', 1)
-redis.call('XADD', KEYS[3], '*', 'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'k', key, 'h', fp, 'e', sale[1], 's', ARGV[7], 'hd', ARGV[9])
+-- Only the fields the order has: the consumer reads every field of every
+-- entry, and a missing one means none (no key, no hold).
+local entry = {'id', ARGV[1], 'q', ARGV[2], 'u', ARGV[3], 'e', sale[1], 's', ARGV[7]}
+if key ~= '' then
+  table.insert(entry, 'k'); table.insert(entry, key)
+  table.insert(entry, 'h'); table.insert(entry, fp)
+end
+if ARGV[9] ~= '0' then
+  table.insert(entry, 'hd'); table.insert(entry, ARGV[9])
+end
+redis.call('XADD', KEYS[3], '*', unpack(entry))
 if key ~= '' then redis.call('HSET', KEYS[2], key, fp .. ' ' .. ARGV[1]) end
 redis.call('SET', KEYS[4], sale[3], 'PX', ARGV[6])
 return {'ok', ARGV[1]}
