@@ -392,6 +392,11 @@ func (d *demo) runGoBurst(ctx context.Context, f *fleet, k6 *report.Run) {
 		g.Error = strings.TrimPrefix(g.Error+"; "+err.Error(), "; ")
 	}
 	g.Audit = audit
+	// /healthz beside it: as many requests from as many workers, on a
+	// client of their own that connects as the burst's did.
+	client := goClient(g.Workers, len(f.urls()))
+	g.Healthz = healthzBeside(ctx, client, f.urls(), g.Workers, int(g.Orders+g.SoldOut+g.Other), meter)
+	client.CloseIdleConnections()
 	d.rep.GoBursts = append(d.rep.GoBursts, g)
 	d.progress.note("Go client burst: %d orders in %s, %.0f orders/s, p99 %s, %d sold out, %d other%s",
 		g.Orders, g.SellWindow.Round(time.Millisecond), g.OrdersPerSec, g.P99.Round(time.Millisecond), g.SoldOut, g.Other, problemsSuffix(g.Problems()))
@@ -419,6 +424,7 @@ func (d *demo) runSoldOut(ctx context.Context, f *fleet, k6 *report.Run) {
 	}
 	g.Warm = true
 	meter := d.meter(f, d.backend(k6.Backend), k6.Strategy).with(selfComponent())
+	g.Healthz = healthzBeside(ctx, client, f.urls(), g.Workers, g.Buyers, meter)
 	before := meter.sample(0, 0)
 	goOrders(ctx, client, f.urls(), &g, d.p.BurstMaxDuration)
 	g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders), "")

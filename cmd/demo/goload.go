@@ -109,6 +109,41 @@ func goHealthz(ctx context.Context, urls []string, workers int, d time.Duration)
 	return res
 }
 
+// healthzBeside sends n GET /healthz from workers workers over urls, on
+// client (connected already), and returns what they cost, by meter: the
+// baseline of an order run on the same instances, measured the same way
+// right beside it (before it, or after a burst, whose sale starts cold). A request's CPU depends on more than its handler (the
+// instances' count, the workers, the heap the instances carry by then),
+// so a ratio to /healthz compares runs of the same shape.
+func healthzBeside(ctx context.Context, client *http.Client, urls []string, workers, n int, meter *cpuMeter) *report.CPUCost {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var next, answered, failed atomic.Int64
+	var wg sync.WaitGroup
+	before := meter.sample(0, 0)
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n) && ctx.Err() == nil; i = next.Add(1) {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, urls[int(i)%len(urls)]+"/healthz", nil)
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	note := fmt.Sprintf("%d GET /healthz from %d workers on the same instances, beside the orders", n, workers)
+	if f := failed.Load(); f > 0 {
+		note += fmt.Sprintf("; %d failed", f)
+	}
+	return meter.cost(before, meter.sample(answered.Load(), 0), note)
+}
+
 // goBurst starts a sale of g.Stock units of g.SKU and sends g.Buyers orders
 // of one unit from g.Workers workers at once, round robin over urls, until
 // every buyer has an answer or maxDuration passes.

@@ -189,6 +189,9 @@ func TestSmokeRun(t *testing.T) {
 		if c := g.Cost; c == nil || c.Answered != 500 {
 			t.Errorf("conditional's sold-out run's cost: %+v", c)
 		}
+		if h := g.Healthz; h == nil || h.Answered != 500 {
+			t.Errorf("the /healthz beside conditional's sold-out run: %+v", h)
+		}
 	}
 	if soldOut != 1 {
 		t.Errorf("%d sold-out runs of conditional, want 1", soldOut)

@@ -53,9 +53,12 @@ type GoBurst struct {
 	P99Sold    time.Duration `json:"p99_201_ns,omitempty"`
 	P99SoldOut time.Duration `json:"p99_sold_out_ns,omitempty"`
 	// Warm: every worker's connections were open before the clock started.
-	Warm  bool   `json:"warm,omitempty"`
-	Audit *Audit `json:"audit,omitempty"`
-	Error string `json:"error,omitempty"`
+	Warm bool `json:"warm,omitempty"`
+	// Healthz is the cost of as many GET /healthz from the same workers
+	// on the same instances, right before: the baseline of this run.
+	Healthz *CPUCost `json:"healthz,omitempty"`
+	Audit   *Audit   `json:"audit,omitempty"`
+	Error   string   `json:"error,omitempty"`
 	// Cost is the CPU the burst took, by process class, from the start of
 	// the sale to the last answer.
 	Cost *CPUCost `json:"cost,omitempty"`

@@ -76,8 +76,18 @@ type soldOutGoalRow struct {
 	Problems          string
 }
 
+// healthzOf is the /healthz baseline of a Go client's run: the one
+// measured beside it on the same instances, else the ceiling run's.
+func (r *Report) healthzOf(g *GoBurst) (float64, bool) {
+	if g != nil && g.Healthz != nil {
+		if v, ok := servicePerAnswer(g.Healthz); ok {
+			return v, true
+		}
+	}
+	return r.healthzService(true)
+}
+
 func soldOutGoalRows(r *Report, burst []Row) []soldOutGoalRow {
-	healthz, hok := r.healthzService(true)
 	var out []soldOutGoalRow
 	for _, row := range burst {
 		st := row.Stats
@@ -91,6 +101,7 @@ func soldOutGoalRows(r *Report, burst []Row) []soldOutGoalRow {
 			}
 		}
 		known, met := false, false
+		healthz, hok := r.healthzOf(run)
 		if run != nil {
 			g.Answers, g.RunP99 = fmtInt(run.SoldOut), fmtDur(run.P99)
 			g.Problems = strings.Join(run.Problems(), "; ")
@@ -121,10 +132,13 @@ type fastPathRow struct {
 
 func fastPathRows(r *Report, burst []Row) []fastPathRow {
 	var out []fastPathRow
-	add := func(backend, strategy, run string, cost *CPUCost, goClient bool) {
+	add := func(backend, strategy, run string, cost *CPUCost, g *GoBurst) {
 		f := fastPathRow{Backend: r.BackendLabel(backend), Strategy: strategy, Run: run, Service: "–", Healthz: "–", VsHealthz: "–"}
 		v, ok := servicePerAnswer(cost)
-		h, hok := r.healthzService(goClient)
+		h, hok := r.healthzService(false)
+		if g != nil {
+			h, hok = r.healthzOf(g)
+		}
 		if ok {
 			f.Service = fmtMicros(v, true)
 		}
@@ -142,12 +156,12 @@ func fastPathRows(r *Report, burst []Row) []fastPathRow {
 		for _, s := range fastPaths {
 			for _, row := range burst {
 				if row.Run.Backend == b && row.Run.Strategy == s && row.Run.Cost != nil {
-					add(b, s, "burst (k6, median round)", row.Run.Cost, false)
+					add(b, s, "burst (k6, median round)", row.Run.Cost, nil)
 				}
 			}
-			for _, g := range r.GoBursts {
-				if g.Backend == b && g.Strategy == s && g.Cost != nil && g.Round <= 1 {
-					add(b, s, "burst (Go client, round 1)", g.Cost, true)
+			for i := range r.GoBursts {
+				if g := &r.GoBursts[i]; g.Backend == b && g.Strategy == s && g.Cost != nil && g.Round <= 1 {
+					add(b, s, "burst (Go client, round 1)", g.Cost, g)
 				}
 			}
 		}
