@@ -374,6 +374,23 @@ func (d *demo) runStrategy(ctx context.Context, b backend, strategy string, roun
 	}
 }
 
+// sendGoBurst sends g from the Go client to f's instances on a SKU of its
+// own, measures its cost (note says what the window holds) and audits it;
+// it returns the meter, for what is measured beside it.
+func (d *demo) sendGoBurst(ctx context.Context, f *fleet, g *report.GoBurst, note string) *cpuMeter {
+	d.skus[g.Backend] = append(d.skus[g.Backend], g.SKU)
+	meter := d.meter(f, d.backend(g.Backend), g.Strategy).with(selfComponent())
+	before := meter.sample(0, 0)
+	goBurst(ctx, f.urls(), d.p.AdminToken, g, d.burstMaxDuration(g.Stock))
+	g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders), note)
+	audit, err := fetchAudit(ctx, f, d.p.AdminToken, g.SKU)
+	if err != nil {
+		g.Error = strings.TrimPrefix(g.Error+"; "+err.Error(), "; ")
+	}
+	g.Audit = audit
+	return meter
+}
+
 // runGoBurst sends the k6 burst's load (units, buyers, workers) from the Go
 // client to the same instances, on a SKU of its own, and audits it.
 func (d *demo) runGoBurst(ctx context.Context, f *fleet, k6 *report.Run) {
@@ -382,16 +399,7 @@ func (d *demo) runGoBurst(ctx context.Context, f *fleet, k6 *report.Run) {
 		SKU:   k6.SKU[:min(len(k6.SKU), 61)] + "-go",
 		Stock: k6.Stock, Buyers: k6.Buyers, Workers: k6.VUs,
 	}
-	d.skus[k6.Backend] = append(d.skus[k6.Backend], g.SKU)
-	meter := d.meter(f, d.backend(k6.Backend), k6.Strategy).with(selfComponent())
-	before := meter.sample(0, 0)
-	goBurst(ctx, f.urls(), d.p.AdminToken, &g, d.burstMaxDuration(g.Stock))
-	g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders), "the Go client's whole burst, from putting the units on sale to the last answer")
-	audit, err := fetchAudit(ctx, f, d.p.AdminToken, g.SKU)
-	if err != nil {
-		g.Error = strings.TrimPrefix(g.Error+"; "+err.Error(), "; ")
-	}
-	g.Audit = audit
+	meter := d.sendGoBurst(ctx, f, &g, "the Go client's whole burst, from putting the units on sale to the last answer")
 	// /healthz beside it: as many requests from as many workers, on a
 	// client of their own that connects as the burst's did.
 	client := goClient(g.Workers, len(f.urls()))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
@@ -68,16 +67,7 @@ func (d *demo) runRatioBursts(ctx context.Context, b backend) {
 				SKU:   fmt.Sprintf("ratio-%s-%s-%d", s, stamp, round),
 				Stock: int64(d.p.RatioStock), Buyers: d.p.RatioBuyers, Workers: d.p.RatioWorkers, Warm: true,
 			}
-			d.skus[b.Name] = append(d.skus[b.Name], g.SKU)
-			meter := d.meter(f, b, s).with(selfComponent())
-			before := meter.sample(0, 0)
-			goBurst(ctx, f.urls(), d.p.AdminToken, &g, d.burstMaxDuration(g.Stock))
-			g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders), "the Go client's burst, from putting the units on sale (and connecting) to the last answer")
-			audit, err := fetchAudit(ctx, f, d.p.AdminToken, g.SKU)
-			if err != nil {
-				g.Error = strings.TrimPrefix(g.Error+"; "+err.Error(), "; ")
-			}
-			g.Audit = audit
+			d.sendGoBurst(ctx, f, &g, "the Go client's burst, from putting the units on sale (and connecting) to the last answer")
 			d.rep.RatioBursts = append(d.rep.RatioBursts, g)
 			d.progress.note("round %d, %s: %d sold in %s (%.0f orders/s), all %d answered in %s, p99 201 %s / sold out %s%s",
 				round, s, g.Orders, g.SellWindow.Round(time.Millisecond), g.OrdersPerSec, g.Orders+g.SoldOut+g.Other,

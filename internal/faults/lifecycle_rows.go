@@ -24,6 +24,9 @@ type lcTables struct {
 	orders []lcRow
 	stock  map[string]lcStock
 	buyers map[[2]string]int64 // (sku, user) -> units of buyer_units
+	// unlimited: the run had no PER_USER_LIMIT, so buyer_units is not
+	// kept and the buyers' counts are not checked (scenario 13).
+	unlimited bool
 }
 
 // readLifecycle reads the orders, stock and buyer_units rows of the run's

@@ -208,6 +208,15 @@ func (s *Service) resolveSettle(ctx context.Context, o Order, to string, lost er
 	if err != nil || !found || now.State == OrderHeld {
 		return false, nil, lost
 	}
+	if now.State == to {
+		// Most likely the first commit, whose answer was lost: its
+		// units are back, so relay them and lift this instance's mark
+		// as a move answered in time would (found by review:
+		// TestSoldOutMarkIsClearedByACancelWhoseCommitAnswerWasLost).
+		// If another transaction made the same move, the relay finds
+		// nothing more to do and the mark only asks the store sooner.
+		s.settled(lctx, o, to, true)
+	}
 	return false, &now, nil
 }
 
@@ -411,6 +420,11 @@ func (s *Service) Restock(ctx context.Context, sku string, n int64) (Level, erro
 		return tx.MarkRestock(ctx, s.newID(), sku, n)
 	})
 	if err != nil {
+		if errors.Is(err, ErrOutcomeUnknown) {
+			// The restock may have committed: lift the mark rather than
+			// refuse its units for up to SOLD_OUT_TTL.
+			s.soldOut.clear(sku)
+		}
 		return Level{}, s.classify(ctx, err)
 	}
 	s.unitsBack(ctx, sku)
