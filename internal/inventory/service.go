@@ -165,7 +165,14 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return Order{}, s.limitReached(req)
 	}
 	sent := s.now()
-	if s.markAnswers(req) {
+	refused, probe := s.markAdmits(req)
+	if probe != 0 {
+		// Let through to renew the mark ahead of its end: its refusal
+		// is noted below, and whatever its answer, the next order may
+		// probe again.
+		defer s.soldOut.probed(req.SKU, probe)
+	}
+	if refused {
 		// Refused sold out a moment ago: refused again without asking.
 		// Not with a key: a retry of an order that was taken must get its
 		// order back, and only the strategy knows where the key is (the
@@ -209,7 +216,7 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		}
 		err = terr
 	} else {
-		replayed, err = s.deduct(ctx, req, order, fingerprint)
+		replayed, err = s.deduct(ctx, req, order, fingerprint, probe != 0)
 	}
 	switch {
 	case err == nil:
@@ -256,12 +263,12 @@ func refusal(err error) bool {
 
 // deduct takes the order through the strategy's Deduct, in the service's
 // transaction (inTx); errReplayed with the prior order when the key was
-// taken. A method of its own so that the closure and what it captures are
+// taken. A probe (markAdmits) is not refused by the mark it renews. A method of its own so that the closure and what it captures are
 // allocated only on this path, not for a strategy that takes whole orders.
-func (s *Service) deduct(ctx context.Context, req Request, order Order, fingerprint []byte) (Order, error) {
+func (s *Service) deduct(ctx context.Context, req Request, order Order, fingerprint []byte, probe bool) (Order, error) {
 	var replayed Order
 	inTx := func(ctx context.Context, deduct func(context.Context, Tx) error) error {
-		if s.markAnswers(req) {
+		if !probe && s.markAnswers(req) {
 			// The same check as on the way in, at the last moment before
 			// the transaction: an order that waited its turn (the row's
 			// gate, the lock, a retry's pause) while another order of this
@@ -341,6 +348,16 @@ func (s *Service) deduct(ctx context.Context, req Request, order Order, fingerpr
 // TestSoldOutMarkAnswersABuyerAtTheLimitAsTheStoreWould).
 func (s *Service) markAnswers(req Request) bool {
 	return req.IdempotencyKey == "" && s.limit == 0 && s.soldOut.refuses(req.SKU, req.Quantity)
+}
+
+// markAdmits is markAnswers at an order's way in, where in the mark's
+// second half one order at a time is let through as the probe that renews
+// it (soldOutMarks.admit).
+func (s *Service) markAdmits(req Request) (refuse bool, probe uint64) {
+	if req.IdempotencyKey != "" || s.limit > 0 {
+		return false, 0
+	}
+	return s.soldOut.admit(req.SKU, req.Quantity)
 }
 
 // errSoldOutByMark is a refusal by the sold-out mark, not by the store.

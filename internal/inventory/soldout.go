@@ -27,6 +27,12 @@ const DefaultSoldOutTTL = time.Second
 // (clear), and an observation not newer than that clear is ignored (else
 // a refusal of the old sale, answered late, would mark the new one).
 //
+// In the second half of a mark's time one order at a time goes to the
+// store (admit's probe), and its refusal renews the mark: a sale that stays
+// sold out is refused without the burst of round trips that the orders in
+// flight would make the moment a mark ended. Every refusal still rests on
+// an observation at most ttl old.
+//
 // Entries live at most ttl past their last observation or clear, and are
 // pruned as the map grows, so its size follows the SKUs sold out in the
 // last ttl, not every SKU ever seen.
@@ -36,13 +42,19 @@ type soldOutMarks struct {
 
 	mu      sync.RWMutex
 	marks   map[string]soldOutMark
-	pruneAt int // the size at which note prunes the entries past their time
+	pruneAt int    // the size at which note prunes the entries past their time
+	probes  uint64 // the last probe's id
 }
 
 type soldOutMark struct {
 	quantity  int64     // the smallest quantity refused; 0: none (a clear)
 	until     time.Time // refuses until then
 	clearedAt time.Time // observations seen before it are ignored
+	// probe is the order let through to the store in this mark's second
+	// half (admit) whose answer is not in yet; 0: none. An id, not a
+	// flag, so that a probe of an older mark ending late does not free the
+	// place of this one's (found by review).
+	probe uint64
 }
 
 // minPruneAt is the size below which marks are never pruned: a few dead
@@ -65,6 +77,62 @@ func (m *soldOutMarks) refuses(sku string, quantity int64) bool {
 	return ok && mark.quantity > 0 && quantity >= mark.quantity && m.now().Before(mark.until)
 }
 
+// admit is refuses at an order's way in, with the mark renewed ahead of
+// its end: in the second half of a mark's time, one order at a time (the
+// probe, of the mark's own quantity, so that its refusal renews it) is let
+// through to the store while the others are still refused. The probe's
+// refusal renews the mark (note) before it ends, so a sale that stays sold
+// out is refused without the burst of round trips that every order
+// arriving at the moment a mark ended would make (one per order in flight;
+// behind a lock, one after the other). Nothing is refused past until, so
+// the bound is the same. A probe gets an id (not 0), which the caller hands
+// back to probed when the probe's answer is in.
+func (m *soldOutMarks) admit(sku string, quantity int64) (refuse bool, probe uint64) {
+	if m == nil {
+		return false, 0
+	}
+	now := m.now()
+	decide := func(mark soldOutMark, ok bool) (refuse, mayProbe bool) {
+		if !ok || mark.quantity == 0 || quantity < mark.quantity || !now.Before(mark.until) {
+			return false, false
+		}
+		return true, mark.probe == 0 && quantity == mark.quantity && !now.Before(mark.until.Add(-m.ttl/2))
+	}
+	m.mu.RLock()
+	mark, ok := m.marks[sku]
+	m.mu.RUnlock()
+	if refuse, mayProbe := decide(mark, ok); !mayProbe {
+		return refuse, 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mark, ok = m.marks[sku]
+	refuse, mayProbe := decide(mark, ok)
+	if !mayProbe {
+		return refuse, 0
+	}
+	m.probes++
+	mark.probe = m.probes
+	m.marks[sku] = mark
+	return false, mark.probe
+}
+
+// probed ends probe, which admit let through: its refusal was noted (or it
+// was not refused, and the mark ends in its time); the next order in the
+// mark's second half may probe again. A probe of an older mark frees
+// nothing.
+func (m *soldOutMarks) probed(sku string, probe uint64) {
+	if m == nil || probe == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mark, ok := m.marks[sku]; ok && mark.probe == probe {
+		mark.probe = 0
+		m.marks[sku] = mark
+	}
+}
+
 // note records that an order of quantity units of sku, sent to the store at
 // seen, was refused sold out.
 func (m *soldOutMarks) note(sku string, quantity int64, seen time.Time) {
@@ -85,13 +153,18 @@ func (m *soldOutMarks) note(sku string, quantity int64, seen time.Time) {
 		// came back (found by review: TestSoldOutMarkIsNotSetByARefusalReadBeforeALocalRestock).
 		return
 	}
-	if mark.quantity > 0 && mark.quantity < quantity && now.Before(mark.until) {
-		// The mark in force refuses smaller orders too: keep it. (It is
-		// one observation either way; keeping the wider one only saves
-		// round trips.)
+	if mark.quantity > 0 && now.Before(mark.until) &&
+		(mark.quantity < quantity || (mark.quantity == quantity && !until.After(mark.until))) {
+		// The mark in force refuses smaller orders too, or as small
+		// ones for as long: keep it. (It is one observation either way;
+		// keeping the wider one only saves round trips, and an older
+		// refusal answered late, a probe's most often, must not cut a
+		// newer mark short: found by review.)
 		return
 	}
-	mark.quantity, mark.until = quantity, until
+	// A newer observation: a probe still out belongs to the mark it
+	// replaces, and this one may have its own.
+	mark.quantity, mark.until, mark.probe = quantity, until, 0
 	m.marks[sku] = mark
 	m.pruneLocked(now)
 }

@@ -83,7 +83,9 @@ func TestSoldOutMarkAnswersWithoutAskingUntilItsBound(t *testing.T) {
 		if _, err := b.Restock(ctx, "s", 1); err != nil {
 			t.Fatal(err)
 		}
-		clock.step(999 * time.Millisecond)
+		// In the mark's first half no order asks (in its second half one
+		// at a time would, to renew it: TestSoldOutMarkIsRenewedBeforeItEnds).
+		clock.step(499 * time.Millisecond)
 		if _, err := order(t, a, "s", "u3", ""); !errors.Is(err, inventory.ErrSoldOut) {
 			t.Fatalf("within the bound of a refusal, a marked instance asked the store (it answered %v)", err)
 		}
@@ -98,7 +100,7 @@ func TestSoldOutMarkAnswersWithoutAskingUntilItsBound(t *testing.T) {
 		if _, err := b.Restock(ctx, "s", 1); err != nil {
 			t.Fatal(err)
 		}
-		clock.step(time.Millisecond)
+		clock.step(501 * time.Millisecond)
 		if _, err := order(t, a, "s", "u6", ""); err != nil {
 			t.Fatalf("past the bound, the restocked unit was refused: %v", err)
 		}
@@ -125,6 +127,45 @@ func TestSoldOutMarkAnswersWithoutAskingUntilItsBound(t *testing.T) {
 		audit := quietAudit(t, a, "s")
 		if !audit.Consistent() || audit.Available != 0 || audit.Orders != 1 {
 			t.Fatalf("audit of the new sale: %+v", audit)
+		}
+	})
+}
+
+// TestSoldOutMarkIsRenewedBeforeItEnds: in the second half of a mark's
+// time one order goes to the store, and its refusal renews the mark, so
+// the orders after the first mark's end are still refused without asking
+// (a unit restocked through another instance meanwhile stays there for
+// the renewed mark's time, and no longer).
+func TestSoldOutMarkIsRenewedBeforeItEnds(t *testing.T) {
+	forEachMarkStrategy(t, func(t *testing.T, a, b *inventory.Service, clock *handClock) {
+		ctx := context.Background()
+		if err := a.StartSale(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.step(time.Millisecond)
+		if _, err := order(t, a, "s", "u1", ""); err != nil {
+			t.Fatalf("the only unit: %v", err)
+		}
+		if _, err := order(t, a, "s", "u2", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("past the stock: %v", err) // the mark: +1 ms to +1001 ms
+		}
+		clock.step(600 * time.Millisecond)
+		if _, err := order(t, a, "s", "probe", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("the probe, past the stock: %v", err) // renewed: to +1601 ms
+		}
+		if _, err := b.Restock(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.step(400 * time.Millisecond) // +1001 ms: the first mark's end, the renewed one's first half
+		if _, err := order(t, a, "s", "u3", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("past the first mark's end, the renewed mark asked the store (it answered %v)", err)
+		}
+		if level, err := a.Level(ctx, "s"); err != nil || level.Available != 1 {
+			t.Fatalf("the unit b restocked: %+v, %v; want it still there", level, err)
+		}
+		clock.step(600 * time.Millisecond) // +1601 ms: the renewed mark's end
+		if _, err := order(t, a, "s", "u4", ""); err != nil {
+			t.Fatalf("past the renewed mark, the restocked unit was refused: %v", err)
 		}
 	})
 }

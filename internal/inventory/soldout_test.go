@@ -118,3 +118,69 @@ func TestSoldOutMarksOffIsNil(t *testing.T) {
 		t.Fatal("a nil mark refused")
 	}
 }
+
+// TestSoldOutMarkIsRenewedByOneProbe: in a mark's first half every order is
+// refused; in its second half one order at a time goes to the store (the
+// probe), the others still refused; the probe's refusal renews the mark,
+// and once the probe is over the next order in a second half may probe.
+// Nothing is refused past the last observation's time.
+func TestSoldOutMarkIsRenewedByOneProbe(t *testing.T) {
+	clock := newStepClock()
+	m := clock.marks(time.Second)
+	m.note("s", 1, clock.now())
+	var last uint64 // the last probe's id
+	admit := func(q int64) (bool, bool) {
+		refuse, probe := m.admit("s", q)
+		if probe != 0 {
+			last = probe
+		}
+		return refuse, probe != 0
+	}
+	clock.step(499 * time.Millisecond)
+	if refuse, probe := admit(1); !refuse || probe {
+		t.Fatalf("first half: refuse %v probe %v, want refused", refuse, probe)
+	}
+	clock.step(time.Millisecond)
+	// Only an order of the mark's quantity probes: a refusal of 2 would
+	// not renew a mark of 1 (found by review).
+	if refuse, probe := admit(2); !refuse || probe {
+		t.Fatalf("second half, 2 units under a mark of 1: refuse %v probe %v, want refused", refuse, probe)
+	}
+	if refuse, probe := admit(1); refuse || !probe {
+		t.Fatalf("second half, first order: refuse %v probe %v, want the probe", refuse, probe)
+	}
+	if refuse, probe := admit(2); !refuse || probe {
+		t.Fatalf("while the probe is out: refuse %v probe %v, want refused", refuse, probe)
+	}
+	if refuse, probe := m.admit("other", 1); refuse || probe != 0 {
+		t.Fatal("a probe or a refusal on a SKU without a mark")
+	}
+	// The probe, sent at +500 ms, is refused: the mark now runs to +1.5 s.
+	m.note("s", 1, clock.now())
+	m.probed("s", last)
+	clock.step(400 * time.Millisecond) // +0.9 s: the renewed mark's first half
+	if refuse, probe := admit(1); !refuse || probe {
+		t.Fatalf("after a renewal, in its first half: refuse %v probe %v, want refused", refuse, probe)
+	}
+	// A probe that was not refused (the unit came back) renews nothing:
+	// the mark ends at its time, +1.5 s.
+	clock.step(400 * time.Millisecond) // +1.3 s: past the first observation's time, in the renewed mark's second half
+	if refuse, probe := admit(1); refuse || !probe {
+		t.Fatalf("the renewed mark's second half: refuse %v probe %v, want the probe", refuse, probe)
+	}
+	m.probed("s", last)
+	if _, probe := admit(1); !probe {
+		t.Fatal("a probe over does not let the next order probe")
+	}
+	m.probed("s", last)
+	clock.step(200 * time.Millisecond) // +1.5 s
+	if refuse, probe := admit(1); refuse || probe {
+		t.Fatalf("past the last observation's time: refuse %v probe %v, want neither", refuse, probe)
+	}
+	// An order smaller than the refused one is never the mark's.
+	m.note("s", 3, clock.now())
+	clock.step(600 * time.Millisecond)
+	if refuse, probe := admit(2); refuse || probe {
+		t.Fatalf("2 units under a refusal of 3: refuse %v probe %v", refuse, probe)
+	}
+}
