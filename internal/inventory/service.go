@@ -263,7 +263,8 @@ func refusal(err error) bool {
 
 // deduct takes the order through the strategy's Deduct, in the service's
 // transaction (inTx); errReplayed with the prior order when the key was
-// taken. A probe (markAdmits) is not refused by the mark it renews. A method of its own so that the closure and what it captures are
+// taken. A probe (markAdmits) is not refused by the mark it renews. A
+// method of its own so that the closure and what it captures are
 // allocated only on this path, not for a strategy that takes whole orders.
 func (s *Service) deduct(ctx context.Context, req Request, order Order, fingerprint []byte, probe bool) (Order, error) {
 	var replayed Order
