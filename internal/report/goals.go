@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // The cost goals (the "what it costs" issue), each checked in the run that
@@ -25,7 +27,7 @@ const (
 )
 
 // fastPaths are the strategies the fast-path goal is about.
-var fastPaths = []string{"batched", "redis-reserve"}
+var fastPaths = []string{inventory.NameBatched, inventory.NameRedisReserve}
 
 // servicePerAnswer is the service's CPU per answer of c, in µs.
 func servicePerAnswer(c *CPUCost) (float64, bool) {
@@ -195,9 +197,9 @@ func (r *Report) RatioPairs(backend string) (num, den []GoBurst) {
 		}
 		p := byRound[g.Round]
 		switch g.Strategy {
-		case "redis-reserve":
+		case inventory.NameRedisReserve:
 			p[0] = g
-		case "conditional":
+		case inventory.NameConditional:
 			p[1] = g
 		}
 		byRound[g.Round] = p
@@ -239,7 +241,7 @@ func ratioRows(r *Report) []ratioRow {
 	var out []ratioRow
 	for _, b := range r.Backends {
 		num, den := r.RatioPairs(b)
-		row := ratioRow{Backend: r.BackendLabel(b), NumStrategy: "redis-reserve", DenStrategy: "conditional"}
+		row := ratioRow{Backend: r.BackendLabel(b), NumStrategy: inventory.NameRedisReserve, DenStrategy: inventory.NameConditional}
 		var problems []string
 		for _, g := range r.RatioBursts {
 			if g.Backend == b {
