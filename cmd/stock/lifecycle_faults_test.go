@@ -200,7 +200,7 @@ func killMidSweep(t *testing.T, engine string) {
 	// Caught after a batch has committed, so that both halves are
 	// tested: what committed stays returned, what was open returns nothing.
 	if !pollUntil(ctx, 10*time.Second, func() bool { return watch.count(t, inventory.OrderExpired) > 0 }) {
-		t.Fatal("the sweeper committed no batch within 10s")
+		t.Fatalf("the sweeper committed no batch within 10s; its log:\n%s", sweeper.stderr)
 	}
 	// Hold the SKU's stock row: a sweep gives the units back last in its
 	// transaction, so the sweeper's next batch queues there with its

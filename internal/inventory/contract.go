@@ -26,6 +26,22 @@ type PendingOrder struct {
 	// the SKU's sale (0: none): the taker claims them (ClaimUnits) in the
 	// transaction that deducts, or refuses with ErrLimitReached.
 	PerUserLimit int64
+	// Mark, when not nil, is this instance's sold-out mark, for a taker
+	// whose order can wait its turn (a gate, a lost race's pause) before
+	// a round trip: a refusal it gives then is the answer, returned as is
+	// (ErrSoldOut, not the store's observation: it is never noted again).
+	// Nil for an order the mark may not answer (one with a key, under a
+	// limit, the probe that renews the mark).
+	Mark SoldOutMark
+}
+
+// SoldOutMark is this instance's memory of the SKUs its store refused sold
+// out a moment ago (WithSoldOutTTL).
+type SoldOutMark interface {
+	// Refusal is the sold-out answer to an order of quantity units of sku
+	// that the mark refuses now without asking the store, nil when it
+	// does not.
+	Refusal(sku string, quantity int64) error
 }
 
 // OrderTaker is a strategy that takes whole orders instead of deducting in

@@ -46,6 +46,10 @@ type Reservation struct {
 	Key          string
 	Fingerprint  []byte
 	PerUserLimit int64
+	// Mark is PendingOrder.Mark: asked again, when not nil, by a store
+	// whose order waits its turn before its round trip (redis-watch's
+	// gate and retries); its refusal is Reserve's answer, as is.
+	Mark SoldOutMark
 }
 
 // Tally is the reservation store's bookkeeping of one SKU's sale.
@@ -219,7 +223,7 @@ func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
 
 // TakeOrder implements OrderTaker: it reserves the order in the store.
 func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
-	id, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint, PerUserLimit: o.PerUserLimit})
+	id, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint, PerUserLimit: o.PerUserLimit, Mark: o.Mark})
 	if errors.Is(err, ErrSaleNotLoaded) {
 		// Tell an unknown SKU (404) from a sale the store lost (503).
 		if _, lerr := r.db.Level(ctx, o.Order.SKU); errors.Is(lerr, ErrUnknownSKU) {

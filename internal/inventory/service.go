@@ -210,7 +210,8 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	if taker, ok := s.strategy.(OrderTaker); ok {
 		// The strategy owns the transaction (batched.Batched): it checks
 		// the key, deducts, and records the order and its key itself.
-		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint, PerUserLimit: s.limit})
+		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint, PerUserLimit: s.limit,
+			Mark: s.markFor(req, probe != 0)})
 		if terr == nil && placed.ID != order.ID {
 			replayed, terr = placed, errReplayed
 		}
@@ -359,6 +360,16 @@ func (s *Service) markAdmits(req Request) (refuse bool, probe uint64) {
 		return false, 0
 	}
 	return s.soldOut.admit(req.SKU, req.Quantity)
+}
+
+// markFor is the mark a taker may ask again while req waits its turn
+// (PendingOrder.Mark): nil where markAnswers would not answer, and for the
+// probe, which the mark it renews must not refuse.
+func (s *Service) markFor(req Request, probe bool) SoldOutMark {
+	if probe || req.IdempotencyKey != "" || s.limit > 0 || s.soldOut == nil {
+		return nil
+	}
+	return s.soldOut
 }
 
 // errSoldOutByMark is a refusal by the sold-out mark, not by the store.

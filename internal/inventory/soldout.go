@@ -77,6 +77,14 @@ func (m *soldOutMarks) refuses(sku string, quantity int64) bool {
 	return ok && mark.quantity > 0 && quantity >= mark.quantity && m.now().Before(mark.until)
 }
 
+// Refusal implements SoldOutMark: errSoldOutByMark when refuses.
+func (m *soldOutMarks) Refusal(sku string, quantity int64) error {
+	if m.refuses(sku, quantity) {
+		return errSoldOutByMark
+	}
+	return nil
+}
+
 // admit is refuses at an order's way in, with the mark renewed ahead of
 // its end: in the second half of a mark's time, one order at a time (the
 // probe, of the mark's own quantity, so that its refusal renews it) is let

@@ -95,6 +95,11 @@ type Tx interface {
 	// ReleaseUnits gives quantity back to userID's count for sku (a
 	// cancel, an expiry); no row, nothing to give back.
 	ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error
+	// ReleaseUnitsOf is ReleaseUnits for several buyers of sku in one
+	// statement, their rows taken in buyer order (the sweep: a batch of
+	// a few statements, not one per buyer, so that it commits within a
+	// short run on a busy server).
+	ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error
 	// MarkRelay marks orders whose units this transaction returns for
 	// the relay to the store that counts the stock outside the database
 	// (the reservation strategies: ReturnRelay): the mark commits with the

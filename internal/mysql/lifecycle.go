@@ -298,7 +298,10 @@ func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]in
 	for _, u := range users {
 		args = append(args, u)
 	}
-	// Rows this transaction claimed, so locked by it already.
+	// Rows a batch claimed earlier in this transaction (locked by it
+	// already), or a sweep's buyers: (sku, user_id) IN a list is a range
+	// scan of the primary key, so the rows are locked in buyer order. No
+	// row, nothing to give back, as in ReleaseUnits.
 	_, err := t.tx.ExecContext(ctx, `
 		UPDATE buyer_units SET units = GREATEST(units - CASE user_id`+when.String()+` END, 0)
 		WHERE sku = ? AND user_id IN (`+placeholders(len(users), "?")+`)`, args...)

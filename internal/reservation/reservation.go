@@ -195,9 +195,14 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 		var (
 			serverErr redis.Error
 			unchecked errUnchecked
+			marked    markRefusal
 		)
+		if errors.As(err, &marked) && !mayHaveRun {
+			// Refused by the instance's sold-out mark, nothing sent.
+			return "", marked.err
+		}
 		refused := errors.As(err, &serverErr) && !retriableServerError(err) || isRefused(err) ||
-			errors.As(err, &unchecked) || errors.Is(err, errNotSent)
+			errors.As(err, &unchecked) || errors.Is(err, errNotSent) || errors.As(err, &marked)
 		switch {
 		case refused && mayHaveRun:
 			return "", fmt.Errorf("%w: an earlier attempt's answer was lost, and Redis refused the retry: %w", inventory.ErrOutcomeUnknown, err)

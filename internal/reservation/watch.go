@@ -91,6 +91,13 @@ func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([
 	return []string{"busy"}, nil
 }
 
+// markRefusal is an attempt refused by the instance's sold-out mark
+// (inventory.Reservation.Mark) before it reached Redis.
+type markRefusal struct{ err error }
+
+func (m markRefusal) Error() string { return m.err.Error() }
+func (m markRefusal) Unwrap() error { return m.err }
+
 // watchOnce is one attempt, once the SKU's gate lets it in.
 func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]string, error) {
 	if s.gate != nil {
@@ -99,6 +106,17 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			return []string{"busy"}, nil
 		}
 		defer leave()
+	}
+	if r.Mark != nil {
+		// Asked again after the gate and after a lost race's pause: an
+		// order that waited there while this instance learned that the
+		// SKU sold out is refused without a round trip. Without it the
+		// orders queued in the gate when a sale sells out each take a
+		// turn only to read it empty, and the sold-out answers are the
+		// slowest of the burst.
+		if err := r.Mark.Refusal(r.Order.SKU, r.Order.Quantity); err != nil {
+			return nil, markRefusal{err}
+		}
 	}
 	k := s.keys(r.Order.SKU)
 	placed := s.placedKey(r.Order.SKU, r.Order.ID)
