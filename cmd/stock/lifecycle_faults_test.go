@@ -196,7 +196,10 @@ func killMidSweep(t *testing.T, engine string) {
 		// sweeper's sessions are told apart by their application_name.
 		sweeperURL = withAppName(t, dbURL, "sweeper")
 	}
-	sweeper := startInstance(t, "DATABASE_URL="+sweeperURL, "STRATEGY=conditional", "HOLD_SWEEP_EVERY=50ms")
+	// A run's time is its period: 250 ms leaves a loaded server room to
+	// commit a batch (at 50 ms none committed on MariaDB under make test's
+	// load while a batch was one statement per buyer).
+	sweeper := startInstance(t, "DATABASE_URL="+sweeperURL, "STRATEGY=conditional", "HOLD_SWEEP_EVERY=250ms")
 	// Caught after a batch has committed, so that both halves are
 	// tested: what committed stays returned, what was open returns nothing.
 	if !pollUntil(ctx, 10*time.Second, func() bool { return watch.count(t, inventory.OrderExpired) > 0 }) {

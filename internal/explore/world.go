@@ -262,9 +262,11 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 	return t.Tx.ExpireLapsed(ctx, limit)
 }
 
-// ClaimUnits and ReleaseUnits take the buyer's row lock (PER_USER_LIMIT):
-// two orders of one buyer queue there, and which claims first is the race
-// of the per-user limit.
+// ClaimUnits takes the buyer's row lock (PER_USER_LIMIT): two orders of
+// one buyer queue there, and which claims first is the race of the
+// per-user limit. ReleaseUnits and ReleaseUnitsOf run on: they follow the
+// move of the order out of held (SettleOrder, ExpireLapsed: steps), which
+// decides the race they end.
 func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit int64) (bool, error) {
 	if err := t.step(ctx, stepClaim); err != nil {
 		return false, err

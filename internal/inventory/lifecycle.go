@@ -374,8 +374,7 @@ type skuBuyers struct {
 }
 
 // buyersBySKU sums the orders' quantities per SKU and buyer, the SKUs in
-// order (each store takes a SKU's buyer rows in buyer order), and
-// unitsBySKU per SKU, in order.
+// order (each store takes a SKU's buyer rows in buyer order).
 func buyersBySKU(orders []Order) []skuBuyers {
 	var out []skuBuyers
 	for _, r := range sumUnits(orders, true) {
@@ -387,6 +386,7 @@ func buyersBySKU(orders []Order) []skuBuyers {
 	return out
 }
 
+// unitsBySKU sums the orders' quantities per SKU, in order.
 func unitsBySKU(orders []Order) []Order { return sumUnits(orders, false) }
 
 func sumUnits(orders []Order, byBuyer bool) []Order {

@@ -578,12 +578,14 @@ func (s *Service) StartSaleWindow(ctx context.Context, sku string, n int64, w Sa
 	if err := w.Validate(); err != nil {
 		return err
 	}
+	// The mark is lifted once the start is over, whatever its answer: a
+	// start that failed may have landed (a lost commit answer), and a
+	// lifted mark only means the next order asks the store (found by
+	// review: an unknown outcome kept the old sale's mark for up to its
+	// ttl).
+	defer s.soldOut.clear(sku)
 	if starter, ok := s.strategy.(SaleKeeper); ok {
-		err := starter.StartSaleWindow(ctx, sku, n, w)
-		if err == nil {
-			s.soldOut.clear(sku)
-		}
-		return err
+		return starter.StartSaleWindow(ctx, sku, n, w)
 	}
 	// The database first, then the strategy's state. Neither sets anything
 	// back: StartSale bumps the version and keeps the fence, and the lock's
@@ -596,7 +598,6 @@ func (s *Service) StartSaleWindow(ctx context.Context, sku string, n int64, w Sa
 			return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name(), sku, err)
 		}
 	}
-	s.soldOut.clear(sku)
 	return nil
 }
 

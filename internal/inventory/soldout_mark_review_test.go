@@ -112,3 +112,54 @@ func TestSoldOutMarkAnswersABuyerAtTheLimitAsTheStoreWould(t *testing.T) {
 		})
 	}
 }
+
+// loseStartAnswer is a store whose next StartSaleWindow, once armed, starts
+// the sale and then answers ErrOutcomeUnknown (its commit answer lost).
+type loseStartAnswer struct {
+	inventory.Store
+	armed atomic.Bool
+}
+
+func (s *loseStartAnswer) StartSaleWindow(ctx context.Context, sku string, n int64, w inventory.SaleWindow) error {
+	err := s.Store.StartSaleWindow(ctx, sku, n, w)
+	if err == nil && s.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("%w: connection reset after COMMIT (review test)", inventory.ErrOutcomeUnknown)
+	}
+	return err
+}
+
+// TestSoldOutMarkIsClearedByASaleStartWhoseAnswerWasLost: a new sale
+// started through the instance lifts its mark at once, and so does one
+// whose outcome is unknown (it may have landed): before, only a start
+// answered in time cleared it, and the new sale's units were refused sold
+// out for up to SOLD_OUT_TTL by the old sale's mark (found by review).
+func TestSoldOutMarkIsClearedByASaleStartWhoseAnswerWasLost(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := &loseStartAnswer{Store: testdb.New(t, engine, 4)}
+			clock := &handClock{t: time.Unix(1_000_000, 0)}
+			a := inventory.NewService(db, inventory.NewConditional(), inventory.WithClock(clock.now), inventory.WithSoldOutTTL(time.Second))
+			if err := a.StartSale(ctx, "s", 1); err != nil {
+				t.Fatal(err)
+			}
+			clock.step(time.Millisecond)
+			if _, err := order(t, a, "s", "u1", ""); err != nil {
+				t.Fatalf("the only unit: %v", err)
+			}
+			clock.step(time.Millisecond)
+			if _, err := order(t, a, "s", "u2", ""); !errors.Is(err, inventory.ErrSoldOut) {
+				t.Fatalf("past the stock: %v, want sold out", err)
+			}
+			db.armed.Store(true)
+			if err := a.StartSale(ctx, "s", 1); !errors.Is(err, inventory.ErrOutcomeUnknown) {
+				t.Fatalf("the new sale whose answer was lost: %v, want outcome unknown", err)
+			}
+			// Same instant on a's clock: only a clear lets this through.
+			if _, err := order(t, a, "s", "u3", ""); err != nil {
+				t.Errorf("the new sale's unit (the start landed, its answer lost): %v; want 201 (the mark lifted at once)", err)
+			}
+		})
+	}
+}

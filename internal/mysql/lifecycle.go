@@ -283,6 +283,16 @@ func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map[stri
 }
 
 func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error {
+	// user_id is utf8mb4_bin, which pads with spaces: ids that differ
+	// only in trailing spaces are one row (one buyer, as ClaimUnits counts
+	// them). Their units are summed under one spelling, or the CASE would
+	// give the row only the first WHEN's (found by review:
+	// TestSweepGivesBackEveryOrderOfBuyersWhoShareARow).
+	padded := make(map[string]int64, len(units))
+	for u, q := range units {
+		padded[strings.TrimRight(u, " ")] += q
+	}
+	units = padded
 	users := make([]string, 0, len(units))
 	for u := range units {
 		users = append(users, u)

@@ -79,7 +79,7 @@ func (t *tx) ReleaseUnits(ctx context.Context, sku, userID string, quantity int6
 func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
 	rows, err := t.tx.Query(ctx, `
 		SELECT user_id, units FROM buyer_units WHERE sku = $1 AND user_id = ANY($2)
-		ORDER BY user_id FOR UPDATE`, sku, userIDs)
+		ORDER BY user_id COLLATE "C" FOR UPDATE`, sku, userIDs)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
@@ -127,10 +127,19 @@ func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, _ map[string]
 
 func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error {
 	users, quantities := sortedClaims(units)
+	// The rows are locked first, in buyer order (byte order, as Go sorts:
+	// COLLATE "C"), then updated. An UPDATE … FROM unnest alone locks them
+	// in the order its join emits them: for a sweep's batch of hundreds
+	// of buyers on a SKU of many rows the planner can hash the list and
+	// scan the table, heap order, and two such statements deadlock (found
+	// by review; TestReleaseUnitsOfLocksInBuyerOrder).
 	_, err := t.tx.Exec(ctx, `
+		WITH locked AS MATERIALIZED (
+			SELECT user_id FROM buyer_units WHERE sku = $1 AND user_id = ANY($2::text[])
+			ORDER BY user_id COLLATE "C" FOR UPDATE)
 		UPDATE buyer_units b SET units = GREATEST(b.units - r.q, 0)
-		FROM unnest($2::text[], $3::bigint[]) AS r (u, q)
-		WHERE b.sku = $1 AND b.user_id = r.u`, sku, users, quantities)
+		FROM locked l JOIN unnest($2::text[], $3::bigint[]) AS r (u, q) ON r.u = l.user_id
+		WHERE b.sku = $1 AND b.user_id = l.user_id`, sku, users, quantities)
 	return wrap(ctx, err)
 }
 

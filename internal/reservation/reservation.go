@@ -184,6 +184,13 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 			}
 			return id, aerr
 		}
+		var marked markRefusal
+		if errors.As(err, &marked) {
+			// Refused by the instance's sold-out mark, nothing sent, and
+			// no earlier attempt may have run (the mark is not asked
+			// then, below).
+			return "", marked.err
+		}
 		if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
 			// go-redis' cluster client sends a command again by itself
 			// after a broken connection (to the same node, then another),
@@ -195,14 +202,9 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 		var (
 			serverErr redis.Error
 			unchecked errUnchecked
-			marked    markRefusal
 		)
-		if errors.As(err, &marked) && !mayHaveRun {
-			// Refused by the instance's sold-out mark, nothing sent.
-			return "", marked.err
-		}
 		refused := errors.As(err, &serverErr) && !retriableServerError(err) || isRefused(err) ||
-			errors.As(err, &unchecked) || errors.Is(err, errNotSent) || errors.As(err, &marked)
+			errors.As(err, &unchecked) || errors.Is(err, errNotSent)
 		switch {
 		case refused && mayHaveRun:
 			return "", fmt.Errorf("%w: an earlier attempt's answer was lost, and Redis refused the retry: %w", inventory.ErrOutcomeUnknown, err)
@@ -213,6 +215,13 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 			return "", fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
 		}
 		mayHaveRun = true
+		// An earlier attempt may have taken the order: the retry asks
+		// Redis, where it finds its order, never the sold-out mark, which
+		// would answer sold out for an order taken (found by review:
+		// TestWatchRetryAfterALostExecAnswerIsNotSoldOut: the order that
+		// takes the last unit is the one whose answer the next order's
+		// mark follows).
+		r.Mark = nil
 		t := time.NewTimer(s.retryWait)
 		select {
 		case <-t.C:

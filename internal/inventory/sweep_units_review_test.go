@@ -1,0 +1,133 @@
+package inventory_test
+
+// The review of the sweep's one statement per SKU for its buyers' counts
+// (Tx.ReleaseUnitsOf); the harness is lifecycle_review_test.go's.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/store"
+)
+
+// TestSweepGivesBackEveryOrderOfBuyersWhoShareARow breaks claim 1(a) on
+// MySQL/MariaDB. buyer_units.user_id is utf8mb4_bin, a PAD SPACE collation:
+// "alice" and "alice " (ValidateUserID accepts the ASCII space, nothing
+// trims it) are one key, so both buyers' orders are counted on one row.
+// The sweep's batch has two buyers, two map keys; ReleaseUnitsOf's
+// `user_id IN ('alice', 'alice ')` matches the one row once, and
+// `CASE user_id WHEN 'alice' THEN 1 WHEN 'alice ' THEN 1 END` takes the
+// first WHEN: the row went down by 1, not 2 (one ReleaseUnits per buyer,
+// before, took 2). PostgreSQL (a deterministic collation) keeps two rows.
+func TestSweepGivesBackEveryOrderOfBuyersWhoShareARow(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			db, raw := reviewDB(t, engine, 4)
+			svc := inventory.NewService(db, inventory.NewConditional(), inventory.WithHoldTTL(time.Hour),
+				inventory.WithPerUserLimit(2), inventory.WithOrderTimeout(30*time.Second))
+			ctx := context.Background()
+			if err := svc.StartSale(ctx, "pad", 5); err != nil {
+				t.Fatal(err)
+			}
+			a := place(t, svc, "pad", "alice", 1)
+			b := place(t, svc, "pad", "alice ", 1)
+			counted := raw.queryInt(t,
+				`SELECT COALESCE(SUM(units), 0) FROM buyer_units WHERE sku = $1`,
+				`SELECT COALESCE(SUM(units), 0) FROM buyer_units WHERE sku = ?`, "pad")
+			if counted != 2 {
+				t.Fatalf("the buyers' rows count %d units for 2 held orders", counted)
+			}
+			raw.lapse(t, a.ID, b.ID)
+			n, err := svc.ExpireHolds(ctx, 0)
+			if err != nil || n != 2 {
+				t.Fatalf("the sweep expired %d (%v), want 2", n, err)
+			}
+			left := raw.queryInt(t,
+				`SELECT COALESCE(SUM(units), 0) FROM buyer_units WHERE sku = $1`,
+				`SELECT COALESCE(SUM(units), 0) FROM buyer_units WHERE sku = ?`, "pad")
+			if left != 0 {
+				t.Errorf("after both holds expired the buyers' rows still count %d units: a count leaked (claim 1(a))", left)
+			}
+			// What the leak costs the buyer: with no order held, alice may
+			// take the limit (2) again.
+			if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "pad", Quantity: 2, UserID: "alice"}); err != nil {
+				t.Errorf("alice, with no order held, ordering the limit: %v", err)
+			}
+		})
+	}
+}
+
+// TestReleaseUnitsOfLocksInBuyerOrder (PostgreSQL): an UPDATE … FROM
+// unnest($2, $3) alone locks the rows in the order its join emits them. A
+// hash join that hashes the list and scans the table (a plan the review
+// found likely for a sweep's hundreds of buyers on a SKU of many rows)
+// locks them in heap order: here u-z, u-m, u-a, then the fillers. A (200
+// buyers) would lock u-z and wait for u-m (held by C); B (u-a, u-z) lock
+// u-a and wait for u-z (A); C commits; A wants u-a (B): a cycle, broken
+// after deadlock_timeout, every buyer row in it held for a second. On this
+// small table PostgreSQL hashes the table instead (list order), so this
+// guards the order the statement now takes itself (locked first, ORDER BY
+// user_id COLLATE "C"), whatever the plan: B queues behind A, both commit.
+func TestReleaseUnitsOfLocksInBuyerOrder(t *testing.T) {
+	db, raw := reviewDB(t, "postgres", 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const sku = "heap"
+	// Heap order is insertion order on a fresh table.
+	for _, u := range []string{"u-z", "u-m", "u-a"} {
+		raw.exec(t, `INSERT INTO buyer_units (sku, user_id, units) VALUES ($1, $2, 5)`, ``, sku, u)
+	}
+	raw.exec(t, `INSERT INTO buyer_units (sku, user_id, units)
+		SELECT $1, 'f-' || lpad(i::text, 4, '0'), 5 FROM generate_series(0, 1999) AS i`, ``, sku)
+	raw.exec(t, `ANALYZE buyer_units`, ``)
+
+	unitsA := map[string]int64{"u-a": 1, "u-m": 1, "u-z": 1}
+	for i := range 197 {
+		unitsA[fmt.Sprintf("f-%04d", i)] = 1
+	}
+	unitsB := map[string]int64{"u-a": 1, "u-z": 1}
+
+	// C: a transaction of the test's own holds u-m.
+	c, err := raw.pg.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Rollback(context.Background()) }()
+	var cPid int64
+	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&cPid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, `SELECT 1 FROM buyer_units WHERE sku = $1 AND user_id = 'u-m' FOR UPDATE`, sku); err != nil {
+		t.Fatal(err)
+	}
+	release := func(units map[string]int64) chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- db.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
+				return tx.ReleaseUnitsOf(ctx, sku, units)
+			})
+		}()
+		return done
+	}
+	a := release(unitsA)
+	raw.waitBlockedBy(t, cPid, 1) // A waits for u-m
+	b := release(unitsB)
+	raw.waitBlockedBy(t, cPid, 2) // B waits too (for A, or for C through A)
+	if err := c.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{<-a, <-b} {
+		if errors.Is(err, inventory.ErrConflict) {
+			t.Errorf("two ReleaseUnitsOf of one SKU deadlocked (%v): the rows are not locked in buyer order", err)
+		} else if err != nil {
+			t.Errorf("ReleaseUnitsOf: %v", err)
+		}
+	}
+	if got := raw.queryInt(t, `SELECT units FROM buyer_units WHERE sku = $1 AND user_id = 'u-z'`, ``, sku); got != 3 {
+		t.Errorf("u-z, released by both: %d units left of 5, want 3", got)
+	}
+}
