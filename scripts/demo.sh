@@ -99,14 +99,14 @@ log "building the pinned k6 (loadtest/go.mod): cached after the first time, whic
 STOCK_BIN=bin/stock go run ./cmd/demo "$@"
 
 # PUBLISH=1: copy the report as the demo wrote it (report.md, index.html,
-# results.json, from which `go run ./cmd/demo render` draws it again)
+# results.json.gz, from which `go run ./cmd/demo render` draws it again)
 # to docs/results/<its timestamp>/, to be committed; the README's table
 # quotes the latest of them.
 if [ "${PUBLISH:-0}" = 1 ]; then
   run=$(basename "$(readlink -f reports/latest)")
   dest="docs/results/$run"
   mkdir -p "$dest"
-  for f in report.md index.html results.json; do
+  for f in report.md index.html results.json.gz; do
     if [ -f "reports/latest/$f" ]; then cp "reports/latest/$f" "$dest/"; fi
   done
   log "published reports/$run to $dest"

@@ -4,12 +4,12 @@
 // them, audits the sale, and measures beside them the ceilings they are
 // judged against (the load generator against /healthz, the database's hot
 // row without the service). It writes reports/<timestamp>/index.html,
-// report.md and results.json, points reports/latest at them, and exits
+// report.md and results.json.gz, points reports/latest at them, and exits
 // non-zero when a safe strategy oversold or lost an order or a run failed.
 //
 //	go run ./cmd/demo            # what make demo runs (after make services build)
 //	DEMO_QUICK=1 go run ./cmd/demo
-//	go run ./cmd/demo render reports/latest   # re-render a report from its results.json
+//	go run ./cmd/demo render reports/latest   # re-render a report from its results.json.gz
 //
 // Configuration is read from the environment; see config.go.
 package main
@@ -318,7 +318,7 @@ func joinBackends(bs []backend) string {
 	return strings.Join(names, ",")
 }
 
-// render writes a report's pages again from its results.json.
+// render writes a report's pages again from its results.json.gz.
 func render(dir string) error {
 	rep, err := report.Load(dir)
 	if err != nil {

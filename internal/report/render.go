@@ -52,7 +52,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	return nil
 }
 
-// WriteFiles writes index.html, report.md and results.json into dir.
+// WriteFiles writes index.html, report.md and results.json.gz into dir.
 func WriteFiles(dir string, r *Report) error {
 	if err := r.Save(dir); err != nil {
 		return err

@@ -8,10 +8,13 @@
 package report
 
 import (
+	"bytes"
 	"cmp"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -260,30 +263,65 @@ func (r *Report) Failures() []string {
 	return out
 }
 
-// resultsFile is where Save writes the report's data, beside the pages.
-const resultsFile = "results.json"
+// resultsFile is where Save writes the report's data, beside the pages,
+// gzipped; oldResultsFile is the plain JSON of reports saved before.
+const (
+	resultsFile    = "results.json.gz"
+	oldResultsFile = "results.json"
+)
 
-// Save writes the report's data as results.json in dir; Load reads it back
-// with the k6 summaries, so a report can be rendered again. Compact: a
-// full run's, indented, is over the 1 MB a tracked file may have (make
-// tracked), and PUBLISH=1 commits it; `jq .` shows it indented.
+// Save writes the report's data as results.json.gz in dir; Load reads it
+// back with the k6 summaries, so a report can be rendered again. Gzipped:
+// a full run's JSON, even compact, is over the 1 MB a tracked file may
+// have (make tracked: 1.06 MB for every strategy on both engines with the
+// lifecycle and the cost goals), and PUBLISH=1 commits it; `zcat
+// results.json.gz | jq .` shows it.
 func (r *Report) Save(dir string) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	return os.WriteFile(filepath.Join(dir, resultsFile), append(b, '\n'), 0o644)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, resultsFile), buf.Bytes(), 0o644)
 }
 
-// Load reads dir/results.json and every run's summary.json.
-func Load(dir string) (*Report, error) {
-	b, err := os.ReadFile(filepath.Join(dir, resultsFile))
+// readResults reads dir's results.json.gz, or the plain results.json of a
+// report saved before it.
+func readResults(dir string) ([]byte, string, error) {
+	f, err := os.Open(filepath.Join(dir, resultsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		b, err := os.ReadFile(filepath.Join(dir, oldResultsFile))
+		return b, oldResultsFile, err
+	}
 	if err != nil {
-		return nil, fmt.Errorf("report: %w", err)
+		return nil, resultsFile, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, resultsFile, err
+	}
+	b, err := io.ReadAll(zr)
+	return b, resultsFile, err
+}
+
+// Load reads dir/results.json.gz (or results.json) and every run's
+// summary.json.
+func Load(dir string) (*Report, error) {
+	b, name, err := readResults(dir)
+	if err != nil {
+		return nil, fmt.Errorf("report: %s: %w", name, err)
 	}
 	var r Report
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("report: %s: %w", resultsFile, err)
+		return nil, fmt.Errorf("report: %s: %w", name, err)
 	}
 	for _, run := range r.Runs {
 		if run.Dir == "" {

@@ -2,7 +2,9 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -419,10 +421,31 @@ func TestSaveLoad(t *testing.T) {
 	if len(got.Runs) != len(r.Runs) || got.Runs[0].Audit.Ordered != 300 || got.Ceilings[2].Workers != 1 {
 		t.Errorf("round trip lost data: %+v", got)
 	}
-	// Summaries live beside the report, not in results.json; none were
+	// Summaries live beside the report, not in results.json.gz; none were
 	// written here, so Load leaves them nil rather than failing.
 	if got.Runs[0].Summary != nil {
 		t.Error("summary appeared from nowhere")
+	}
+}
+
+// TestLoadReadsAReportSavedBeforeGzip: the results published before
+// results.json.gz are plain results.json; they still render.
+func TestLoadReadsAReportSavedBeforeGzip(t *testing.T) {
+	r := fixture(t)
+	dir := t.TempDir()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Runs) != len(r.Runs) || got.Runs[0].Audit.Ordered != 300 {
+		t.Errorf("the plain results.json lost data: %+v", got)
 	}
 }
 
