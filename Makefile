@@ -64,9 +64,10 @@ unit: ## go test -race ./... (the servers must be up: make services)
 
 # Each fuzz target in turn (go test -fuzz takes one at a time). The corpus
 # checked in under internal/httpapi/testdata/fuzz runs with every go test.
-fuzz: ## fuzz the order handler for FUZZTIME (default 5000x)
+fuzz: ## fuzz the order handler and the JSON string writer for FUZZTIME (default 5000x)
 	$(GO) test -run '^$$' -fuzz '^FuzzPlaceOrder$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzStartSale$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
 
 # The schedule explorer (internal/explore) with a budget 20 times that of
 # make test: about 5 minutes here, exhaustive for 3 buyers of every strategy

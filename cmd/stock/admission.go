@@ -19,8 +19,7 @@ import (
 // most that many of an instance's orders poll Redis. A permit lasts twice
 // ORDER_TIMEOUT, longer than any order holds it.
 func buildAdmission(cfg config, s inventory.Strategy, log *slog.Logger) (inventory.Strategy, func(), error) {
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddrs[0], DialTimeout: time.Second,
-		ContextTimeoutEnabled: true, MaxRetries: -1})
+	rdb := redis.NewClient(redisOptions(cfg.RedisAddrs[0]))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {

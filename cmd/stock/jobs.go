@@ -23,8 +23,9 @@ func newScheduler(ctx context.Context, cfg config, m *metrics.Metrics, log *slog
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if cfg.JobLock == "redis" {
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddrs[0], DialTimeout: time.Second,
-			ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 2})
+		opt := redisOptions(cfg.RedisAddrs[0])
+		opt.PoolSize = 2
+		rdb := redis.NewClient(opt)
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			_ = rdb.Close()
 			return nil, nil, fmt.Errorf("job lock: JOB_LOCK=redis needs Redis (REDIS_ADDRS %s): %w", cfg.RedisAddrs[0], err)

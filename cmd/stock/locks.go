@@ -81,22 +81,11 @@ func buildRedisLocker(cfg config, renewed func(ok bool), log *slog.Logger) (lock
 	}
 	clients := make([]*redis.Client, len(addrs))
 	for i, addr := range addrs {
-		clients[i] = redis.NewClient(&redis.Options{
-			Addr:         addr,
-			DialTimeout:  time.Second,
-			ReadTimeout:  time.Second,
-			WriteTimeout: time.Second,
-			// The lock bounds each call with a context deadline (its node
-			// timeout, 50ms for a Redlock): go-redis honours it only so.
-			ContextTimeoutEnabled: true,
-			// A down node must fail fast, not be retried into the lock's
-			// validity: no retried commands, and one dial per attempt
-			// (go-redis dials five times, 100ms apart, so a call to a
-			// server that refuses connections lasted the whole node
-			// timeout).
-			MaxRetries:    -1,
-			DialerRetries: 1,
-		})
+		// A down node fails fast (redisOptions): no retried commands,
+		// one dial per attempt.
+		opt := redisOptions(addr)
+		opt.ReadTimeout, opt.WriteTimeout = time.Second, time.Second
+		clients[i] = redis.NewClient(opt)
 	}
 	closeClients := func() {
 		for _, c := range clients {
@@ -253,8 +242,7 @@ func freezeSelf(log *slog.Logger) {
 // Redis of REDIS_ADDRS. It refuses an evicting Redis as the other Redis
 // locks do, though nothing it keeps could save it.
 func buildLegacyLocker(cfg config, log *slog.Logger) (lockBackend, error) {
-	client := redis.NewClient(&redis.Options{Addr: cfg.RedisAddrs[0], DialTimeout: time.Second,
-		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	client := redis.NewClient(redisOptions(cfg.RedisAddrs[0]))
 	if err := pingRedis(context.Background(), []*redis.Client{client}, false); err != nil {
 		_ = client.Close()
 		return lockBackend{}, err

@@ -26,24 +26,7 @@ import (
 // it. The returned stop function ends the consumer (it finishes the batch
 // in hand), waits for it, and closes the client.
 func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Scheduler, log *slog.Logger) (inventory.Strategy, func(), error) {
-	// Orders carry deadlines; go-redis honours them only with
-	// ContextTimeoutEnabled. No retries by the client: Reserve retries its
-	// own script, which is safe to repeat; a retried Load is refused or a
-	// no-op. Every order holds a connection for one round trip: a pool
-	// larger than go-redis' default (10 per CPU) would only queue at Redis
-	// instead of here.
-	var rdb redis.UniversalClient
-	where := cfg.RedisAddrs[0]
-	if cfg.RedisCluster {
-		// A cluster redirects (MOVED, ASK) before it runs anything, so
-		// following redirections is safe; the client does it.
-		where = "cluster " + strings.Join(cfg.RedisAddrs, ",")
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisAddrs, DialTimeout: time.Second,
-			ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 64})
-	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddrs[0], DialTimeout: time.Second,
-			ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 64})
-	}
+	rdb, where := newReserveClient(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -101,4 +84,23 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Sc
 		_ = rdb.Close()
 	}
 	return strategy, stop, nil
+}
+
+// newReserveClient returns the client of the reservation Redis and where
+// it points, for messages. It sends nothing again by itself
+// (redisOptions): Reserve retries its own script, which is safe to
+// repeat, and a retried Load is refused or a no-op. Every order holds a
+// connection for one round trip: a pool larger than go-redis' default
+// (10 per CPU) would only queue at Redis instead of here.
+func newReserveClient(cfg config) (rdb redis.UniversalClient, where string) {
+	if cfg.RedisCluster {
+		// A cluster redirects (MOVED, ASK) before it runs anything, so
+		// following redirections is safe; the client does it.
+		opt := redisClusterOptions(cfg.RedisAddrs)
+		opt.PoolSize = 64
+		return redis.NewClusterClient(opt), "cluster " + strings.Join(cfg.RedisAddrs, ",")
+	}
+	opt := redisOptions(cfg.RedisAddrs[0])
+	opt.PoolSize = 64
+	return redis.NewClient(opt), cfg.RedisAddrs[0]
 }

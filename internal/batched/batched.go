@@ -139,7 +139,7 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		b.log.Debug("commit answer of a batch that wrote nothing lost", "sku", batch[0].sku, "err", err)
 		err = nil
 	case errors.Is(err, inventory.ErrOutcomeUnknown):
-		err = b.resolveUnknownCommit(ctx, createdID, err)
+		err = b.resolveUnknownCommit(ctx, batch[0].sku, createdID, err)
 	}
 	if err != nil {
 		if !errors.Is(err, inventory.ErrUnknownSKU) {
@@ -154,19 +154,38 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 }
 
 // resolveUnknownCommit asks the database whether a batch whose commit
-// answer was lost committed: one of its created orders' rows is the proof,
-// since the batch is one transaction. Nil when it did.
-func (b *Batched) resolveUnknownCommit(ctx context.Context, createdID string, commitErr error) error {
+// answer was lost committed, before its buyers are answered: one of its
+// created orders' rows is the proof, since the batch is one transaction,
+// and the lookup waits for the SKU's row (Tx.ResolveOrder), so its
+// answer is final. Nil when it did; ErrUnavailable (nothing deducted) when
+// it did not. The lookup has a budget of its own
+// (inventory.UnknownCommitBudget), tried again while the database does not
+// answer; only when it never does is the outcome left unknown.
+func (b *Batched) resolveUnknownCommit(ctx context.Context, sku, createdID string, commitErr error) error {
 	if createdID == "" {
 		return commitErr
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	budget, cancel := context.WithTimeout(context.WithoutCancel(ctx), inventory.UnknownCommitBudget)
 	defer cancel()
-	if _, found, err := b.store.FindOrder(ctx, createdID); err == nil && found {
-		b.log.Warn("commit answer of a batch lost, but its orders exist", "order_id", createdID, "err", commitErr)
-		return nil
+	for attempt := 0; ; attempt++ {
+		try, cancelTry := context.WithTimeout(budget, 2*time.Second)
+		found := false
+		err := b.store.InBatchTx(try, func(ctx context.Context, tx Tx) (err error) {
+			_, found, err = tx.ResolveOrder(ctx, sku, createdID)
+			return err
+		})
+		cancelTry()
+		switch {
+		case err == nil && found:
+			b.log.Warn("commit answer of a batch lost, but its orders exist", "order_id", createdID, "err", commitErr)
+			return nil
+		case err == nil:
+			return inventory.NotLanded("the batch's orders were not taken, nothing was deducted", commitErr)
+		}
+		if pause(budget, backoff.Exponential(attempt, 20*time.Millisecond, 500*time.Millisecond)) != nil {
+			return commitErr
+		}
 	}
-	return commitErr
 }
 
 // decideBatch is the batch's transaction: it reads the records of the
@@ -241,13 +260,20 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	}
 
 	var orders []inventory.Order
+	var taken []int // the index in batch of each of orders
 	var records []inventory.IdempotencyRecord
 	priors := map[string]inventory.Order{} // by key
 	for i, o := range batch {
 		switch d := plan[i]; d.verdict {
 		case accepted:
-			orders = append(orders, o.order)
-			results[i].order = o.order
+			order := o.order
+			if limit > 0 {
+				// Claimed on the buyer's count above; its cancel or
+				// expiry gives back this much.
+				order.Claimed = order.Quantity
+			}
+			orders, taken = append(orders, order), append(taken, i)
+			results[i].order = order
 			if o.key != "" {
 				records = append(records, inventory.IdempotencyRecord{Key: o.key, SKU: sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
 			}
@@ -278,8 +304,18 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	if len(orders) == 0 {
 		return "", nil
 	}
-	if err := tx.InsertOrders(ctx, orders); err != nil {
+	expiries, err := tx.InsertOrders(ctx, orders)
+	if err != nil {
 		return "", err
+	}
+	for j, i := range taken {
+		results[i].order.ExpiresAt = expiries[j]
+	}
+	for i := range batch {
+		if plan[i].verdict == follows {
+			// Set above before the expiries were known.
+			results[i] = results[plan[i].of]
+		}
 	}
 	if len(records) > 0 {
 		// In key order, so two batches that share keys never wait for

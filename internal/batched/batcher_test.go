@@ -347,6 +347,12 @@ func (t *fakeBatchTx) FindIdempotencyKeys(_ context.Context, keys []string) (map
 	return out, nil
 }
 
+// ResolveOrder is final here: the fake's transactions run one at a time.
+func (t *fakeBatchTx) ResolveOrder(_ context.Context, _, id string) (inventory.Order, bool, error) {
+	o, ok := t.st.orders[id]
+	return o, ok, nil
+}
+
 func (t *fakeBatchTx) GetOrder(_ context.Context, id string) (inventory.Order, error) {
 	o, ok := t.st.orders[id]
 	if !ok {
@@ -355,11 +361,11 @@ func (t *fakeBatchTx) GetOrder(_ context.Context, id string) (inventory.Order, e
 	return o, nil
 }
 
-func (t *fakeBatchTx) InsertOrders(_ context.Context, orders []inventory.Order) error {
+func (t *fakeBatchTx) InsertOrders(_ context.Context, orders []inventory.Order) ([]time.Time, error) {
 	for _, o := range orders {
 		t.st.orders[o.ID] = o
 	}
-	return nil
+	return make([]time.Time, len(orders)), nil
 }
 
 func (t *fakeBatchTx) InsertIdempotencyRecords(_ context.Context, records []inventory.IdempotencyRecord) (int, error) {
@@ -513,7 +519,9 @@ func TestBatchKeyTakenConcurrently(t *testing.T) {
 }
 
 // TestBatchCommitOutcomeUnknown: a batch whose commit answer was lost is
-// resolved by its orders' ids: found, every order has its answer.
+// resolved by its orders' ids: found, every order has its answer; not
+// found (the lookup is final), every order was not taken, and says so
+// (unavailable, not unknown).
 func TestBatchCommitOutcomeUnknown(t *testing.T) {
 	for _, landed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("landed=%v", landed), func(t *testing.T) {
@@ -526,7 +534,7 @@ func TestBatchCommitOutcomeUnknown(t *testing.T) {
 				if landed && r.err != nil {
 					t.Errorf("the commit landed, yet %v", r.err)
 				}
-				if !landed && !errors.Is(r.err, inventory.ErrOutcomeUnknown) {
+				if !landed && (!errors.Is(r.err, inventory.ErrUnavailable) || errors.Is(r.err, inventory.ErrOutcomeUnknown)) {
 					t.Errorf("the commit did not land, yet %+v", r)
 				}
 			}
@@ -534,13 +542,19 @@ func TestBatchCommitOutcomeUnknown(t *testing.T) {
 	}
 }
 
-// lostCommit loses the answer of every commit, which lands or not.
+// lostCommit loses the answer of its first commit, which lands or not.
 type lostCommit struct {
 	*fakeBatchStore
 	landed bool
+	lost   bool
 }
 
 func (l *lostCommit) InBatchTx(ctx context.Context, fn func(context.Context, Tx) error) error {
+	if l.lost {
+		l.beforeCommit = nil
+		return l.fakeBatchStore.InBatchTx(ctx, fn)
+	}
+	l.lost = true
 	l.beforeCommit = func(*fakeState) error {
 		if l.landed {
 			return nil

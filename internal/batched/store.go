@@ -2,6 +2,7 @@ package batched
 
 import (
 	"context"
+	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -14,8 +15,6 @@ type Store interface {
 	// nil, as inventory.Store.InTx does (inventory.ErrOutcomeUnknown when
 	// the commit answer was lost).
 	InBatchTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
-	// FindOrder looks an order up by id; found is false when there is none.
-	FindOrder(ctx context.Context, id string) (o inventory.Order, found bool, err error)
 }
 
 // Tx is the transaction of a batch of orders on one SKU.
@@ -31,8 +30,14 @@ type Tx interface {
 	FindIdempotencyKeys(ctx context.Context, keys []string) (map[string]inventory.IdempotencyRecord, error)
 	// GetOrder reads an order by id.
 	GetOrder(ctx context.Context, id string) (inventory.Order, error)
-	// InsertOrders records accepted orders in one statement.
-	InsertOrders(ctx context.Context, orders []inventory.Order) error
+	// ResolveOrder looks order id of sku up once every transaction that
+	// holds sku's stock row has ended, as inventory.Tx.ResolveOrder does:
+	// found is final.
+	ResolveOrder(ctx context.Context, sku, id string) (o inventory.Order, found bool, err error)
+	// InsertOrders records accepted orders in one statement and returns
+	// their expiries, in the orders' order, as inventory.Tx.InsertOrder
+	// does for one.
+	InsertOrders(ctx context.Context, orders []inventory.Order) ([]time.Time, error)
 	// InsertIdempotencyRecords stores the records whose key does not exist
 	// yet, in one statement, waiting for concurrent transactions holding
 	// the same keys, and reports how many it inserted: fewer than given

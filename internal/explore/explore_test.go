@@ -505,7 +505,7 @@ func TestHarnessCatchesAWriterThatLosesOrders(t *testing.T) {
 // every order it is given: the control of the limit's rows.
 type reserveWithoutLimit struct{ inventory.Reservations }
 
-func (l reserveWithoutLimit) Reserve(ctx context.Context, r inventory.Reservation) (string, error) {
+func (l reserveWithoutLimit) Reserve(ctx context.Context, r inventory.Reservation) (inventory.Taken, error) {
 	r.PerUserLimit = 0
 	return l.Reservations.Reserve(ctx, r)
 }

@@ -36,24 +36,24 @@ type reservations struct {
 	w  *writer
 }
 
-func (r *reservations) Reserve(ctx context.Context, res inventory.Reservation) (string, error) {
+func (r *reservations) Reserve(ctx context.Context, res inventory.Reservation) (inventory.Taken, error) {
 	e := entityOf(ctx)
 	if e == nil {
 		return r.Reservations.Reserve(ctx, res)
 	}
 	g := r.st.s.park(e, stepReserve, 0)
 	if g.abort {
-		return "", errAborted
+		return inventory.Taken{}, errAborted
 	}
 	r.st.noteInsert(e.buyer, res.Order.ID)
-	id, err := r.Reservations.Reserve(ctx, res)
-	if err == nil && id == res.Order.ID && r.w != nil {
+	taken, err := r.Reservations.Reserve(ctx, res)
+	if err == nil && taken.OrderID == res.Order.ID && r.w != nil {
 		r.w.accepted()
 	}
 	if g.loseAnswer {
-		return "", fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, errLostAnswer)
+		return inventory.Taken{}, fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, errLostAnswer)
 	}
-	return id, err
+	return taken, err
 }
 
 // writer is the entity that moves accepted orders into the database. It

@@ -53,9 +53,13 @@ const (
 	stepCommit     = "commit"
 	stepLateCommit = "late commit"
 	stepFindOrder  = "find order"
-	stepIdemRead   = "read idempotency key"
-	stepIdemWrite  = "write idempotency key"
-	stepJoin       = "join the batch queue"
+	// stepResolve: the lookup of an order whose commit answer was lost,
+	// which waits for every transaction that holds the SKU's row (a late
+	// commit among them).
+	stepResolve   = "resolve a lost commit"
+	stepIdemRead  = "read idempotency key"
+	stepIdemWrite = "write idempotency key"
+	stepJoin      = "join the batch queue"
 	// The order lifecycle's: a transition of a held order ("settle paid",
 	// "settle cancelled", "settle expired"), the return of its units, one
 	// sweep of lapsed holds, and a hold lapsing (a clock's step).
@@ -226,7 +230,7 @@ func (s *scheduler) wake(e *entity)  { s.events <- event{e: e, kind: evWoken} }
 // another transaction's row lock.
 func takesLocks(step string) bool {
 	switch step {
-	case stepWrite, stepLockRead, stepIdemWrite, stepReturn, stepSweep, stepLapse, stepClaim:
+	case stepWrite, stepLockRead, stepIdemWrite, stepReturn, stepSweep, stepLapse, stepClaim, stepResolve:
 		return true
 	}
 	return strings.HasPrefix(step, stepSettle+" ")

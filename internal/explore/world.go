@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
@@ -274,7 +275,16 @@ func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit
 	return t.Tx.ClaimUnits(ctx, sku, userID, quantity, limit)
 }
 
-func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
+// ResolveOrder is a step that takes a share lock on the stock row: it
+// waits for a late commit (another entity) to land or roll back.
+func (t *tx) ResolveOrder(ctx context.Context, sku, id string) (inventory.Order, bool, error) {
+	if err := t.step(ctx, stepResolve); err != nil {
+		return inventory.Order{}, false, err
+	}
+	return t.Tx.ResolveOrder(ctx, sku, id)
+}
+
+func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) (time.Time, error) {
 	t.st.noteInsert(t.e.buyer, o.ID)
 	t.st.noteUserInsert(o.UserID, o.ID)
 	return t.Tx.InsertOrder(ctx, o)
@@ -347,10 +357,18 @@ func (t *batchTx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map
 	return t.Tx.ClaimUnitsOf(ctx, sku, claims, held, limit)
 }
 
+// ResolveOrder is tx's, for a batch whose commit answer was lost.
+func (t *batchTx) ResolveOrder(ctx context.Context, sku, id string) (inventory.Order, bool, error) {
+	if err := t.step(ctx, stepResolve); err != nil {
+		return inventory.Order{}, false, err
+	}
+	return t.Tx.ResolveOrder(ctx, sku, id)
+}
+
 // InsertOrders notes each order under its buyer: the batch's leader
 // inserts the others' orders too. Buyers are told apart by user id
 // ("buyer-A"); in a retry scenario they share one, and none is noted.
-func (t *batchTx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
+func (t *batchTx) InsertOrders(ctx context.Context, orders []inventory.Order) ([]time.Time, error) {
 	for _, o := range orders {
 		t.st.noteUserInsert(o.UserID, o.ID)
 		if name, ok := strings.CutPrefix(o.UserID, "buyer-"); ok && len(name) == 1 {

@@ -170,7 +170,8 @@ func Measure(ctx context.Context, st Store, stmt Statement, sku string, opts ...
 					if err := stmt.deduct(ctx, tx, sku); err != nil {
 						return err
 					}
-					return tx.InsertOrder(ctx, order)
+					_, err := tx.InsertOrder(ctx, order)
+					return err
 				})
 				if err != nil {
 					t.failed++

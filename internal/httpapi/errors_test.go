@@ -30,8 +30,8 @@ func (f failingInventory) PlaceOrder(context.Context, inventory.Request) (invent
 func (f failingInventory) Level(context.Context, string) (inventory.Level, error) {
 	return inventory.Level{}, f.err
 }
-func (f failingInventory) StartSaleWindow(context.Context, string, int64, inventory.SaleWindow) error {
-	return f.err
+func (f failingInventory) OpenSale(context.Context, inventory.SaleRequest) (inventory.SaleStarted, error) {
+	return inventory.SaleStarted{}, f.err
 }
 func (f failingInventory) Audit(context.Context, string) (inventory.Audit, error) {
 	return inventory.Audit{}, f.err
@@ -40,8 +40,11 @@ func (f failingInventory) Ready(context.Context) error { return f.err }
 func (f failingInventory) FindOrder(context.Context, string, string) (inventory.Order, error) {
 	return inventory.Order{}, f.err
 }
-func (f failingInventory) Restock(context.Context, string, int64) (inventory.Level, error) {
-	return inventory.Level{}, f.err
+func (f failingInventory) RestockSale(context.Context, inventory.RestockRequest) (inventory.Restocked, error) {
+	return inventory.Restocked{}, f.err
+}
+func (f failingInventory) ListOrders(context.Context, string, string, string, int) (inventory.OrderPage, error) {
+	return inventory.OrderPage{}, f.err
 }
 func (f failingInventory) PayOrder(context.Context, string, string) (inventory.Order, error) {
 	return inventory.Order{}, f.err
@@ -73,7 +76,10 @@ func TestErrorTable(t *testing.T) {
 		{fmt.Errorf("%w: %w", inventory.ErrBusy, fmt.Errorf("%w: %s", inventory.ErrUnavailable, backendDetail)), 503, "busy", true},
 		{fmt.Errorf("%w: %s", inventory.ErrUnavailable, backendDetail), 503, "unavailable", true},
 		{fmt.Errorf("%w: %s", inventory.ErrOutcomeUnknown, backendDetail), 503, "unavailable", true},
-		{errors.New("a bug"), 500, "internal", false},
+		{fmt.Errorf("%w: deadlock detected (SQLSTATE 40P01)", inventory.ErrConflict), 503, "busy", true},
+		// An error no adapter filed (a constraint, a driver's) is a 503
+		// too: a backend failure is never a 500.
+		{errors.New("a bug"), 503, "unavailable", true},
 	}
 	for _, c := range cases {
 		h := httpapi.New(failingInventory{err: c.err})
@@ -124,6 +130,55 @@ func TestReadyzHidesBackendDetails(t *testing.T) {
 			if !strings.Contains(logged.String(), secret) {
 				t.Errorf("%v: the log lacks %q: %s", err, secret, logged.String())
 			}
+		}
+	}
+}
+
+// TestEvery503SaysWhatItMeansForItsRoute: a 503 tells the client whether
+// the write may have happened and how to retry safely, in the words of its
+// route: an order's busy that nothing was deducted, a restock's that
+// nothing was added and that a retry with the key adds once, a lost commit
+// answer that it may have happened (found by a new user: a restock's 503
+// said "nothing was deducted" for a restock the database held).
+func TestEvery503SaysWhatItMeansForItsRoute(t *testing.T) {
+	busy := fmt.Errorf("%w: %w", inventory.ErrBusy, context.DeadlineExceeded)
+	conflict := fmt.Errorf("%w: deadlock", inventory.ErrConflict)
+	unknown := fmt.Errorf("%w: connection reset", inventory.ErrOutcomeUnknown)
+	down := fmt.Errorf("%w: refused", inventory.ErrUnavailable)
+	cases := []struct {
+		method, path, body string
+		err                error
+		says               []string
+	}{
+		{"POST", "/orders", `{"sku":"s-1","quantity":1,"user_id":"u"}`, busy, []string{"nothing was deducted", "Idempotency-Key"}},
+		{"POST", "/orders", `{"sku":"s-1","quantity":1,"user_id":"u"}`, unknown, []string{"may have been taken", "GET /orders?user_id="}},
+		{"POST", "/orders/0190a2a4-7c5e-7b3a-9c1d-2e4f6a8b0c1d/pay", `{"user_id":"u"}`, busy, []string{"not changed", "idempotent"}},
+		{"POST", "/orders/0190a2a4-7c5e-7b3a-9c1d-2e4f6a8b0c1d/cancel", `{"user_id":"u"}`, unknown, []string{"may have changed"}},
+		{"POST", "/admin/stock/s-1/restock", `{"quantity":5}`, busy, []string{"nothing was added", "same Idempotency-Key"}},
+		{"POST", "/admin/stock/s-1/restock", `{"quantity":5}`, conflict, []string{"nothing was added"}},
+		{"POST", "/admin/stock/s-1/restock", `{"quantity":5}`, down, []string{"nothing was added by this request", "once in all"}},
+		{"POST", "/admin/stock/s-1/restock", `{"quantity":5}`, unknown, []string{"may have been applied", "restocks"}},
+		{"PUT", "/admin/stock/s-1", `{"available":5}`, conflict, []string{"same Idempotency-Key", "never starts the sale twice"}},
+		{"PUT", "/admin/stock/s-1", `{"available":5}`, unknown, []string{"may have started"}},
+	}
+	for _, c := range cases {
+		h := httpapi.New(failingInventory{err: c.err}, httpapi.WithAdminToken("0123456789abcdef"))
+		req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer 0123456789abcdef")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Errorf("%s %s (%v): %d %s, want 503", c.method, c.path, c.err, rec.Code, rec.Body)
+			continue
+		}
+		for _, want := range c.says {
+			if !strings.Contains(rec.Body.String(), want) {
+				t.Errorf("%s %s (%v): %s does not say %q", c.method, c.path, c.err, rec.Body, want)
+			}
+		}
+		if strings.Contains(c.path, "admin") && strings.Contains(rec.Body.String(), "deducted") {
+			t.Errorf("%s %s: an admin write's 503 speaks of a deduction: %s", c.method, c.path, rec.Body)
 		}
 	}
 }

@@ -39,11 +39,12 @@ const MaxBodyBytes = 64 << 10
 type Inventory interface {
 	PlaceOrder(ctx context.Context, req inventory.Request) (inventory.Order, error)
 	FindOrder(ctx context.Context, id, userID string) (inventory.Order, error)
+	ListOrders(ctx context.Context, userID, sku, after string, limit int) (inventory.OrderPage, error)
 	PayOrder(ctx context.Context, id, userID string) (inventory.Order, error)
 	CancelOrder(ctx context.Context, id, userID string) (inventory.Order, error)
-	Restock(ctx context.Context, sku string, n int64) (inventory.Level, error)
+	RestockSale(ctx context.Context, req inventory.RestockRequest) (inventory.Restocked, error)
 	Level(ctx context.Context, sku string) (inventory.Level, error)
-	StartSaleWindow(ctx context.Context, sku string, n int64, w inventory.SaleWindow) error
+	OpenSale(ctx context.Context, req inventory.SaleRequest) (inventory.SaleStarted, error)
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
 	Ready(ctx context.Context) error
 }
@@ -123,6 +124,7 @@ func New(inv Inventory, opts ...Option) http.Handler {
 	}
 
 	r.POST("/orders", s.placeOrder)
+	r.GET("/orders", s.listOrders)
 	r.GET("/orders/:id", s.getOrder)
 	r.POST("/orders/:id/pay", s.payOrder)
 	r.POST("/orders/:id/cancel", s.cancelOrder)
@@ -162,9 +164,12 @@ var errorStatus = []struct {
 	{inventory.ErrOrderExpired, http.StatusConflict, "expired", ""},
 	{inventory.ErrOrderFinal, http.StatusConflict, "final", ""},
 	{inventory.ErrIdempotencyConflict, http.StatusUnprocessableEntity, "idempotency_conflict", ""},
-	{inventory.ErrBusy, http.StatusServiceUnavailable, "busy", "the order could not be taken in time; nothing was deducted, retry later"},
-	{inventory.ErrOutcomeUnknown, http.StatusServiceUnavailable, "unavailable", "the database stopped answering while committing: the change may have happened; retry (an order with the same Idempotency-Key; a pay or a cancel as it was, they are idempotent) to learn its fate"},
-	{inventory.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "a backend is unavailable; nothing was deducted, retry later"},
+	// The 503s: their message says what the answer means for the route
+	// (meanings), above all whether the write may have happened.
+	{inventory.ErrBusy, http.StatusServiceUnavailable, "busy", ""},
+	{inventory.ErrConflict, http.StatusServiceUnavailable, "busy", ""},
+	{inventory.ErrOutcomeUnknown, http.StatusServiceUnavailable, "unavailable", ""},
+	{inventory.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", ""},
 }
 
 // retryAfterSeconds is what 503 answers ask a client to wait.
@@ -174,6 +179,9 @@ func (s *server) fail(c *gin.Context, err error) {
 	for _, row := range errorStatus {
 		if errors.Is(err, row.err) {
 			msg := row.message
+			if row.status == http.StatusServiceUnavailable && msg == "" {
+				msg = meaningOf(c.FullPath()).of(err)
+			}
 			if msg == "" {
 				msg = err.Error()
 			}
@@ -181,8 +189,12 @@ func (s *server) fail(c *gin.Context, err error) {
 			return
 		}
 	}
+	// An error no row knows is a backend's the adapters did not file (a
+	// constraint, a driver's): a 503 that says what it means for the
+	// route, never a 500. Every such error comes before a commit (a
+	// commit's are filed as unknown), so nothing was written.
 	s.log.Error("unexpected error", "path", c.Request.URL.Path, "err", err)
-	writeError(c, http.StatusInternalServerError, "internal", "internal error")
+	writeError(c, http.StatusServiceUnavailable, "unavailable", meaningOf(c.FullPath()).unavailable)
 }
 
 func writeError(c *gin.Context, status int, code, message string) {
@@ -565,6 +577,9 @@ type startSaleResponse struct {
 	Available int64      `json:"available"`
 	StartsAt  *time.Time `json:"starts_at,omitempty"`
 	EndsAt    *time.Time `json:"ends_at,omitempty"`
+	// Replayed: a retry's answer (the same Idempotency-Key and body);
+	// nothing was started again.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 func (s *server) startSale(c *gin.Context) {
@@ -586,20 +601,33 @@ func (s *server) startSale(c *gin.Context) {
 	if body.EndsAt != nil {
 		w.EndsAt = body.EndsAt.UTC()
 	}
-	if err := s.inv.StartSaleWindow(c.Request.Context(), sku, n, w); err != nil {
+	started, err := s.inv.OpenSale(c.Request.Context(), inventory.SaleRequest{SKU: sku, Available: n, Window: w, IdempotencyKey: c.GetHeader("Idempotency-Key")})
+	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, startSaleResponse{SKU: sku, Available: n, StartsAt: body.StartsAt, EndsAt: body.EndsAt})
+	c.JSON(http.StatusOK, startSaleResponse{SKU: sku, Available: n, StartsAt: body.StartsAt, EndsAt: body.EndsAt, Replayed: started.Replayed})
 }
 
 type restockRequest struct {
 	Quantity json.RawMessage `json:"quantity"`
 }
 
+// restockResponse is a restock's answer: the SKU's stock after it, and the
+// restock (its id, as the audit lists it).
+type restockResponse struct {
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+	RestockID string `json:"restock_id"`
+	Quantity  int64  `json:"quantity"`
+	// Replayed: a retry's answer (the same Idempotency-Key and body);
+	// nothing was added, and available is the stock now.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
 // restock answers POST /admin/stock/{sku}/restock {"quantity": n}: n more
 // units for the current sale, its orders kept; 404 unknown_sku when no sale
-// was started.
+// was started. With an Idempotency-Key a retry adds nothing.
 func (s *server) restock(c *gin.Context) {
 	sku := c.Param("sku")
 	var body restockRequest
@@ -612,12 +640,12 @@ func (s *server) restock(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	level, err := s.inv.Restock(c.Request.Context(), sku, n)
+	r, err := s.inv.RestockSale(c.Request.Context(), inventory.RestockRequest{SKU: sku, Quantity: n, IdempotencyKey: c.GetHeader("Idempotency-Key")})
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, stockResponse{SKU: sku, Available: level.Available})
+	c.JSON(http.StatusOK, restockResponse{SKU: sku, Available: r.Level.Available, RestockID: r.Restock.ID, Quantity: r.Restock.Quantity, Replayed: r.Replayed})
 }
 
 type auditResponse struct {
@@ -644,6 +672,16 @@ type auditResponse struct {
 	// back to Redis (the reservation strategies' relay; 0 for the others).
 	Relaying int64  `json:"relaying"`
 	Drift    string `json:"drift,omitempty"`
+	// Restocks lists the sale's restocks (the newest 100), each with its
+	// Idempotency-Key: a restock applied twice would show.
+	Restocks []restockJSON `json:"restocks"`
+}
+
+type restockJSON struct {
+	RestockID      string    `json:"restock_id"`
+	Quantity       int64     `json:"quantity"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	At             time.Time `json:"at"`
 }
 
 func (s *server) audit(c *gin.Context) {
@@ -656,5 +694,74 @@ func (s *server) audit(c *gin.Context) {
 		SKU: a.SKU, Initial: a.Initial, Restocked: a.Restocked, Available: a.Available, Ordered: a.Ordered, Orders: a.Orders, Consistent: a.Consistent(),
 		Held: a.Held, Paid: a.Paid, Returned: a.Returned, Cancelled: a.Cancelled, Expired: a.Expired,
 		Pending: a.Pending, LagSeconds: a.Lag.Seconds(), Relaying: a.Relaying, Drift: a.Drift,
+		Restocks: restocksJSON(a.Restocks),
 	})
+}
+
+func restocksJSON(rs []inventory.Restock) []restockJSON {
+	out := make([]restockJSON, len(rs))
+	for i, r := range rs {
+		out[i] = restockJSON{RestockID: r.ID, Quantity: r.Quantity, IdempotencyKey: r.Key, At: r.At}
+	}
+	return out
+}
+
+// meaning is what a 503 of one route tells its client, by the error: busy
+// (the write ran out of time or lost to conflicts), unavailable (a backend
+// failed), unknown (a commit's answer was lost and could not be resolved).
+// Each says whether the write may have happened, and how to retry safely.
+type meaning struct {
+	busy, unavailable, unknown string
+}
+
+func (m meaning) of(err error) string {
+	switch {
+	case errors.Is(err, inventory.ErrOutcomeUnknown):
+		return m.unknown
+	case errors.Is(err, inventory.ErrBusy), errors.Is(err, inventory.ErrConflict):
+		return m.busy
+	}
+	return m.unavailable
+}
+
+// meanings are the 503s of each route, by its gin path (c.FullPath); a
+// route not listed reads and changes nothing.
+var meanings = map[string]meaning{
+	"/orders": {
+		busy:        "the order was not taken in time: nothing was deducted; retry (with the same Idempotency-Key, a retry never takes a second order)",
+		unavailable: "a backend is unavailable: the order was not taken, nothing was deducted; retry later",
+		unknown:     "the database stopped answering while committing and could not be asked since: the order may have been taken; retry with the same Idempotency-Key to get it, or look for it with GET /orders?user_id=… before ordering again",
+	},
+	"/orders/:id/pay":    settleMeaning,
+	"/orders/:id/cancel": settleMeaning,
+	"/admin/stock/:sku": {
+		busy:        "the sale's start did not complete in time: it may have been recorded in part; retry with the same Idempotency-Key (a retry completes a start half done and never starts the sale twice); without a key, a retry starts the sale anew",
+		unavailable: "a backend is unavailable: the sale's start may have been recorded in part; retry with the same Idempotency-Key (a retry completes it and never starts the sale twice); without a key, a retry starts the sale anew",
+		unknown:     "the database stopped answering while committing: the sale may have started; retry with the same Idempotency-Key (never started twice); without a key, a retry starts the sale anew",
+	},
+	"/admin/stock/:sku/restock": {
+		busy:        "the restock was not applied in time: nothing was added; retry (with the same Idempotency-Key, the units are added once in all)",
+		unavailable: "a backend is unavailable: nothing was added by this request; retry (with the same Idempotency-Key, the units are added once in all)",
+		unknown:     "the database stopped answering while committing and could not be asked since: the restock may have been applied; retry with the same Idempotency-Key (added once in all), or find it in GET /admin/audit/{sku}'s restocks before a retry without one",
+	},
+}
+
+var settleMeaning = meaning{
+	busy:        "the order was not changed in time; retry: pay and cancel are idempotent",
+	unavailable: "a backend is unavailable: the order was not changed; retry later (pay and cancel are idempotent)",
+	unknown:     "the database stopped answering while committing: the order may have changed; retry as it was to learn its fate (pay and cancel are idempotent)",
+}
+
+// readMeaning is the 503 of the routes that only read.
+var readMeaning = meaning{
+	busy:        "the answer could not be read in time: nothing was changed; retry",
+	unavailable: "a backend is unavailable: nothing was changed; retry later",
+	unknown:     "a backend stopped answering; retry later",
+}
+
+func meaningOf(route string) meaning {
+	if m, ok := meanings[route]; ok {
+		return m
+	}
+	return readMeaning
 }

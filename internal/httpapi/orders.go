@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -29,6 +30,50 @@ func (s *server) getOrder(c *gin.Context) {
 		return
 	}
 	writeOrder(c, http.StatusOK, orderJSON(order))
+}
+
+// orderListResponse is a page of a buyer's orders; next_after, when
+// present, asks for the next page (?after=).
+type orderListResponse struct {
+	Orders    []orderResponse `json:"orders"`
+	NextAfter string          `json:"next_after,omitempty"`
+}
+
+// listOrders answers GET /orders?user_id=U[&sku=S][&after=ID][&limit=N]:
+// the buyer's orders, oldest first, at most limit (default and most 100)
+// a page. A client that sent no Idempotency-Key finds here what a lost
+// answer or a 503 left: every order the database has, whatever its buyer
+// was told.
+func (s *server) listOrders(c *gin.Context) {
+	userID, ok := c.GetQuery("user_id")
+	if !ok {
+		s.fail(c, fmt.Errorf("%w: missing query parameter user_id", inventory.ErrInvalid))
+		return
+	}
+	limit := 0
+	if raw, ok := c.GetQuery("limit"); ok {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > inventory.MaxListedOrders {
+			s.fail(c, fmt.Errorf("%w: limit must be an integer from 1 to %d", inventory.ErrInvalid, inventory.MaxListedOrders))
+			return
+		}
+		limit = n
+	}
+	sku, hasSKU := c.GetQuery("sku")
+	if hasSKU && sku == "" {
+		s.fail(c, fmt.Errorf("%w: sku must not be empty", inventory.ErrInvalid))
+		return
+	}
+	page, err := s.inv.ListOrders(c.Request.Context(), userID, sku, c.Query("after"), limit)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := orderListResponse{Orders: make([]orderResponse, len(page.Orders)), NextAfter: page.Next}
+	for i, o := range page.Orders {
+		out.Orders[i] = orderJSON(o)
+	}
+	c.JSON(http.StatusOK, out)
 }
 
 // settleRequest is the body of pay and cancel.

@@ -39,9 +39,10 @@ func TestRouterAnswersJSON(t *testing.T) {
 		{http.MethodGet, "/stock/a/b", 404, "not_found", ""},
 		{http.MethodGet, "/nowhere", 404, "not_found", ""},
 		{http.MethodGet, "/", 404, "not_found", ""},
-		{http.MethodGet, "/orders", 405, "method_not_allowed", "POST"},
-		{http.MethodDelete, "/orders", 405, "method_not_allowed", "POST"},
-		{http.MethodOptions, "/orders", 405, "method_not_allowed", "POST"},
+		// GET /orders lists a buyer's orders: without user_id it is a 400.
+		{http.MethodGet, "/orders", 400, "invalid_request", ""},
+		{http.MethodDelete, "/orders", 405, "method_not_allowed", "POST, GET"},
+		{http.MethodOptions, "/orders", 405, "method_not_allowed", "POST, GET"},
 		{http.MethodPost, "/stock/s-1", 405, "method_not_allowed", "GET"},
 		{http.MethodDelete, "/admin/stock/s-1", 405, "method_not_allowed", "PUT"},
 		{http.MethodPost, "/healthz", 405, "method_not_allowed", "GET"},

@@ -58,7 +58,14 @@ type OrderTaker interface {
 // outside the database): it starts sales, with their windows, instead of
 // the Service.
 type SaleKeeper interface {
-	StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error
+	// StartSaleWith starts the sale st describes, in the database (with
+	// st.Key) and in the strategy's own store.
+	StartSaleWith(ctx context.Context, st SaleStart) error
+	// FinishStart completes the start of sale number sale, which the
+	// database recorded (a retry of a start with the same key): it makes
+	// the strategy's own store hold that sale unless a newer one was
+	// started since, and does nothing more when it holds it already.
+	FinishStart(ctx context.Context, st SaleStart, sale int64) error
 }
 
 // ReturnRelay is a strategy that counts the stock outside the database

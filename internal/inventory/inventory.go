@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -59,6 +60,10 @@ var (
 
 // Limits of the domain, shared by the HTTP adapter and the tests.
 const (
+	// MaxAuditRestocks bounds the restocks an audit lists: the newest.
+	MaxAuditRestocks = 100
+	// MaxListedOrders bounds a page of a buyer's orders.
+	MaxListedOrders = 100
 	MaxSKULength    = 64
 	MaxUserIDLength = 64
 	MinQuantity     = 1
@@ -89,6 +94,12 @@ type Order struct {
 	// Lapsed, on an order read from the store, says that it was held and
 	// its hold had run out by the database's clock at the read.
 	Lapsed bool
+	// Claimed is the units the order added to its buyer's count
+	// (PER_USER_LIMIT): what its cancel or expiry gives back to that
+	// count. 0 for an order taken without a limit, which counts nothing
+	// and gives nothing back, so a count never falls below what the
+	// buyer's counted orders hold whatever limit each instance runs with.
+	Claimed int64
 }
 
 // Request asks for Quantity units of SKU for UserID. IdempotencyKey, when set,
@@ -153,7 +164,7 @@ func skuByte(c byte) bool {
 
 // ValidateUserID checks a user id: 1 to 64 characters of valid UTF-8, each
 // printable (a letter, mark, number, punctuation, symbol or the ASCII
-// space). Control characters (NUL, which PostgreSQL refuses in text, line
+// space), neither the first nor the last a space. Control characters (NUL, which PostgreSQL refuses in text, line
 // breaks, escapes) and invisible format characters (bidi overrides, line
 // separators) are refused: the id ends up in the database and in logs.
 func ValidateUserID(id string) error {
@@ -170,6 +181,14 @@ func ValidateUserID(id string) error {
 		if !unicode.IsPrint(r) {
 			return fmt.Errorf("%w: user_id must not contain control or format characters (found %U)", ErrInvalid, r)
 		}
+	}
+	// One buyer is one spelling on every engine and strategy. MariaDB's
+	// collations pad with spaces ("alice" and "alice " are one key there),
+	// PostgreSQL and Redis compare bytes (two buyers): refused, so that
+	// no store ever sees the difference. The ASCII space is the only
+	// space IsPrint lets through.
+	if id[0] == ' ' || id[len(id)-1] == ' ' {
+		return fmt.Errorf("%w: user_id must not begin or end with a space", ErrInvalid)
 	}
 	return nil
 }
@@ -250,8 +269,11 @@ func (l Level) Refusal(quantity int64) error {
 type Audit struct {
 	SKU     string
 	Initial int64
-	// Restocked is what restocks added to the sale since it started.
+	// Restocked is what restocks added to the sale since it started;
+	// Restocks lists them (the newest MaxAuditRestocks), each with its
+	// key, so a restock applied twice would show.
 	Restocked int64
+	Restocks  []Restock
 	Available int64
 	// Ordered is the units of the orders that hold stock (final, held or
 	// paid), Orders their count.
@@ -302,4 +324,162 @@ type IdempotencyRecord struct {
 	SKU         string
 	RequestHash []byte
 	OrderID     string
+}
+
+// The admin writes a client may retry: they carry an Idempotency-Key as
+// orders do, recorded in the transaction of the write, so that a retry
+// whose first answer was lost (a timeout, a 503) applies nothing more.
+const (
+	AdminStart   = "start"
+	AdminRestock = "restock"
+)
+
+// AdminRecord remembers the admin write an Idempotency-Key made. Unlike an
+// order's key, a new sale does not forget it (a retried restock must not
+// land in the next sale); the stores keep it for AdminKeyRetention.
+type AdminRecord struct {
+	Key         string
+	Action      string // AdminStart or AdminRestock
+	SKU         string
+	RequestHash []byte
+	// Sale is the number of the sale the write started or restocked.
+	Sale int64
+	// RestockID is the restock the key made (AdminRestock).
+	RestockID string
+}
+
+// AdminKeyRetention is how long an admin write's key is kept: a retry
+// later than that is a new write.
+const AdminKeyRetention = 24 * time.Hour
+
+// SaleRequest asks for a new sale of SKU: Available units, orders taken
+// within Window, the SKU's orders, buyers' counts and order keys
+// forgotten. IdempotencyKey, when set, makes a retry answer the first
+// start without starting the sale again.
+type SaleRequest struct {
+	SKU            string
+	Available      int64
+	Window         SaleWindow
+	IdempotencyKey string
+}
+
+// Validate reports the first rule the request breaks, wrapped in ErrInvalid.
+func (r SaleRequest) Validate() error {
+	if err := ValidateSKU(r.SKU); err != nil {
+		return err
+	}
+	if err := ValidateInitialStock(r.Available); err != nil {
+		return err
+	}
+	if err := r.Window.Validate(); err != nil {
+		return err
+	}
+	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+// fingerprint identifies the content of the request, as Request's does.
+func (r SaleRequest) fingerprint() []byte {
+	h := sha256.New()
+	for _, s := range []string{AdminStart, r.SKU} {
+		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
+		h.Write([]byte(s))
+	}
+	_ = binary.Write(h, binary.BigEndian, r.Available)
+	// Microseconds, the precision both engines keep; the zero time (no
+	// bound) as its own value.
+	for _, t := range []time.Time{r.Window.StartsAt, r.Window.EndsAt} {
+		var us int64 = math.MinInt64
+		if !t.IsZero() {
+			us = t.UnixMicro()
+		}
+		_ = binary.Write(h, binary.BigEndian, us)
+	}
+	return h.Sum(nil)
+}
+
+// RestockRequest asks for Quantity more units of SKU's current sale, its
+// orders kept. IdempotencyKey, when set, makes a retry answer the first
+// restock and add nothing.
+type RestockRequest struct {
+	SKU            string
+	Quantity       int64
+	IdempotencyKey string
+}
+
+// Validate reports the first rule the request breaks, wrapped in ErrInvalid.
+func (r RestockRequest) Validate() error {
+	if err := ValidateSKU(r.SKU); err != nil {
+		return err
+	}
+	if r.Quantity < 1 || r.Quantity > MaxInitialStock {
+		return fmt.Errorf("%w: quantity must be an integer from 1 to %d", ErrInvalid, MaxInitialStock)
+	}
+	return ValidateIdempotencyKey(r.IdempotencyKey)
+}
+
+// fingerprint identifies the content of the request, as Request's does.
+func (r RestockRequest) fingerprint() []byte {
+	h := sha256.New()
+	for _, s := range []string{AdminRestock, r.SKU} {
+		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
+		h.Write([]byte(s))
+	}
+	_ = binary.Write(h, binary.BigEndian, r.Quantity)
+	return h.Sum(nil)
+}
+
+// Restock is one restock of a sale, as recorded: the audit lists them.
+type Restock struct {
+	ID       string
+	SKU      string
+	Quantity int64
+	// Key is the admin's Idempotency-Key, "" without one.
+	Key string
+	// At is when it was recorded, on the database's clock.
+	At time.Time
+}
+
+// Restocked is the answer to a restock: the restock, the SKU's stock after
+// it, and whether it is a retry's answer (Replayed: nothing was added).
+type Restocked struct {
+	Restock  Restock
+	Level    Level
+	Replayed bool
+}
+
+// SaleStarted is the answer to a sale's start; Replayed when it is a
+// retry's answer (nothing was started again).
+type SaleStarted struct {
+	Request  SaleRequest
+	Replayed bool
+}
+
+// NotLanded is the error of a write whose commit answer was lost
+// (commitErr, an ErrOutcomeUnknown) and which a final lookup found did not
+// land: nothing was written. It is ErrUnavailable, no longer
+// ErrOutcomeUnknown (the outcome is known), and keeps the causes commitErr
+// wrapped beside ErrOutcomeUnknown (the driver's error).
+func NotLanded(what string, commitErr error) error {
+	return notLanded{what: what, commitErr: commitErr}
+}
+
+type notLanded struct {
+	what      string
+	commitErr error
+}
+
+func (e notLanded) Error() string {
+	return fmt.Sprintf("%s: the database lost the commit's answer, and a lookup found it did not land: nothing was written (%v)", e.what, e.commitErr)
+}
+
+func (e notLanded) Unwrap() []error {
+	causes := []error{ErrUnavailable}
+	if multi, ok := e.commitErr.(interface{ Unwrap() []error }); ok {
+		for _, c := range multi.Unwrap() {
+			if c != ErrOutcomeUnknown {
+				causes = append(causes, c)
+			}
+		}
+	}
+	return causes
 }

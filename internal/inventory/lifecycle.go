@@ -158,9 +158,13 @@ func (s *Service) settleTx(ctx context.Context, o Order, to string) (moved bool,
 			return terr
 		}
 		// Order, buyer, stock: the order of the locks every transaction
-		// of the lifecycle takes.
-		if terr = tx.ReleaseUnits(ctx, o.SKU, o.UserID, o.Quantity); terr != nil {
-			return terr
+		// of the lifecycle takes. The buyer's count gets back what the
+		// order claimed on it, nothing when it claimed nothing (taken
+		// without a limit).
+		if o.Claimed > 0 {
+			if terr = tx.ReleaseUnits(ctx, o.SKU, o.UserID, o.Claimed); terr != nil {
+				return terr
+			}
 		}
 		if terr = tx.ReturnUnits(ctx, o.SKU, o.Quantity); terr != nil || s.relay == nil {
 			return terr
@@ -373,11 +377,19 @@ type skuBuyers struct {
 	units map[string]int64
 }
 
-// buyersBySKU sums the orders' quantities per SKU and buyer, the SKUs in
-// order (each store takes a SKU's buyer rows in buyer order).
+// buyersBySKU sums the units the orders claimed per SKU and buyer, the
+// SKUs in order (each store takes a SKU's buyer rows in buyer order);
+// orders that claimed nothing are left out.
 func buyersBySKU(orders []Order) []skuBuyers {
+	var claimed []Order
+	for _, o := range orders {
+		if o.Claimed > 0 {
+			o.Quantity = o.Claimed
+			claimed = append(claimed, o)
+		}
+	}
 	var out []skuBuyers
-	for _, r := range sumUnits(orders, true) {
+	for _, r := range sumUnits(claimed, true) {
 		if len(out) == 0 || out[len(out)-1].sku != r.SKU {
 			out = append(out, skuBuyers{sku: r.SKU, units: map[string]int64{}})
 		}
@@ -407,59 +419,4 @@ func sumUnits(orders []Order, byBuyer bool) []Order {
 		return cmp.Or(cmp.Compare(a.SKU, b.SKU), cmp.Compare(a.UserID, b.UserID))
 	})
 	return out
-}
-
-// Restock adds n units to the SKU's current sale without deleting its
-// orders: ErrUnknownSKU when no sale was started, ErrInvalid for n outside
-// 1..MaxInitialStock. Like a return it only adds, so it leaves the stock's
-// version alone.
-func (s *Service) Restock(ctx context.Context, sku string, n int64) (Level, error) {
-	if err := ValidateSKU(sku); err != nil {
-		return Level{}, err
-	}
-	if n < 1 || n > MaxInitialStock {
-		return Level{}, fmt.Errorf("%w: quantity must be an integer from 1 to %d", ErrInvalid, MaxInitialStock)
-	}
-	_, keepsSale := s.strategy.(SaleKeeper)
-	if keepsSale && s.relay == nil {
-		return Level{}, fmt.Errorf("%w: %s counts the stock outside the database and cannot restock; start a new sale instead", ErrInvalid, s.strategy.Name())
-	}
-	// Bounded like an order: a restock behind a busy row answers busy
-	// rather than hold its admin's request open.
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	err := s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
-		ok, err := tx.Restock(ctx, sku, n)
-		if err == nil && !ok {
-			err = fmt.Errorf("%w: %q", ErrUnknownSKU, sku)
-		}
-		if err != nil || s.relay == nil {
-			return err
-		}
-		// The strategy counts the stock elsewhere: the restock reaches it
-		// through the relay, once, as a return does.
-		return tx.MarkRestock(ctx, s.newID(), sku, n)
-	})
-	if err != nil {
-		if errors.Is(err, ErrOutcomeUnknown) {
-			// The restock may have committed: lift the mark rather than
-			// refuse its units for up to SOLD_OUT_TTL.
-			s.soldOut.clear(sku)
-		}
-		return Level{}, s.classify(ctx, err)
-	}
-	s.unitsBack(ctx, sku)
-	if s.relay == nil {
-		return s.store.Level(ctx, sku)
-	}
-	level, err := s.Level(ctx, sku)
-	if err != nil {
-		// The restock committed: a 503 would invite a retry that adds
-		// the units twice (found by the fault scenario 12, Redis down).
-		// The database's level counts it; the relay takes it to the
-		// strategy's store when that answers.
-		s.log.Warn("restock committed, the strategy's store does not answer: answered with the database's level", "sku", sku, "err", err)
-		return s.store.Level(ctx, sku)
-	}
-	return level, nil
 }

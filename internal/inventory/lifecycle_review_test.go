@@ -143,8 +143,20 @@ func (r *rawDB) state(t *testing.T, id string) string {
 // session holder holds: the database says so, no clock involved.
 func (r *rawDB) waitBlockedBy(t *testing.T, holder int64, n int) {
 	t.Helper()
+	r.waitBlockedByOr(t, holder, n, nil)
+}
+
+// waitBlockedByOr is waitBlockedBy that gives up (false) as soon as
+// other is ready.
+func (r *rawDB) waitBlockedByOr(t *testing.T, holder int64, n int, other <-chan struct{}) bool {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		select {
+		case <-other:
+			return false
+		default:
+		}
 		// Transitively: a session queued behind another waiter for the same
 		// row is blocked by that waiter (PostgreSQL's tuple lock).
 		got := r.queryInt(t, `
@@ -161,7 +173,7 @@ func (r *rawDB) waitBlockedBy(t *testing.T, holder int64, n int) {
 				SELECT l.requesting_trx_id FROM information_schema.INNODB_LOCK_WAITS l JOIN w ON w.trx = l.blocking_trx_id)
 			SELECT COUNT(*) FROM w`, holder)
 		if got >= int64(n) {
-			return
+			return true
 		}
 		if time.Now().After(deadline) {
 			r.dumpLocks(t)
@@ -276,7 +288,7 @@ func (t hookedTx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Orde
 	return expired, err
 }
 
-func (t hookedTx) InsertOrder(ctx context.Context, o inventory.Order) error {
+func (t hookedTx) InsertOrder(ctx context.Context, o inventory.Order) (time.Time, error) {
 	if t.h.beforeInsertOrder != nil {
 		t.h.beforeInsertOrder(ctx, t, o)
 	}

@@ -52,6 +52,22 @@ type Reservation struct {
 	Mark SoldOutMark
 }
 
+// Taken is a reservation's answer: the id of the order that answers it,
+// and when the store took that order, on the store's clock (a held
+// order's hold runs from then: it expires at At + its hold, in whole
+// milliseconds). At is zero when the store does not say (a replay of an
+// earlier request's key).
+type Taken struct {
+	OrderID string
+	At      time.Time
+}
+
+// HoldEnds is when a hold of d that began at taken ends, as the store's
+// consumer writes it: whole milliseconds, as the store keeps both.
+func HoldEnds(taken time.Time, d time.Duration) time.Time {
+	return taken.Add(d.Truncate(time.Millisecond)).UTC()
+}
+
 // Tally is the reservation store's bookkeeping of one SKU's sale.
 type Tally struct {
 	Epoch     int64
@@ -80,10 +96,10 @@ type Reservations interface {
 	// with ErrSoldOut, ErrLimitReached (the buyer's units in the sale,
 	// counted in the same atomic step as the stock, would pass
 	// r.PerUserLimit), ErrIdempotencyConflict or ErrSaleNotLoaded. It
-	// returns the id of the order that answers the request: r.Order.ID, or
-	// the order an earlier request with the same key created. It returns
-	// only once the order is durable.
-	Reserve(ctx context.Context, r Reservation) (orderID string, err error)
+	// returns the order that answers the request: r.Order.ID, or the
+	// order an earlier request with the same key created. It returns only
+	// once the order is durable.
+	Reserve(ctx context.Context, r Reservation) (Taken, error)
 	// Close stops the SKU's sale in the store, announcing sale epoch:
 	// Reserve fails with ErrSaleNotLoaded until Load, and no sale older
 	// than epoch can be loaded any more. A *SaleNumberBehind error means
@@ -96,6 +112,13 @@ type Reservations interface {
 	// loading the open sale again changes nothing. Outside w, Reserve
 	// refuses with ErrSaleNotStarted or ErrSaleEnded on the store's clock.
 	Load(ctx context.Context, sku string, n, epoch int64, w SaleWindow) error
+	// Resume is Load for a start whose database transaction committed
+	// and whose load may not have run (a retry of the start): it opens
+	// sale epoch only on a store that holds its announcement (Close) and
+	// no later one, ErrSaleNotLoaded on a store that lost it (wiped, or
+	// restored from an older copy), which may have lost the sale's orders
+	// with it.
+	Resume(ctx context.Context, sku string, n, epoch int64, w SaleWindow) error
 	// Return gives back to sale epoch the units of returned orders (ID,
 	// Quantity, UserID), each once per sale however often it is called
 	// with it: ErrStaleSale when the store holds another sale of the SKU,
@@ -136,11 +159,11 @@ type SaleRecheck interface {
 // EpochSales is what the redis-reserve strategy needs from the database:
 // sales that carry a number, and the audit of the orders written so far.
 type EpochSales interface {
-	// StartSaleEpoch starts a sale as Store.StartSaleWindow does and
+	// StartSaleWith starts a sale as Store.StartSaleWith does and
 	// returns its number, which grows with every sale of the SKU and is
-	// above atLeast. beforeCommit runs with that number inside the
+	// above st.AtLeast. st.BeforeCommit runs with that number inside the
 	// transaction, the SKU's row locked; its error rolls the sale back.
-	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (epoch int64, err error)
+	StartSaleWith(ctx context.Context, st SaleStart) (epoch int64, err error)
 	// Audit reads the SKU's stock and the sum of its orders, as
 	// Store.Audit does.
 	Audit(ctx context.Context, sku string) (Audit, error)
@@ -154,7 +177,7 @@ type EpochSales interface {
 	// and must take each once.
 	RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []Order) error) (int, error)
 	// RelayRestocks is RelayReturns for the SKU's restocks
-	// (Tx.MarkRestock; ID and Quantity of each).
+	// (Tx.RecordRestock; ID and Quantity of each).
 	RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []Order) error) (int, error)
 	// SKUsRelaying lists at most limit SKUs with orders or restocks
 	// marked for the relay.
@@ -223,7 +246,12 @@ func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
 
 // TakeOrder implements OrderTaker: it reserves the order in the store.
 func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
-	id, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint, PerUserLimit: o.PerUserLimit, Mark: o.Mark})
+	if o.PerUserLimit > 0 {
+		// The store counts it on the buyer's count with the stock, and
+		// its return gives it back (Claimed travels with the order).
+		o.Order.Claimed = o.Order.Quantity
+	}
+	taken, err := r.res.Reserve(ctx, Reservation{Order: o.Order, Key: o.IdempotencyKey, Fingerprint: o.Fingerprint, PerUserLimit: o.PerUserLimit, Mark: o.Mark})
 	if errors.Is(err, ErrSaleNotLoaded) {
 		// Tell an unknown SKU (404) from a sale the store lost (503).
 		if _, lerr := r.db.Level(ctx, o.Order.SKU); errors.Is(lerr, ErrUnknownSKU) {
@@ -235,7 +263,12 @@ func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error)
 	}
 	placed := o.Order
 	// A replay: the key's fingerprint matched, so the body is this one.
-	placed.ID = id
+	placed.ID = taken.OrderID
+	if o.Order.Hold > 0 && !taken.At.IsZero() {
+		// The hold runs from the store's acceptance, on its clock: the
+		// consumer writes this expiry with the order.
+		placed.ExpiresAt = HoldEnds(taken.At, o.Order.Hold)
+	}
 	return placed, nil
 }
 
@@ -263,26 +296,77 @@ func (r *Reserved) StartSale(ctx context.Context, sku string, n int64) error {
 // Redis's clock (TIME, in the reserve script): one clock per sale, never an
 // instance's.
 func (r *Reserved) StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error {
-	var atLeast int64
+	return r.StartSaleWith(ctx, SaleStart{SKU: sku, Available: n, Window: w})
+}
+
+// StartSaleWith implements SaleKeeper: the database's start (with st.Key)
+// closes the store's older sale before it commits, then the store loads
+// the new one.
+func (r *Reserved) StartSaleWith(ctx context.Context, st SaleStart) error {
 	for attempt := 0; ; attempt++ {
-		epoch, err := r.db.StartSaleEpoch(ctx, sku, n, atLeast, w, func(ctx context.Context, epoch int64) error {
-			return r.res.Close(ctx, sku, epoch)
-		})
+		start := st
+		start.BeforeCommit = func(ctx context.Context, epoch int64) error {
+			return r.res.Close(ctx, st.SKU, epoch)
+		}
+		epoch, err := r.db.StartSaleWith(ctx, start)
 		var behind *SaleNumberBehind
 		if errors.As(err, &behind) && attempt == 0 {
 			// Number the sale above what the store has seen, once.
-			atLeast = behind.Seen
+			st.AtLeast = behind.Seen
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if err := r.res.Load(ctx, sku, n, epoch, w); err != nil {
+		if err := r.res.Load(ctx, st.SKU, st.Available, epoch, st.Window); err != nil {
 			return fmt.Errorf("load sale %d into the reservation store: %w", epoch, err)
 		}
 		return nil
 	}
 }
+
+// FinishStart implements SaleKeeper, for a retry of a start the database
+// recorded: nothing to do when the store holds that sale or a newer one,
+// or the database has a newer one. Otherwise the store is loaded, but only
+// while the database has no order of the sale: a store that held the sale,
+// took orders and lost it since (a wipe) must not sell its units again; it
+// stays closed (503) until a new sale is started, as it does without a
+// retry. Load itself refuses a sale older than one the store has closed.
+func (r *Reserved) FinishStart(ctx context.Context, st SaleStart, epoch int64) error {
+	t, err := r.res.Tally(ctx, st.SKU)
+	switch {
+	case err == nil && t.Epoch/saleNumberStride >= epoch/saleNumberStride:
+		return nil
+	case err != nil && !errors.Is(err, ErrSaleNotLoaded):
+		return err
+	}
+	written, err := r.db.Audit(ctx, st.SKU)
+	if err != nil {
+		return err
+	}
+	if written.Sale/saleNumberStride > epoch/saleNumberStride {
+		return nil
+	}
+	if written.Orders > 0 || written.Returned > 0 {
+		return fmt.Errorf("%w: the reservation store lost sale %d of %q after it took orders: start a new sale", ErrUnavailable, epoch, st.SKU)
+	}
+	// The store must still hold the start's announcement: one that lost it
+	// (a wipe) cannot tell a sale never loaded from one that was loaded,
+	// sold and lost with orders not yet written here (found by review:
+	// TestRetriedStartNeverReopensASaleWhoseUnwrittenOrdersRedisLost).
+	err = r.res.Resume(ctx, st.SKU, st.Available, epoch, st.Window)
+	if errors.Is(err, ErrStaleSale) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, ErrSaleNotLoaded) {
+		return fmt.Errorf("load sale %d into the reservation store: %w", epoch, err)
+	}
+	return err
+}
+
+// saleNumberStride is the step between two sales' numbers: a check of the
+// store renumbers a sale by adding one, within its stride.
+const saleNumberStride = 1 << 20
 
 // Audit counts every accepted order, written to the database yet or not,
 // from the store's tally, and checks the database against it. It reads the
@@ -393,7 +477,7 @@ func (r *Reserved) audit(sku string, t Tally, written Audit) Audit {
 	return Audit{
 		SKU: sku, Initial: t.Initial, Restocked: t.Restocked, Available: t.Available, Ordered: live.Ordered, Orders: live.Orders, Sale: t.Epoch,
 		Held: written.Held, Paid: written.Paid, Returned: written.Returned, Cancelled: written.Cancelled, Expired: written.Expired,
-		Relaying: written.Relaying, RelayingOrders: written.RelayingOrders,
+		Relaying: written.Relaying, RelayingOrders: written.RelayingOrders, Restocks: written.Restocks,
 		Pending: t.Pending, Lag: t.Lag, Written: &written,
 	}
 }
@@ -403,7 +487,7 @@ const relayBatch = 256
 
 // RelayReturns implements ReturnRelay: the returns the database made and
 // marked (a cancel, an expiry: Tx.MarkRelay) go back to the store, and the
-// restocks (Tx.MarkRestock) reach it, a batch at a time, until none of the
+// restocks (Tx.RecordRestock) reach it, a batch at a time, until none of the
 // SKU's is left (every SKU's when sku is ""). The store takes each order once per sale (Reservations.Return), so
 // a batch handed over twice (two relays, a clearing lost) adds nothing. Returns
 // of a sale the store no longer holds (restarted since, or lost with a

@@ -205,6 +205,11 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	if s.hold > 0 {
 		order.State, order.Hold = OrderHeld, s.hold
 	}
+	if s.limit > 0 {
+		// Claimed on the buyer's count in the order's transaction
+		// (ClaimUnits), and given back by its cancel or expiry.
+		order.Claimed = order.Quantity
+	}
 	var replayed Order
 	var err error
 	if taker, ok := s.strategy.(OrderTaker); ok {
@@ -215,9 +220,10 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		if terr == nil && placed.ID != order.ID {
 			replayed, terr = placed, errReplayed
 		}
+		order.ExpiresAt = placed.ExpiresAt
 		err = terr
 	} else {
-		replayed, err = s.deduct(ctx, req, order, fingerprint, probe != 0)
+		replayed, err = s.deduct(ctx, req, &order, fingerprint, probe != 0)
 	}
 	switch {
 	case err == nil:
@@ -228,7 +234,7 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return order, nil
 	case errors.Is(err, errReplayed):
 		s.log.Debug("order replayed", "order_id", replayed.ID, "sku", replayed.SKU, "idempotency_key", req.IdempotencyKey)
-		return replayed, nil
+		return s.asStored(ctx, replayed), nil
 	}
 	err = s.classify(ctx, err)
 	if errors.Is(err, ErrSoldOut) && !errors.Is(err, errSoldOutByMark) {
@@ -250,6 +256,29 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	return Order{}, err
 }
 
+// asStored is a replayed order as the database has it now, when the
+// strategy answered the replay from its own store (the reservation
+// strategies know only the first order's id): its state (paid, cancelled,
+// expired) and its expiry, as GET /orders/{id} would answer it (found by
+// review: a paid order's replay answered "held", without expires_at). An
+// order not written yet, or a lookup that fails, leaves the answer as the
+// strategy gave it.
+func (s *Service) asStored(ctx context.Context, replayed Order) Order {
+	if s.relay == nil {
+		return replayed
+	}
+	// One lookup, no wait: a replay comes after its first answer, and an
+	// order still on its way to the database is answered as taken.
+	o, found, err := s.store.FindOrder(ctx, replayed.ID)
+	if err != nil || !found || o.UserID != replayed.UserID {
+		return replayed
+	}
+	if o, err = s.expireIfLapsed(ctx, o); err != nil {
+		return replayed
+	}
+	return o
+}
+
 // refusal reports whether err is an answer about the order itself (sold
 // out, past the limit, outside the window, an unknown SKU, a reused key),
 // not a failure worth a warning.
@@ -267,7 +296,7 @@ func refusal(err error) bool {
 // taken. A probe (markAdmits) is not refused by the mark it renews. A
 // method of its own so that the closure and what it captures are
 // allocated only on this path, not for a strategy that takes whole orders.
-func (s *Service) deduct(ctx context.Context, req Request, order Order, fingerprint []byte, probe bool) (Order, error) {
+func (s *Service) deduct(ctx context.Context, req Request, order *Order, fingerprint []byte, probe bool) (Order, error) {
 	var replayed Order
 	inTx := func(ctx context.Context, deduct func(context.Context, Tx) error) error {
 		if !probe && s.markAnswers(req) {
@@ -281,7 +310,7 @@ func (s *Service) deduct(ctx context.Context, req Request, order Order, fingerpr
 			// sold-out answers are the slowest of the burst.
 			return errSoldOutByMark
 		}
-		err := s.runTx(ctx, order.ID, func(ctx context.Context, tx Tx) error {
+		err := s.runTx(ctx, *order, func(ctx context.Context, tx Tx) error {
 			if req.IdempotencyKey != "" {
 				prior, err := s.lookupKey(ctx, tx, req.IdempotencyKey, fingerprint)
 				if err != nil {
@@ -307,9 +336,11 @@ func (s *Service) deduct(ctx context.Context, req Request, order Order, fingerpr
 			if err := deduct(ctx, tx); err != nil {
 				return err
 			}
-			if err := tx.InsertOrder(ctx, order); err != nil {
+			expires, err := tx.InsertOrder(ctx, *order)
+			if err != nil {
 				return err
 			}
+			order.ExpiresAt = expires
 			if req.IdempotencyKey == "" {
 				return nil
 			}
@@ -433,13 +464,13 @@ func (s *Service) replayAfterRefusal(ctx context.Context, key string, fingerprin
 // aborted it to resolve a conflict or a concurrent request took the same
 // idempotency key. It never runs it again after a commit whose answer was
 // lost: it looks for the order instead.
-func (s *Service) runTx(ctx context.Context, orderID string, fn func(context.Context, Tx) error) error {
+func (s *Service) runTx(ctx context.Context, order Order, fn func(context.Context, Tx) error) error {
 	var err error
 	for attempt := 0; attempt < s.txAttempts; attempt++ {
 		err = s.store.InTx(ctx, fn)
 		switch {
 		case errors.Is(err, ErrOutcomeUnknown):
-			return s.resolveUnknownCommit(ctx, orderID, err)
+			return s.resolveUnknownCommit(ctx, order, err)
 		case errors.Is(err, ErrConflict), errors.Is(err, errKeyTaken):
 			reason := "conflict"
 			if errors.Is(err, errKeyTaken) {
@@ -457,17 +488,32 @@ func (s *Service) runTx(ctx context.Context, orderID string, fn func(context.Con
 }
 
 // resolveUnknownCommit asks the database whether a commit whose answer was
-// lost created the order. The order's id was chosen before the transaction,
-// so its row is the proof.
-func (s *Service) resolveUnknownCommit(ctx context.Context, orderID string, commitErr error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_, found, err := s.store.FindOrder(ctx, orderID)
-	if err == nil && found {
-		s.log.Warn("commit answer lost, but the order exists", "order_id", orderID, "err", commitErr)
+// lost created the order, before the buyer is answered: the order's id was
+// chosen before the transaction, so its row is the proof, and the lookup
+// waits for the SKU's row (Tx.ResolveOrder), so its answer is final.
+// Found: the order was taken (nil). Not found: it was not, and nothing
+// was deducted (ErrUnavailable, not unknown). The lookup has a budget of
+// its own (UnknownCommitBudget): an overloaded database that lost the
+// answer often fails a lookup under the same load too (found by an
+// overload run, where two buyers were told 503 for orders that existed).
+func (s *Service) resolveUnknownCommit(ctx context.Context, order Order, commitErr error) error {
+	found, err := s.resolve(ctx, commitErr, func(ctx context.Context) (found bool, err error) {
+		// A transaction of its own: it only reads, and one whose commit
+		// answer is lost is a lookup that failed (tried again).
+		err = s.store.InTx(ctx, func(ctx context.Context, tx Tx) error {
+			_, found, err = tx.ResolveOrder(ctx, order.SKU, order.ID)
+			return err
+		})
+		return found, err
+	})
+	switch {
+	case err != nil:
+		return err
+	case found:
+		s.log.Warn("commit answer lost, but the order exists", "order_id", order.ID, "err", commitErr)
 		return nil
 	}
-	return commitErr
+	return NotLanded("the order was not taken, nothing was deducted", commitErr)
 }
 
 // classify turns a deadline or cancellation that reached the caller
@@ -492,7 +538,8 @@ func (s *Service) classify(ctx context.Context, err error) error {
 // the stream has written it to the database (usually within milliseconds
 // of its 201).
 func (s *Service) FindOrder(ctx context.Context, id, userID string) (Order, error) {
-	if err := validateOrderID(id); err != nil {
+	id, err := canonicalOrderID(id)
+	if err != nil {
 		return Order{}, err
 	}
 	if err := ValidateUserID(userID); err != nil {
@@ -536,16 +583,19 @@ func (s *Service) awaitWritten(ctx context.Context, id string) (Order, bool, err
 	}
 }
 
-// validateOrderID accepts an order id as the service writes it: a UUID in
-// its canonical 36-character form. uuid.Parse alone also takes
-// "urn:uuid:…" and braced spellings, which one engine would refuse as a
-// malformed value (a 500) and another answer as unknown.
-func validateOrderID(id string) error {
+// canonicalOrderID accepts an order id as the service writes it, a UUID in
+// its 36-character form, and returns it in lower case, as the service
+// writes it: PostgreSQL's uuid column matches either case, MariaDB's
+// CHAR(36) of a binary collation only the one stored, and an id must find
+// the same order on both. uuid.Parse alone also takes "urn:uuid:…" and
+// braced spellings, which one engine would refuse as a malformed value (a
+// 500) and another answer as unknown.
+func canonicalOrderID(id string) (string, error) {
 	u, err := uuid.Parse(id)
 	if err != nil || len(id) != 36 || u.String() != strings.ToLower(id) {
-		return fmt.Errorf("%w: order id %q is not a UUID (36 characters, as the order's answer gave it)", ErrInvalid, id)
+		return "", fmt.Errorf("%w: order id %q is not a UUID (36 characters, as the order's answer gave it)", ErrInvalid, id)
 	}
-	return nil
+	return u.String(), nil
 }
 
 // Level returns a SKU's stock.
@@ -557,66 +607,6 @@ func (s *Service) Level(ctx context.Context, sku string) (Level, error) {
 		return l.Level(ctx, sku)
 	}
 	return s.store.Level(ctx, sku)
-}
-
-// StartSale sets the SKU's stock to n, forgets its orders and idempotency
-// keys, and clears whatever state the strategy keeps for it.
-func (s *Service) StartSale(ctx context.Context, sku string, n int64) error {
-	return s.StartSaleWindow(ctx, sku, n, SaleWindow{})
-}
-
-// StartSaleWindow is StartSale with a window: before w.StartsAt and from
-// w.EndsAt on (the database's clock), orders are refused with
-// ErrSaleNotStarted and ErrSaleEnded and change nothing.
-func (s *Service) StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error {
-	if err := ValidateSKU(sku); err != nil {
-		return err
-	}
-	if err := ValidateInitialStock(n); err != nil {
-		return err
-	}
-	if err := w.Validate(); err != nil {
-		return err
-	}
-	// The mark is lifted once the start is over, whatever its answer: a
-	// start that failed may have landed (a lost commit answer), and a
-	// lifted mark only means the next order asks the store (found by
-	// review: an unknown outcome kept the old sale's mark for up to its
-	// ttl).
-	defer s.soldOut.clear(sku)
-	if starter, ok := s.strategy.(SaleKeeper); ok {
-		return starter.StartSaleWindow(ctx, sku, n, w)
-	}
-	// The database first, then the strategy's state. Neither sets anything
-	// back: StartSale bumps the version and keeps the fence, and the lock's
-	// Reset keeps its fencing counter, so tokens stay above every fence.
-	if err := s.startSaleInStore(ctx, sku, n, w); err != nil {
-		return err
-	}
-	if r, ok := s.strategy.(SKUStateResetter); ok {
-		if err := r.ResetSKU(ctx, sku); err != nil {
-			return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name(), sku, err)
-		}
-	}
-	return nil
-}
-
-// startSaleInStore starts the sale in the database, again when the
-// database aborted it to resolve a deadlock: a cancel or an expiry locks
-// its order row and then the stock row, the sale the stock row and then
-// the SKU's order rows, and the one the database picks as the victim runs
-// again (nothing of it was written).
-func (s *Service) startSaleInStore(ctx context.Context, sku string, n int64, w SaleWindow) error {
-	var err error
-	for attempt := 0; attempt < s.txAttempts; attempt++ {
-		if err = s.store.StartSaleWindow(ctx, sku, n, w); !errors.Is(err, ErrConflict) {
-			return err
-		}
-		if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
-			return perr
-		}
-	}
-	return fmt.Errorf("%w: starting the sale was aborted %d times: %w", ErrBusy, s.txAttempts, err)
 }
 
 // Audit returns the SKU's bookkeeping.
@@ -639,4 +629,61 @@ func (s *Service) Ready(ctx context.Context) error {
 		return p.Ping(ctx)
 	}
 	return nil
+}
+
+// OrderPage is a page of a buyer's orders; Next, when not "", is the
+// after of the next page.
+type OrderPage struct {
+	Orders []Order
+	Next   string
+}
+
+// ListOrders lists the orders of buyer userID, of sku only when it is not
+// "", oldest first, a page of at most limit (1..MaxListedOrders; 0 for
+// the most) after order id after ("" for the first page). It is how a
+// buyer without an idempotency key finds what an answer lost or a 503 left
+// behind: an order the database has is listed, whatever its buyer was
+// told. A held order whose hold has lapsed is expired on the spot, as
+// FindOrder does. An order of the reservation strategies is listed once
+// the stream has written it (usually within milliseconds of its 201).
+func (s *Service) ListOrders(ctx context.Context, userID, sku, after string, limit int) (OrderPage, error) {
+	if err := ValidateUserID(userID); err != nil {
+		return OrderPage{}, err
+	}
+	if sku != "" {
+		if err := ValidateSKU(sku); err != nil {
+			return OrderPage{}, err
+		}
+	}
+	if after != "" {
+		var err error
+		if after, err = canonicalOrderID(after); err != nil {
+			return OrderPage{}, err
+		}
+	}
+	if limit == 0 {
+		limit = MaxListedOrders
+	}
+	if limit < 1 || limit > MaxListedOrders {
+		return OrderPage{}, fmt.Errorf("%w: limit must be an integer from 1 to %d", ErrInvalid, MaxListedOrders)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	// One more than the page: whether there is a next one.
+	orders, err := s.store.ListOrders(ctx, userID, sku, after, limit+1)
+	if err != nil {
+		return OrderPage{}, s.classify(ctx, err)
+	}
+	var page OrderPage
+	if len(orders) > limit {
+		orders = orders[:limit]
+		page.Next = orders[limit-1].ID
+	}
+	for i, o := range orders {
+		if orders[i], err = s.expireIfLapsed(ctx, o); err != nil {
+			return OrderPage{}, err
+		}
+	}
+	page.Orders = orders
+	return page, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/flashsale/stock/internal/inventory"
@@ -36,14 +37,22 @@ func (s *scriptedStore) InTx(ctx context.Context, fn func(context.Context, inven
 	if next != nil {
 		return next
 	}
-	return s.Store.InTx(ctx, fn)
+	return s.Store.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
+		return fn(ctx, countedLookups{Tx: tx, s: s})
+	})
 }
 
-func (s *scriptedStore) FindOrder(ctx context.Context, id string) (inventory.Order, bool, error) {
-	s.mu.Lock()
-	s.lookups++
-	s.mu.Unlock()
-	return s.Store.FindOrder(ctx, id)
+// countedLookups counts its transaction's ResolveOrder calls on s.
+type countedLookups struct {
+	inventory.Tx
+	s *scriptedStore
+}
+
+func (t countedLookups) ResolveOrder(ctx context.Context, sku, id string) (inventory.Order, bool, error) {
+	t.s.mu.Lock()
+	t.s.lookups++
+	t.s.mu.Unlock()
+	return t.Tx.ResolveOrder(ctx, sku, id)
 }
 
 func TestConflictsAreRetriedThenBusy(t *testing.T) {
@@ -93,20 +102,28 @@ func TestUnknownCommitIsNeverRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "s-1", Quantity: 1, UserID: "u"})
-	if !errors.Is(err, inventory.ErrOutcomeUnknown) || !errors.Is(err, inventory.ErrUnavailable) {
-		t.Errorf("lost commit with no order row: %v, want the unknown-outcome error", err)
+	// The lookup waits for the SKU's row, so its "no order" is final: the
+	// order was not taken (unavailable), and the answer says nothing was
+	// deducted rather than that it may have been.
+	if !errors.Is(err, inventory.ErrUnavailable) || errors.Is(err, inventory.ErrOutcomeUnknown) {
+		t.Errorf("lost commit with no order row: %v, want unavailable, known not taken", err)
 	}
-	if fake.calls != 1 || fake.lookups != 1 {
-		t.Errorf("%d transactions and %d lookups, want 1 and 1", fake.calls, fake.lookups)
+	// The order's transaction once (never run again), and the lookup's.
+	if fake.calls != 2 || fake.lookups != 1 {
+		t.Errorf("%d transactions and %d lookups, want 2 (the order, the lookup) and 1", fake.calls, fake.lookups)
 	}
 }
 
-// commitThenLose commits for real, then reports the answer as lost, as a
-// connection that drops right after COMMIT reaches the server would.
-type commitThenLose struct{ inventory.Store }
+// commitThenLose commits its first transaction for real, then reports the
+// answer as lost, as a connection that drops right after COMMIT reaches
+// the server would.
+type commitThenLose struct {
+	inventory.Store
+	lost *atomic.Bool
+}
 
 func (s commitThenLose) InTx(ctx context.Context, fn func(context.Context, inventory.Tx) error) error {
-	if err := s.Store.InTx(ctx, fn); err != nil {
+	if err := s.Store.InTx(ctx, fn); err != nil || s.lost.Swap(true) {
 		return err
 	}
 	return fmt.Errorf("%w: connection reset after COMMIT", inventory.ErrOutcomeUnknown)
@@ -115,7 +132,7 @@ func (s commitThenLose) InTx(ctx context.Context, fn func(context.Context, inven
 func TestUnknownCommitThatHappenedIsAnOrder(t *testing.T) {
 	db := testdb.New(t, "mysql", 4)
 	ctx := context.Background()
-	svc := inventory.NewService(commitThenLose{db}, inventory.NewForUpdate())
+	svc := inventory.NewService(commitThenLose{Store: db, lost: new(atomic.Bool)}, inventory.NewForUpdate())
 	if err := svc.StartSale(ctx, "s-1", 5); err != nil {
 		t.Fatal(err)
 	}

@@ -113,19 +113,19 @@ func TestSoldOutMarkAnswersABuyerAtTheLimitAsTheStoreWould(t *testing.T) {
 	}
 }
 
-// loseStartAnswer is a store whose next StartSaleWindow, once armed, starts
-// the sale and then answers ErrOutcomeUnknown (its commit answer lost).
+// loseStartAnswer is a store whose next start, once armed, starts the sale
+// and then answers ErrOutcomeUnknown (its commit answer lost).
 type loseStartAnswer struct {
 	inventory.Store
 	armed atomic.Bool
 }
 
-func (s *loseStartAnswer) StartSaleWindow(ctx context.Context, sku string, n int64, w inventory.SaleWindow) error {
-	err := s.Store.StartSaleWindow(ctx, sku, n, w)
+func (s *loseStartAnswer) StartSaleWith(ctx context.Context, st inventory.SaleStart) (int64, error) {
+	sale, err := s.Store.StartSaleWith(ctx, st)
 	if err == nil && s.armed.CompareAndSwap(true, false) {
-		return fmt.Errorf("%w: connection reset after COMMIT (review test)", inventory.ErrOutcomeUnknown)
+		return 0, fmt.Errorf("%w: connection reset after COMMIT (review test)", inventory.ErrOutcomeUnknown)
 	}
-	return err
+	return sale, err
 }
 
 // TestSoldOutMarkIsClearedByASaleStartWhoseAnswerWasLost: a new sale

@@ -1,6 +1,10 @@
 package inventory
 
-import "context"
+import (
+	"context"
+	"errors"
+	"time"
+)
 
 // Store is what the service needs from a database. Errors are wrapped in the
 // sentinels of this package (ErrUnknownSKU, ErrConflict, ErrUnavailable,
@@ -23,11 +27,29 @@ type Store interface {
 	// before w.StartsAt and from w.EndsAt on, by the database's clock (a
 	// zero time: no bound).
 	StartSaleWindow(ctx context.Context, sku string, n int64, w SaleWindow) error
+	// StartSaleWith is every start of a sale (SaleStart says what it
+	// records besides) and returns the sale's number. ErrAdminKeyTaken
+	// when st.Key's key exists already: nothing was started.
+	StartSaleWith(ctx context.Context, st SaleStart) (sale int64, err error)
 	// Audit reads the SKU's stock and the sum of its orders from one
 	// snapshot.
 	Audit(ctx context.Context, sku string) (Audit, error)
 	// FindOrder looks an order up by id; found is false when there is none.
 	FindOrder(ctx context.Context, id string) (o Order, found bool, err error)
+	// ResolveRestock looks restock id of sku up once every transaction
+	// that holds sku's stock row has ended, as Tx.ResolveOrder does for an
+	// order: found is final.
+	ResolveRestock(ctx context.Context, sku, id string) (found bool, err error)
+	// ListOrders lists at most limit orders of buyer userID (of sku only,
+	// when sku is not ""), by id (the order they were placed in), those
+	// after after ("" for the first).
+	ListOrders(ctx context.Context, userID, sku, after string, limit int) ([]Order, error)
+	// FindAdminKey reads the record of an admin write's key; found is
+	// false when there is none (or it is older than AdminKeyRetention).
+	FindAdminKey(ctx context.Context, key string) (r AdminRecord, found bool, err error)
+	// FindRestockByKey reads the restock of sku's current sale made with
+	// key; found is false when there is none.
+	FindRestockByKey(ctx context.Context, sku, key string) (r Restock, found bool, err error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 }
@@ -54,10 +76,18 @@ type Tx interface {
 	// the write was decided on. False means the write was refused: a newer
 	// holder wrote, or the row changed since the read.
 	DeductIfFenced(ctx context.Context, sku string, quantity, token, readVersion int64) (bool, error)
-	// InsertOrder records an accepted order.
-	InsertOrder(ctx context.Context, o Order) error
+	// InsertOrder records an accepted order (with o.Claimed) and returns
+	// its expiry: o.ExpiresAt when set, else for a held order the
+	// database's now() + o.Hold; zero for a final one.
+	InsertOrder(ctx context.Context, o Order) (expiresAt time.Time, err error)
 	// GetOrder reads an order by id.
 	GetOrder(ctx context.Context, id string) (Order, error)
+	// ResolveOrder looks order id of sku up once every transaction that
+	// holds sku's stock row has ended (a share lock on the row, which every
+	// order's transaction writes): a commit whose answer was lost has then
+	// landed or never will, so found is final. It costs a wait behind the
+	// row's writers, and is only for an order whose commit answer was lost.
+	ResolveOrder(ctx context.Context, sku, id string) (o Order, found bool, err error)
 	// FindIdempotency reads the record of a key; found is false when there
 	// is none.
 	FindIdempotency(ctx context.Context, key string) (r IdempotencyRecord, found bool, err error)
@@ -105,11 +135,40 @@ type Tx interface {
 	// (the reservation strategies: ReturnRelay): the mark commits with the
 	// return, so the units reach that store even if this process dies.
 	MarkRelay(ctx context.Context, ids []string) error
-	// MarkRestock records restock id of quantity units of sku for the
-	// same relay, in the restock's transaction.
-	MarkRestock(ctx context.Context, id, sku string, quantity int64) error
+	// RecordRestock records restock r in the restock's transaction, for
+	// the audit and, when relay is set, for the same relay as returns.
+	RecordRestock(ctx context.Context, r Restock, relay bool) error
 	// Restock adds quantity to sku's available and restocked units, the
-	// version left alone as a return leaves it; false when sku has no
-	// sale.
-	Restock(ctx context.Context, sku string, quantity int64) (bool, error)
+	// version left alone as a return leaves it, and returns the units
+	// available after it and the sale's number; ok is false when sku has
+	// no sale.
+	Restock(ctx context.Context, sku string, quantity int64) (available, sale int64, ok bool, err error)
+	// InsertAdminKey stores the record of an admin write's key unless the
+	// key exists already (false; it waits for a concurrent transaction
+	// holding the same key), and deletes a few records older than
+	// AdminKeyRetention.
+	InsertAdminKey(ctx context.Context, r AdminRecord) (inserted bool, err error)
 }
+
+// SaleStart is one start of a sale as the store runs it, in one
+// transaction: the SKU's stock row set to Available within Window, its
+// orders, buyers' counts, restocks and order keys deleted.
+type SaleStart struct {
+	SKU       string
+	Available int64
+	Window    SaleWindow
+	// AtLeast: the sale's number is above it (a number the reservation
+	// store has seen already).
+	AtLeast int64
+	// Key, when its Key is set, is recorded in the start's transaction
+	// with the sale's number; the start fails with ErrAdminKeyTaken when
+	// the key exists already.
+	Key AdminRecord
+	// BeforeCommit, when set, runs with the sale's number inside the
+	// transaction, the stock row locked; its error rolls the start back.
+	BeforeCommit func(ctx context.Context, sale int64) error
+}
+
+// ErrAdminKeyTaken: an admin write's Idempotency-Key was recorded by
+// another transaction first; nothing of this one was written.
+var ErrAdminKeyTaken = errors.New("admin idempotency key taken")

@@ -83,7 +83,7 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 		return nil, nil
 	}
 	rows, err = t.tx.QueryContext(ctx, `
-		SELECT id, sku, quantity, user_id FROM orders FORCE INDEX (PRIMARY)
+		SELECT id, sku, quantity, user_id, claimed FROM orders FORCE INDEX (PRIMARY)
 		WHERE id IN (`+placeholders(len(candidates), "?")+`) AND state = 'held' AND expires_at <= UTC_TIMESTAMP(6)
 		FOR UPDATE SKIP LOCKED`, candidates...)
 	if err != nil {
@@ -92,7 +92,7 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 	var expired []inventory.Order
 	for rows.Next() {
 		o := inventory.Order{State: inventory.OrderExpired}
-		if err := rows.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID); err != nil {
+		if err := rows.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID, &o.Claimed); err != nil {
 			_ = rows.Close()
 			return nil, wrap(ctx, err)
 		}
@@ -136,8 +136,11 @@ func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit
 }
 
 func (t *tx) ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error {
-	// No row: the order was taken without a limit. GREATEST keeps a count
-	// true to the orders taken with one when instances disagreed on it.
+	// quantity is what the order claimed, so the count stays at what the
+	// buyer's other counted orders hold and the floor never binds. It is
+	// kept for rows a version before orders.claimed wrote during a
+	// rolling deploy: a count a step too low there must never make a
+	// cancel, or the sweep whose batch holds it, fail.
 	_, err := t.tx.ExecContext(ctx, `
 		UPDATE buyer_units SET units = GREATEST(units - ?, 0) WHERE sku = ? AND user_id = ?`, quantity, sku, userID)
 	return wrap(ctx, err)
@@ -316,10 +319,4 @@ func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]in
 		UPDATE buyer_units SET units = GREATEST(units - CASE user_id`+when.String()+` END, 0)
 		WHERE sku = ? AND user_id IN (`+placeholders(len(users), "?")+`)`, args...)
 	return wrap(ctx, err)
-}
-
-func (t *tx) Restock(ctx context.Context, sku string, quantity int64) (bool, error) {
-	// Like a return, a restock only adds: the version is left alone.
-	return t.execAffected(ctx, `
-		UPDATE stock SET available = available + ?, restocked = restocked + ? WHERE sku = ?`, quantity, quantity, sku)
 }

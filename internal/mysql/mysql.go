@@ -259,32 +259,30 @@ func (s *Store) queryStrings(ctx context.Context, query string, args ...any) ([]
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	_, err := s.startSale(ctx, sku, n, 0, inventory.SaleWindow{}, nil)
+	_, err := s.StartSaleWith(ctx, inventory.SaleStart{SKU: sku, Available: n})
 	return err
 }
 
 // StartSaleWindow implements inventory.Store.
 func (s *Store) StartSaleWindow(ctx context.Context, sku string, n int64, w inventory.SaleWindow) error {
-	_, err := s.startSale(ctx, sku, n, 0, w, nil)
+	_, err := s.StartSaleWith(ctx, inventory.SaleStart{SKU: sku, Available: n, Window: w})
 	return err
 }
 
-// StartSaleEpoch starts a sale as StartSaleWindow does and returns its number
-// (sale_epoch): the next multiple of 2^20, so that the sale can be
-// renumbered (RecheckSale adds one) and still be told from the next, and
-// above atLeast (a number the reservation store has seen already). When
-// beforeCommit is not nil it runs with the new number inside the
-// transaction, while the row is locked, and its error rolls the sale back.
-func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
-	return s.startSale(ctx, sku, n, atLeast, w, beforeCommit)
-}
-
-// startSale is every StartSale: the sale's row with its window (NULL for
-// an open bound; DATETIME in UTC, as UTC_TIMESTAMP(6) compares it), its
-// orders, buyers and keys forgotten, in one transaction.
-func (s *Store) startSale(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
+// StartSaleWith implements inventory.Store, for every start: the sale's
+// row with its window (NULL for an open bound; DATETIME in UTC, as
+// UTC_TIMESTAMP(6) compares it) and its number (sale_epoch: the next
+// multiple of 2^20, so that the sale can be renumbered, RecheckSale adds
+// one, and still be told from the next; above st.AtLeast, a number the
+// reservation store has seen already), its orders, buyers, restocks and
+// order keys forgotten, st.Key recorded, in one transaction;
+// st.BeforeCommit runs last, the row locked. A commit whose answer was
+// lost is inventory.ErrOutcomeUnknown.
+func (s *Store) StartSaleWith(ctx context.Context, st inventory.SaleStart) (int64, error) {
 	var epoch int64
-	err := s.inSQLTx(ctx, nil, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, t *tx) error {
+		tx := t.tx
+		start, end := utcOrNull(st.Window.StartsAt), utcOrNull(st.Window.EndsAt)
 		if _, err := tx.ExecContext(ctx, `
 			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at, starts_at, ends_at)
 			VALUES (?, ?, ?, 0, 0, (? DIV 1048576 + 1) * 1048576, CURRENT_TIMESTAMP(6), ?, ?)
@@ -292,30 +290,36 @@ func (s *Store) startSale(ctx context.Context, sku string, n, atLeast int64, w i
 				initial = ?, available = ?, restocked = 0, version = version + 1,
 				sale_epoch = (GREATEST(sale_epoch, ?) DIV 1048576 + 1) * 1048576, updated_at = CURRENT_TIMESTAMP(6),
 				starts_at = ?, ends_at = ?`,
-			sku, n, n, atLeast, utcOrNull(w.StartsAt), utcOrNull(w.EndsAt), n, n, atLeast, utcOrNull(w.StartsAt), utcOrNull(w.EndsAt)); err != nil {
-			return err
+			st.SKU, st.Available, st.Available, st.AtLeast, start, end, st.Available, st.Available, st.AtLeast, start, end); err != nil {
+			return wrap(ctx, err)
 		}
 		// The row is locked by the upsert until the commit: this reads
 		// the number this transaction wrote.
-		if err := tx.QueryRowContext(ctx, `SELECT sale_epoch FROM stock WHERE sku = ?`, sku).Scan(&epoch); err != nil {
-			return err
+		if err := tx.QueryRowContext(ctx, `SELECT sale_epoch FROM stock WHERE sku = ?`, st.SKU).Scan(&epoch); err != nil {
+			return wrap(ctx, err)
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM orders WHERE sku = ?`, sku); err != nil {
-			return err
+		for _, table := range []string{"orders", "buyer_units", "restocks", "idempotency_keys"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE sku = ?`, st.SKU); err != nil {
+				return wrap(ctx, err)
+			}
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM buyer_units WHERE sku = ?`, sku); err != nil {
-			return err
+		if st.Key.Key != "" {
+			key := st.Key
+			key.Sale = epoch
+			inserted, err := t.InsertAdminKey(ctx, key)
+			if err != nil {
+				return err
+			}
+			if !inserted {
+				return inventory.ErrAdminKeyTaken
+			}
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM restocks WHERE sku = ?`, sku); err != nil {
-			return err
+		if st.BeforeCommit == nil {
+			return nil
 		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE sku = ?`, sku)
-		if err != nil || beforeCommit == nil {
-			return err
-		}
-		return beforeCommit(ctx, epoch)
+		return wrap(ctx, st.BeforeCommit(ctx, epoch))
 	})
-	return epoch, wrap(ctx, err)
+	return epoch, err
 }
 
 // Audit implements inventory.Store. Both reads see one snapshot (REPEATABLE
@@ -331,7 +335,7 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 		if err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, `
+		if err := tx.QueryRowContext(ctx, `
 			SELECT COALESCE(SUM(IF(state IN ('final', 'held', 'paid'), quantity, 0)), 0),
 			       COALESCE(SUM(state IN ('final', 'held', 'paid')), 0),
 			       COALESCE(SUM(IF(state = 'held', quantity, 0)), 0),
@@ -342,7 +346,11 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 			       COALESCE(SUM(IF(relay_pending, quantity, 0)), 0)
 			         + (SELECT COALESCE(SUM(quantity), 0) FROM restocks WHERE sku = ? AND relay_pending),
 			       COALESCE(SUM(relay_pending), 0)
-			FROM orders WHERE sku = ?`, sku, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired, &a.Relaying, &a.RelayingOrders)
+			FROM orders WHERE sku = ?`, sku, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired, &a.Relaying, &a.RelayingOrders); err != nil {
+			return err
+		}
+		a.Restocks, err = listRestocks(ctx, tx, sku)
+		return err
 	})
 	return a, wrap(ctx, err)
 }
@@ -495,15 +503,30 @@ func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, re
 		WHERE sku = ? AND fence < ? AND version = ?`, quantity, token, sku, token, readVersion)
 }
 
-func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
+func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) (time.Time, error) {
 	// A held order's hold runs from the database's clock, never an
-	// instance's (NULL when there is none).
-	_, err := t.tx.ExecContext(ctx, `
-		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL))`,
-		o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds(), o.Hold.Microseconds())
-	return wrap(ctx, err)
+	// instance's (NULL when there is none); its expiry comes back for the
+	// order's answer. An expiry given (ExpiresAt, the one its answer
+	// promised) is kept when it is the later.
+	const insert = `
+		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at, claimed)
+		VALUES (?, ?, ?, ?, ?, ?, ` + heldExpiry + `, ?)`
+	args := []any{o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds(), utcOrNull(o.ExpiresAt), o.Hold.Microseconds(), utcOrNull(o.ExpiresAt), o.Claimed}
+	if o.Hold <= 0 && o.ExpiresAt.IsZero() {
+		_, err := t.tx.ExecContext(ctx, insert, args...)
+		return time.Time{}, wrap(ctx, err)
+	}
+	var expires sql.NullTime
+	err := t.tx.QueryRowContext(ctx, insert+` RETURNING expires_at`, args...).Scan(&expires)
+	return expires.Time.UTC(), wrap(ctx, err)
 }
+
+// heldExpiry is a new order's expires_at, of the arguments hold (µs), the
+// expiry given (NULL: none), hold, the expiry given: for a held order the
+// later of the database's now + hold and the expiry its answer promised
+// (MariaDB's GREATEST is NULL when an argument is), the given expiry (or
+// NULL) for a final one.
+const heldExpiry = `IF(? > 0, GREATEST(COALESCE(?, '1970-01-01'), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), ?)`
 
 func (t *tx) GetOrder(ctx context.Context, id string) (inventory.Order, error) {
 	o, err := getOrder(ctx, t.tx, id)
@@ -554,15 +577,45 @@ func (t *tx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string
 	return found, wrap(ctx, rows.Err())
 }
 
-func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
-	args := make([]any, 0, 8*len(orders))
+func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) ([]time.Time, error) {
+	args := make([]any, 0, 10*len(orders))
+	held := false
 	for _, o := range orders {
-		args = append(args, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds(), o.Hold.Microseconds())
+		args = append(args, o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds(), utcOrNull(o.ExpiresAt), o.Hold.Microseconds(), utcOrNull(o.ExpiresAt), o.Claimed)
+		held = held || o.Hold > 0 || !o.ExpiresAt.IsZero()
 	}
-	_, err := t.tx.ExecContext(ctx, `
-		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
-		VALUES `+placeholders(len(orders), "(?, ?, ?, ?, ?, ?, IF(? > 0, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, NULL))"), args...)
-	return wrap(ctx, err)
+	insert := `
+		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at, claimed)
+		VALUES ` + placeholders(len(orders), "(?, ?, ?, ?, ?, ?, "+heldExpiry+", ?)")
+	out := make([]time.Time, len(orders))
+	if !held {
+		_, err := t.tx.ExecContext(ctx, insert, args...)
+		return out, wrap(ctx, err)
+	}
+	// The held orders' expiries come back for their answers, by id.
+	rows, err := t.tx.QueryContext(ctx, insert+` RETURNING id, expires_at`, args...)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	byID := make(map[string]time.Time, len(orders))
+	for rows.Next() {
+		var id string
+		var expires sql.NullTime
+		if err := rows.Scan(&id, &expires); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		if expires.Valid {
+			byID[id] = expires.Time.UTC()
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, err)
+	}
+	for i, o := range orders {
+		out[i] = byID[o.ID]
+	}
+	return out, nil
 }
 
 func (t *tx) InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (int, error) {
@@ -621,8 +674,8 @@ func getOrder(ctx context.Context, q querier, id string) (inventory.Order, error
 	var expires sql.NullTime
 	err := q.QueryRowContext(ctx, `
 		SELECT sku, quantity, user_id, strategy, state, expires_at,
-		       state = 'held' AND expires_at <= UTC_TIMESTAMP(6)
-		FROM orders WHERE id = ?`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires, &o.Lapsed)
+		       state = 'held' AND expires_at <= UTC_TIMESTAMP(6), claimed
+		FROM orders WHERE id = ?`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires, &o.Lapsed, &o.Claimed)
 	if expires.Valid {
 		// DATETIME in UTC (UTC_TIMESTAMP), read back as UTC: the
 		// driver's default loc.

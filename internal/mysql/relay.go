@@ -38,23 +38,18 @@ func (t *tx) MarkRelay(ctx context.Context, ids []string) error {
 // over the index (relay_pending, sku) it would lock gaps where other
 // orders' entries go.
 func (s *Store) RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error) {
-	return s.relayMarked(ctx, "orders", "o.user_id", sku, limit, apply)
-}
-
-// MarkRestock implements inventory.Tx.
-func (t *tx) MarkRestock(ctx context.Context, id, sku string, quantity int64) error {
-	_, err := t.tx.ExecContext(ctx, `INSERT INTO restocks (id, sku, quantity) VALUES (?, ?, ?)`, id, sku, quantity)
-	return wrap(ctx, err)
+	return s.relayMarked(ctx, "orders", "o.user_id, o.claimed", sku, limit, apply)
 }
 
 // RelayRestocks is RelayReturns for the SKU's restocks not relayed yet
 // (ID and Quantity of each).
 func (s *Store) RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error) {
-	return s.relayMarked(ctx, "restocks", "''", sku, limit, apply)
+	return s.relayMarked(ctx, "restocks", "'', 0", sku, limit, apply)
 }
 
 // relayMarked is RelayReturns over table (orders or restocks), user the
-// column of the buyer (an empty string for a restock).
+// columns of the buyer and of the units the order claimed on its count
+// (an empty string and 0 for a restock).
 func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit int, apply func(ctx context.Context, epoch int64, marked []inventory.Order) error) (int, error) {
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT s.sale_epoch, o.id, `+user+`, o.quantity
@@ -68,7 +63,7 @@ func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit 
 	var marked []inventory.Order
 	for rows.Next() {
 		o := inventory.Order{SKU: sku}
-		if err := rows.Scan(&epoch, &o.ID, &o.UserID, &o.Quantity); err != nil {
+		if err := rows.Scan(&epoch, &o.ID, &o.UserID, &o.Claimed, &o.Quantity); err != nil {
 			_ = rows.Close()
 			return 0, wrap(ctx, err)
 		}
@@ -137,13 +132,13 @@ func (s *Store) SKUsRelaying(ctx context.Context, limit int) ([]string, error) {
 
 // Restocks implements inventory.SaleRecheck: every restock of the sale.
 func (r myRecheck) Restocks(ctx context.Context) ([]inventory.Order, error) {
-	return r.orders(ctx, `SELECT id, '', quantity FROM restocks WHERE sku = ?`)
+	return r.orders(ctx, `SELECT id, '', 0, quantity FROM restocks WHERE sku = ?`)
 }
 
 // ReturnedOrders implements inventory.SaleRecheck: every order of the sale
 // that gave its units back.
 func (r myRecheck) ReturnedOrders(ctx context.Context) ([]inventory.Order, error) {
-	return r.orders(ctx, `SELECT id, user_id, quantity FROM orders WHERE sku = ? AND state IN ('cancelled', 'expired')`)
+	return r.orders(ctx, `SELECT id, user_id, claimed, quantity FROM orders WHERE sku = ? AND state IN ('cancelled', 'expired')`)
 }
 
 // orders runs query (of id, user id, quantity, for the SKU) in the check's
@@ -157,7 +152,7 @@ func (r myRecheck) orders(ctx context.Context, query string) ([]inventory.Order,
 	var found []inventory.Order
 	for rows.Next() {
 		o := inventory.Order{SKU: r.sku}
-		if err := rows.Scan(&o.ID, &o.UserID, &o.Quantity); err != nil {
+		if err := rows.Scan(&o.ID, &o.UserID, &o.Claimed, &o.Quantity); err != nil {
 			return nil, wrap(ctx, err)
 		}
 		found = append(found, o)

@@ -103,7 +103,7 @@ func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.O
 	if len(fresh) == 0 {
 		return 0, nil
 	}
-	if err := t.InsertOrders(ctx, fresh); err != nil {
+	if _, err := t.InsertOrders(ctx, fresh); err != nil {
 		return 0, err
 	}
 	if _, err := t.tx.ExecContext(ctx, `

@@ -46,13 +46,13 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 		WHERE state = 'held' AND id IN (
 			SELECT id FROM orders WHERE state = 'held' AND expires_at <= statement_timestamp()
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-		RETURNING id::text, sku, quantity, user_id`, limit)
+		RETURNING id::text, sku, quantity, user_id, claimed`, limit)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
 	expired, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inventory.Order, error) {
 		o := inventory.Order{State: inventory.OrderExpired}
-		return o, r.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID)
+		return o, r.Scan(&o.ID, &o.SKU, &o.Quantity, &o.UserID, &o.Claimed)
 	})
 	return expired, wrap(ctx, err)
 }
@@ -69,8 +69,11 @@ func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit
 }
 
 func (t *tx) ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error {
-	// No row: the order was taken without a limit. GREATEST keeps a count
-	// true to the orders taken with one when instances disagreed on it.
+	// quantity is what the order claimed, so the count stays at what the
+	// buyer's other counted orders hold and the floor never binds. It is
+	// kept for rows a version before orders.claimed wrote during a
+	// rolling deploy: a count a step too low there must never make a
+	// cancel, or the sweep whose batch holds it, fail.
 	_, err := t.tx.Exec(ctx, `
 		UPDATE buyer_units SET units = GREATEST(units - $3, 0) WHERE sku = $1 AND user_id = $2`, sku, userID, quantity)
 	return wrap(ctx, err)
@@ -156,10 +159,4 @@ func sortedClaims(claims map[string]int64) ([]string, []int64) {
 		quantities = append(quantities, claims[u])
 	}
 	return users, quantities
-}
-
-func (t *tx) Restock(ctx context.Context, sku string, quantity int64) (bool, error) {
-	// Like a return, a restock only adds: the version is left alone.
-	return t.execAffected(ctx, `
-		UPDATE stock SET available = available + $2, restocked = restocked + $2 WHERE sku = $1`, sku, quantity)
 }

@@ -187,32 +187,28 @@ func (s *Store) SKUsAfter(ctx context.Context, after string, limit int) ([]strin
 
 // StartSale implements inventory.Store.
 func (s *Store) StartSale(ctx context.Context, sku string, n int64) error {
-	_, err := s.startSale(ctx, sku, n, 0, inventory.SaleWindow{}, nil)
+	_, err := s.StartSaleWith(ctx, inventory.SaleStart{SKU: sku, Available: n})
 	return err
 }
 
 // StartSaleWindow implements inventory.Store.
 func (s *Store) StartSaleWindow(ctx context.Context, sku string, n int64, w inventory.SaleWindow) error {
-	_, err := s.startSale(ctx, sku, n, 0, w, nil)
+	_, err := s.StartSaleWith(ctx, inventory.SaleStart{SKU: sku, Available: n, Window: w})
 	return err
 }
 
-// StartSaleEpoch starts a sale as StartSaleWindow does and returns its number
-// (sale_epoch): the next multiple of 2^20, so that the sale can be
-// renumbered (RecheckSale adds one) and still be told from the next, and
-// above atLeast (a number the reservation store has seen already). When
-// beforeCommit is not nil it runs with the new number inside the
-// transaction, while the row is locked, and its error rolls the sale back.
-func (s *Store) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
-	return s.startSale(ctx, sku, n, atLeast, w, beforeCommit)
-}
-
-// startSale is every StartSale: the sale's row with its window (NULL for
-// an open bound), its orders, buyers and keys forgotten, in one
-// transaction.
-func (s *Store) startSale(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error) {
+// StartSaleWith implements inventory.Store, for every start: the sale's
+// row with its window (NULL for an open bound) and its number (sale_epoch:
+// the next multiple of 2^20, so that the sale can be renumbered,
+// RecheckSale adds one, and still be told from the next; above st.AtLeast,
+// a number the reservation store has seen already), its orders, buyers,
+// restocks and order keys forgotten, st.Key recorded, in one transaction;
+// st.BeforeCommit runs last, the row locked. A commit whose answer was
+// lost is inventory.ErrOutcomeUnknown.
+func (s *Store) StartSaleWith(ctx context.Context, st inventory.SaleStart) (int64, error) {
 	var epoch int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, t *tx) error {
+		tx := t.tx
 		if err := tx.QueryRow(ctx, `
 			INSERT INTO stock (sku, initial, available, version, fence, sale_epoch, updated_at, starts_at, ends_at)
 			VALUES ($1, $2, $2, 0, 0, ($3::bigint / 1048576 + 1) * 1048576, now(), $4, $5)
@@ -220,25 +216,31 @@ func (s *Store) startSale(ctx context.Context, sku string, n, atLeast int64, w i
 			SET initial = $2, available = $2, restocked = 0, version = stock.version + 1,
 				sale_epoch = (GREATEST(stock.sale_epoch, $3::bigint) / 1048576 + 1) * 1048576, updated_at = now(),
 				starts_at = $4, ends_at = $5
-			RETURNING sale_epoch`, sku, n, atLeast, timeOrNull(w.StartsAt), timeOrNull(w.EndsAt)).Scan(&epoch); err != nil {
-			return err
+			RETURNING sale_epoch`, st.SKU, st.Available, st.AtLeast, timeOrNull(st.Window.StartsAt), timeOrNull(st.Window.EndsAt)).Scan(&epoch); err != nil {
+			return wrap(ctx, err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE sku = $1`, sku); err != nil {
-			return err
+		for _, table := range []string{"orders", "buyer_units", "restocks", "idempotency_keys"} {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE sku = $1`, st.SKU); err != nil {
+				return wrap(ctx, err)
+			}
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM buyer_units WHERE sku = $1`, sku); err != nil {
-			return err
+		if st.Key.Key != "" {
+			key := st.Key
+			key.Sale = epoch
+			inserted, err := t.InsertAdminKey(ctx, key)
+			if err != nil {
+				return err
+			}
+			if !inserted {
+				return inventory.ErrAdminKeyTaken
+			}
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM restocks WHERE sku = $1`, sku); err != nil {
-			return err
+		if st.BeforeCommit == nil {
+			return nil
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM idempotency_keys WHERE sku = $1`, sku)
-		if err != nil || beforeCommit == nil {
-			return err
-		}
-		return beforeCommit(ctx, epoch)
+		return wrap(ctx, st.BeforeCommit(ctx, epoch))
 	})
-	return epoch, wrap(ctx, err)
+	return epoch, err
 }
 
 // Audit implements inventory.Store. Both reads see one snapshot (REPEATABLE
@@ -253,7 +255,7 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 		if err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `
+		if err := tx.QueryRow(ctx, `
 			SELECT COALESCE(SUM(quantity) FILTER (WHERE state IN ('final', 'held', 'paid')), 0),
 			       COUNT(*) FILTER (WHERE state IN ('final', 'held', 'paid')),
 			       COALESCE(SUM(quantity) FILTER (WHERE state = 'held'), 0),
@@ -264,7 +266,11 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 			       COALESCE(SUM(quantity) FILTER (WHERE relay_pending), 0)
 			         + (SELECT COALESCE(SUM(quantity), 0) FROM restocks WHERE sku = $1 AND relay_pending),
 			       COUNT(*) FILTER (WHERE relay_pending)
-			FROM orders WHERE sku = $1`, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired, &a.Relaying, &a.RelayingOrders)
+			FROM orders WHERE sku = $1`, sku).Scan(&a.Ordered, &a.Orders, &a.Held, &a.Paid, &a.Returned, &a.Cancelled, &a.Expired, &a.Relaying, &a.RelayingOrders); err != nil {
+			return err
+		}
+		a.Restocks, err = listRestocks(ctx, tx, sku)
+		return err
 	})
 	return a, wrap(ctx, err)
 }
@@ -346,14 +352,22 @@ func (t *tx) DeductIfFenced(ctx context.Context, sku string, quantity, token, re
 		WHERE sku = $1 AND fence < $3 AND version = $4`, sku, quantity, token, readVersion)
 }
 
-func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) error {
+func (t *tx) InsertOrder(ctx context.Context, o inventory.Order) (time.Time, error) {
 	// A held order's hold runs from the database's clock, never an
-	// instance's clock.
-	_, err := t.tx.Exec(ctx, `
-		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN statement_timestamp() + $7::bigint * interval '1 microsecond' END)`,
-		o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds())
-	return wrap(ctx, err)
+	// instance's clock; its expiry comes back for the order's answer. An
+	// expiry given (ExpiresAt, the one its answer promised) is kept when
+	// it is the later (GREATEST ignores a NULL).
+	const insert = `
+		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at, claimed)
+		VALUES ($1, $2, $3, $4, $5, $6, GREATEST($8, CASE WHEN $7::bigint > 0 THEN statement_timestamp() + $7::bigint * interval '1 microsecond' END), $9)`
+	args := []any{o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy, stateOf(o), o.Hold.Microseconds(), timeOrNull(o.ExpiresAt), o.Claimed}
+	if o.Hold <= 0 && o.ExpiresAt.IsZero() {
+		_, err := t.tx.Exec(ctx, insert, args...)
+		return time.Time{}, wrap(ctx, err)
+	}
+	var expires time.Time
+	err := t.tx.QueryRow(ctx, insert+` RETURNING expires_at`, args...).Scan(&expires)
+	return expires.UTC(), wrap(ctx, err)
 }
 
 // stateOf is the state a new order is written with: final unless it says
@@ -414,22 +428,54 @@ func (t *tx) FindIdempotencyKeys(ctx context.Context, keys []string) (map[string
 // as text[] and are cast in SQL: pgx cannot encode a []string as uuid[] in
 // binary, and its failed attempt (an error that prints the whole slice,
 // then the text format) cost more than the rest of the statement.
-func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) error {
+func (t *tx) InsertOrders(ctx context.Context, orders []inventory.Order) ([]time.Time, error) {
 	n := len(orders)
 	ids, skus, users, strategies, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	quantities, holds := make([]int64, n), make([]int64, n)
+	quantities, holds, claimed := make([]int64, n), make([]int64, n), make([]int64, n)
+	expiries := make([]*time.Time, n)
+	held := false
 	for i, o := range orders {
 		ids[i], skus[i], quantities[i], users[i], strategies[i] = o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy
-		states[i], holds[i] = stateOf(o), o.Hold.Microseconds()
+		states[i], holds[i], claimed[i], expiries[i] = stateOf(o), o.Hold.Microseconds(), o.Claimed, timeOrNull(o.ExpiresAt)
+		held = held || o.Hold > 0 || !o.ExpiresAt.IsZero()
 	}
-	_, err := t.tx.Exec(ctx, `
-		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
+	const insert = `
+		INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at, claimed)
 		SELECT id::uuid, sku, quantity, user_id, strategy, state,
-		       CASE WHEN hold > 0 THEN statement_timestamp() + hold * interval '1 microsecond' END
-		FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
-		     AS o (id, sku, quantity, user_id, strategy, state, hold)`,
-		ids, skus, quantities, users, strategies, states, holds)
-	return wrap(ctx, err)
+		       GREATEST(expires, CASE WHEN hold > 0 THEN statement_timestamp() + hold * interval '1 microsecond' END), claimed
+		FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[])
+		     AS o (id, sku, quantity, user_id, strategy, state, hold, expires, claimed)`
+	args := []any{ids, skus, quantities, users, strategies, states, holds, expiries, claimed}
+	if !held {
+		_, err := t.tx.Exec(ctx, insert, args...)
+		return make([]time.Time, n), wrap(ctx, err)
+	}
+	// The held orders' expiries come back for their answers, by id (the
+	// order of RETURNING's rows is not promised).
+	rows, err := t.tx.Query(ctx, insert+` RETURNING id::text, expires_at`, args...)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	byID := make(map[string]time.Time, n)
+	for rows.Next() {
+		var id string
+		var expires *time.Time
+		if err := rows.Scan(&id, &expires); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		if expires != nil {
+			byID[id] = expires.UTC()
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, err)
+	}
+	out := make([]time.Time, n)
+	for i, id := range ids {
+		out[i] = byID[id]
+	}
+	return out, nil
 }
 
 func (t *tx) InsertIdempotencyRecords(ctx context.Context, records []inventory.IdempotencyRecord) (int, error) {
@@ -475,8 +521,8 @@ func getOrder(ctx context.Context, q querier, id string) (inventory.Order, error
 	var expires *time.Time
 	err := q.QueryRow(ctx, `
 		SELECT sku, quantity, user_id, strategy, state, expires_at,
-		       state = 'held' AND expires_at <= statement_timestamp()
-		FROM orders WHERE id = $1`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires, &o.Lapsed)
+		       state = 'held' AND expires_at <= statement_timestamp(), claimed
+		FROM orders WHERE id = $1`, id).Scan(&o.SKU, &o.Quantity, &o.UserID, &o.Strategy, &o.State, &expires, &o.Lapsed, &o.Claimed)
 	if expires != nil {
 		o.ExpiresAt = expires.UTC()
 	}

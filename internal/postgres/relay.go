@@ -32,23 +32,18 @@ func (t *tx) MarkRelay(ctx context.Context, ids []string) error {
 // the new sale's orders, and their returns were dropped as another sale's
 // (found by review).
 func (s *Store) RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error) {
-	return s.relayMarked(ctx, "orders", "o.user_id", sku, limit, apply)
-}
-
-// MarkRestock implements inventory.Tx.
-func (t *tx) MarkRestock(ctx context.Context, id, sku string, quantity int64) error {
-	_, err := t.tx.Exec(ctx, `INSERT INTO restocks (id, sku, quantity) VALUES ($1, $2, $3)`, id, sku, quantity)
-	return wrap(ctx, err)
+	return s.relayMarked(ctx, "orders", "o.user_id, o.claimed", sku, limit, apply)
 }
 
 // RelayRestocks is RelayReturns for the SKU's restocks not relayed yet
 // (ID and Quantity of each).
 func (s *Store) RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error) {
-	return s.relayMarked(ctx, "restocks", "''", sku, limit, apply)
+	return s.relayMarked(ctx, "restocks", "'', 0", sku, limit, apply)
 }
 
 // relayMarked is RelayReturns over table (orders or restocks), user the
-// column of the buyer (an empty string for a restock).
+// columns of the buyer and of the units the order claimed on its count
+// (an empty string and 0 for a restock).
 func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit int, apply func(ctx context.Context, epoch int64, marked []inventory.Order) error) (int, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT s.sale_epoch, o.id, `+user+`, o.quantity
@@ -61,7 +56,7 @@ func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit 
 	var epoch int64
 	marked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inventory.Order, error) {
 		o := inventory.Order{SKU: sku}
-		return o, r.Scan(&epoch, &o.ID, &o.UserID, &o.Quantity)
+		return o, r.Scan(&epoch, &o.ID, &o.UserID, &o.Claimed, &o.Quantity)
 	})
 	if err != nil || len(marked) == 0 {
 		return 0, wrap(ctx, err)
@@ -101,13 +96,13 @@ func (s *Store) SKUsRelaying(ctx context.Context, limit int) ([]string, error) {
 
 // Restocks implements inventory.SaleRecheck: every restock of the sale.
 func (r pgRecheck) Restocks(ctx context.Context) ([]inventory.Order, error) {
-	return r.orders(ctx, `SELECT id, '', quantity FROM restocks WHERE sku = $1`)
+	return r.orders(ctx, `SELECT id, '', 0, quantity FROM restocks WHERE sku = $1`)
 }
 
 // ReturnedOrders implements inventory.SaleRecheck: every order of the sale
 // that gave its units back.
 func (r pgRecheck) ReturnedOrders(ctx context.Context) ([]inventory.Order, error) {
-	return r.orders(ctx, `SELECT id, user_id, quantity FROM orders WHERE sku = $1 AND state IN ('cancelled', 'expired')`)
+	return r.orders(ctx, `SELECT id, user_id, claimed, quantity FROM orders WHERE sku = $1 AND state IN ('cancelled', 'expired')`)
 }
 
 // orders runs query (of id, user id, quantity, for the SKU) in the check's
@@ -119,7 +114,7 @@ func (r pgRecheck) orders(ctx context.Context, query string) ([]inventory.Order,
 	}
 	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (inventory.Order, error) {
 		o := inventory.Order{SKU: r.sku}
-		return o, row.Scan(&o.ID, &o.UserID, &o.Quantity)
+		return o, row.Scan(&o.ID, &o.UserID, &o.Claimed, &o.Quantity)
 	})
 	return found, wrap(ctx, err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,27 +57,33 @@ func (s *Store) PersistReserved(ctx context.Context, sku string, epoch int64, or
 func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
 	n := len(orders)
 	ids, skus, users, strategies, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	quantities, holds := make([]int64, n), make([]int64, n)
+	quantities, holds, claimed := make([]int64, n), make([]int64, n), make([]int64, n)
+	expiries := make([]*time.Time, n)
 	for i, o := range orders {
 		ids[i], skus[i], quantities[i], users[i], strategies[i] = o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy
-		states[i], holds[i] = stateOf(o), o.Hold.Microseconds()
+		states[i], holds[i], claimed[i], expiries[i] = stateOf(o), o.Hold.Microseconds(), o.Claimed, timeOrNull(o.ExpiresAt)
 	}
 	var written int
 	var total int64
-	// A held order's hold starts here, on the database's clock, as the
-	// SQL strategies' do: its buyer can pay from now on.
+	// A held order's hold runs from here, on the database's clock, as the
+	// SQL strategies' do: its buyer can pay from now on, for the whole
+	// hold. Its 201 promised ExpiresAt (Redis's time of the order plus the
+	// hold), which this is never earlier than (GREATEST, also when Redis's
+	// clock runs ahead of the database's): a consumer that lags never
+	// shortens a hold (found by review:
+	// TestHeldOrderCanBePaidAfterTheConsumerCatchesUp).
 	if err := t.tx.QueryRow(ctx, `
 		WITH written AS (
-			INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at)
+			INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at, claimed)
 			SELECT id::uuid, sku, quantity, user_id, strategy, state,
-			       CASE WHEN hold > 0 THEN statement_timestamp() + hold * interval '1 microsecond' END
-			FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[])
-			     AS o (id, sku, quantity, user_id, strategy, state, hold)
+			       GREATEST(expires, CASE WHEN hold > 0 THEN statement_timestamp() + hold * interval '1 microsecond' END), claimed
+			FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[])
+			     AS o (id, sku, quantity, user_id, strategy, state, hold, expires, claimed)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING quantity
 		)
 		SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM written`,
-		ids, skus, quantities, users, strategies, states, holds).Scan(&written, &total); err != nil {
+		ids, skus, quantities, users, strategies, states, holds, expiries, claimed).Scan(&written, &total); err != nil {
 		return 0, wrap(ctx, err)
 	}
 	if total > 0 {

@@ -373,7 +373,7 @@ func TestReviewMixedInstancesNeverPassTheLimit(t *testing.T) {
 				switch {
 				case err == nil:
 					mu.Lock()
-					answered[got] = q
+					answered[got.OrderID] = q
 					mu.Unlock()
 				case errors.Is(err, inventory.ErrLimitReached), errors.Is(err, inventory.ErrBusy):
 				default:
@@ -755,8 +755,9 @@ func TestReviewReplaysAtTheLimitAndAfterTheEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		reserve := func(id, key string, q int64) (string, error) {
-			return st.Reserve(ctx, inventory.Reservation{Order: inventory.Order{ID: id, SKU: sku, Quantity: q, UserID: "u", Strategy: m.name},
+			taken, err := st.Reserve(ctx, inventory.Reservation{Order: inventory.Order{ID: id, SKU: sku, Quantity: q, UserID: "u", Strategy: m.name},
 				Key: key, Fingerprint: []byte(fmt.Sprint("fp-", q)), PerUserLimit: 2})
+			return taken.OrderID, err
 		}
 		if id, err := reserve("first", "K", 2); err != nil || id != "first" {
 			t.Fatalf("first: %s %v", id, err)

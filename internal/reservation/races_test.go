@@ -19,7 +19,7 @@ import (
 )
 
 // gatedSales is the real database as inventory.EpochSales, except that
-// StartSaleEpoch reports the epoch it committed and then waits for release
+// StartSaleWith reports the epoch it committed and then waits for release
 // before it returns, and Audit (when auditRead is set) reports its read and
 // waits for auditRelease: a test holds a StartSale or an Audit between its
 // database step and its Redis step.
@@ -32,8 +32,8 @@ type gatedSales struct {
 	auditRelease chan struct{}
 }
 
-func (g *gatedSales) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(context.Context, int64) error) (int64, error) {
-	e, err := g.Store.StartSaleEpoch(ctx, sku, n, atLeast, w, beforeCommit)
+func (g *gatedSales) StartSaleWith(ctx context.Context, st inventory.SaleStart) (int64, error) {
+	e, err := g.Store.StartSaleWith(ctx, st)
 	if err == nil && g.started != nil {
 		g.started <- e
 		<-g.release
@@ -97,7 +97,7 @@ func batchWith(t *testing.T, calls <-chan persisted, id string) persisted {
 // by review: with the close before the database step, A's Load(2) opened
 // sale 2 after B had committed sale 3.)
 //
-//	A: StartSaleEpoch=2 (closes Redis for 2)   B: StartSaleEpoch=3 (closes for 3)
+//	A: StartSaleWith=2 (closes Redis for 2)   B: StartSaleWith=3 (closes for 3)
 //	A: Load(2) refused: sale 3 was started since
 //	B: Load(3) fails (context ended): the SKU stays closed, 503
 func TestRacingStartSalesNeverReopenAnOlderSale(t *testing.T) {
@@ -183,20 +183,22 @@ func (c *lossyConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// cancellingSales fails StartSaleEpoch as a StartSale whose caller gave up
+// cancellingSales fails StartSaleWith as a StartSale whose caller gave up
 // (or whose database was unreachable) does, after Close.
 type cancellingSales struct {
 	store.Store
 }
 
-func (c cancellingSales) StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(context.Context, int64) error) (int64, error) {
+func (c cancellingSales) StartSaleWith(ctx context.Context, st inventory.SaleStart) (int64, error) {
 	// The close in Redis runs, then the database's transaction fails.
-	return c.Store.StartSaleEpoch(ctx, sku, n, atLeast, w, func(ctx context.Context, epoch int64) error {
+	beforeCommit := st.BeforeCommit
+	st.BeforeCommit = func(ctx context.Context, epoch int64) error {
 		if err := beforeCommit(ctx, epoch); err != nil {
 			return err
 		}
 		return context.Canceled
-	})
+	}
+	return c.Store.StartSaleWith(ctx, st)
 }
 
 // TestRefusedRetryAfterALostAnswerIsOutcomeUnknown: Reserve's first run

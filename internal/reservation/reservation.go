@@ -161,7 +161,7 @@ func (s *Store) catalogKey() string { return s.prefix + "reserve:catalog" }
 // the deadline the outcome is unknown (inventory.ErrOutcomeUnknown, a 503):
 // the order may have been taken, and a retry with its Idempotency-Key
 // finds it.
-func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, error) {
+func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (inventory.Taken, error) {
 	keys := s.reserveKeys(r.Order.SKU, r.Order.ID)
 	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds(), r.Order.Strategy, r.PerUserLimit, r.Order.Hold.Milliseconds()}
 	// mayHaveRun: an earlier attempt may have reached Redis and taken the
@@ -178,18 +178,18 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 			reply, err = s.runReserve(ctx, r.Order.SKU, keys, args)
 		}
 		if err == nil {
-			id, aerr := s.answer(r, reply)
+			taken, aerr := s.answer(r, reply)
 			if aerr != nil && mayHaveRun {
-				return "", fmt.Errorf("%w: an earlier attempt's answer was lost, and the retry was refused: %w", inventory.ErrOutcomeUnknown, aerr)
+				return inventory.Taken{}, fmt.Errorf("%w: an earlier attempt's answer was lost, and the retry was refused: %w", inventory.ErrOutcomeUnknown, aerr)
 			}
-			return id, aerr
+			return taken, aerr
 		}
 		var marked markRefusal
 		if errors.As(err, &marked) {
 			// Refused by the instance's sold-out mark, nothing sent, and
 			// no earlier attempt may have run (the mark is not asked
 			// then, below).
-			return "", marked.err
+			return inventory.Taken{}, marked.err
 		}
 		if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
 			// go-redis' cluster client sends a command again by itself
@@ -207,12 +207,12 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 			errors.As(err, &unchecked) || errors.Is(err, errNotSent)
 		switch {
 		case refused && mayHaveRun:
-			return "", fmt.Errorf("%w: an earlier attempt's answer was lost, and Redis refused the retry: %w", inventory.ErrOutcomeUnknown, err)
+			return inventory.Taken{}, fmt.Errorf("%w: an earlier attempt's answer was lost, and Redis refused the retry: %w", inventory.ErrOutcomeUnknown, err)
 		case refused:
 			// The server refused the script (out of memory, a read-only
 			// replica) or the connection, or a restarted server could not
 			// be checked: the script took nothing.
-			return "", fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
+			return inventory.Taken{}, fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
 		}
 		mayHaveRun = true
 		// An earlier attempt may have taken the order: the retry asks
@@ -227,7 +227,7 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (string, e
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return "", fmt.Errorf("%w: no answer from Redis before the order's deadline: %w", inventory.ErrOutcomeUnknown, errors.Join(err, context.Cause(ctx)))
+			return inventory.Taken{}, fmt.Errorf("%w: no answer from Redis before the order's deadline: %w", inventory.ErrOutcomeUnknown, errors.Join(err, context.Cause(ctx)))
 		}
 	}
 }
@@ -480,34 +480,57 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// answer turns the script's reply into the order id or the domain's error.
-func (s *Store) answer(r inventory.Reservation, reply []string) (string, error) {
+// answer turns the script's reply into the order taken or the domain's
+// error. A taken order's reply carries its stream entry's id, Redis's
+// time of the order in milliseconds ("" from an older script's run).
+func (s *Store) answer(r inventory.Reservation, reply []string) (inventory.Taken, error) {
 	switch {
-	case len(reply) == 2 && reply[0] == "ok":
+	case len(reply) >= 2 && reply[0] == "ok":
 		s.touch(r.Order.SKU)
 		select {
 		case s.wake <- struct{}{}:
 		default:
 		}
-		return reply[1], nil
+		taken := inventory.Taken{OrderID: reply[1]}
+		if len(reply) == 3 {
+			taken.At = entryTime(reply[2])
+		}
+		return taken, nil
 	case len(reply) == 2 && reply[0] == "replay":
-		return reply[1], nil
-	case len(reply) == 1 && reply[0] == "conflict":
-		return "", fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, r.Key)
-	case len(reply) == 1 && reply[0] == "soldout":
-		return "", inventory.ErrSoldOut
-	case len(reply) == 1 && reply[0] == "not_started":
-		return "", fmt.Errorf("%w: %q", inventory.ErrSaleNotStarted, r.Order.SKU)
-	case len(reply) == 1 && reply[0] == "ended":
-		return "", fmt.Errorf("%w: %q", inventory.ErrSaleEnded, r.Order.SKU)
-	case len(reply) == 1 && reply[0] == "limit":
-		return "", fmt.Errorf("%w: buyer %q may take %d units of %q in this sale", inventory.ErrLimitReached, r.Order.UserID, r.PerUserLimit, r.Order.SKU)
-	case len(reply) == 1 && reply[0] == "busy":
-		return "", fmt.Errorf("%w: every optimistic attempt on %q lost its race", inventory.ErrBusy, r.Order.SKU)
-	case len(reply) == 1 && reply[0] == "unloaded":
-		return "", fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, r.Order.SKU)
+		return inventory.Taken{OrderID: reply[1]}, nil
 	}
-	return "", fmt.Errorf("%w: unexpected reply from the reserve script: %q", inventory.ErrUnavailable, reply)
+	return inventory.Taken{}, s.refusal(r, reply)
+}
+
+// entryTime is the time in a stream entry's id ("<ms>-<seq>"), zero when
+// it has none.
+func entryTime(id string) time.Time {
+	ms, err := strconv.ParseInt(strings.SplitN(id, "-", 2)[0], 10, 64)
+	if err != nil || id == "" {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// refusal is the domain's error for a reply that takes no order.
+func (s *Store) refusal(r inventory.Reservation, reply []string) error {
+	switch {
+	case len(reply) == 1 && reply[0] == "conflict":
+		return fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, r.Key)
+	case len(reply) == 1 && reply[0] == "soldout":
+		return inventory.ErrSoldOut
+	case len(reply) == 1 && reply[0] == "not_started":
+		return fmt.Errorf("%w: %q", inventory.ErrSaleNotStarted, r.Order.SKU)
+	case len(reply) == 1 && reply[0] == "ended":
+		return fmt.Errorf("%w: %q", inventory.ErrSaleEnded, r.Order.SKU)
+	case len(reply) == 1 && reply[0] == "limit":
+		return fmt.Errorf("%w: buyer %q may take %d units of %q in this sale", inventory.ErrLimitReached, r.Order.UserID, r.PerUserLimit, r.Order.SKU)
+	case len(reply) == 1 && reply[0] == "busy":
+		return fmt.Errorf("%w: every optimistic attempt on %q lost its race", inventory.ErrBusy, r.Order.SKU)
+	case len(reply) == 1 && reply[0] == "unloaded":
+		return fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, r.Order.SKU)
+	}
+	return fmt.Errorf("%w: unexpected reply from the reserve script: %q", inventory.ErrUnavailable, reply)
 }
 
 // retriableServerError: the server answered with an error after which the
@@ -588,14 +611,27 @@ func (s *Store) list(ctx context.Context, sku string, epoch int64) error {
 // since may have lost the listing; found by review): a sale is never open
 // unlisted.
 func (s *Store) Load(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error {
+	return s.load(ctx, sku, n, epoch, w, "")
+}
+
+// Resume implements inventory.Reservations: Load, only on a server that
+// holds sale epoch's announcement (Close) and no sale since.
+func (s *Store) Resume(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error {
+	return s.load(ctx, sku, n, epoch, w, "resume")
+}
+
+func (s *Store) load(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow, mode string) error {
 	if err := s.list(ctx, sku, epoch); err != nil {
 		return err
 	}
 	k := s.keys(sku)
-	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers, k.returned, k.open, k.restocks}, epoch, n, Group, windowBound(w.StartsAt), windowBound(w.EndsAt)).Err(); err != nil {
+	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers, k.returned, k.open, k.restocks}, epoch, n, Group, windowBound(w.StartsAt), windowBound(w.EndsAt), mode).Err(); err != nil {
+		if strings.HasPrefix(err.Error(), "LOST") {
+			return fmt.Errorf("%w: %q: Redis lost the start of its sale, and with it maybe orders the sale took; start a new sale: %w", inventory.ErrSaleNotLoaded, sku, err)
+		}
 		if strings.HasPrefix(err.Error(), "STALE") {
 			// A newer sale was started meanwhile: this one is over.
-			return fmt.Errorf("%w: load %q: %w", inventory.ErrBusy, sku, err)
+			return fmt.Errorf("%w: %w: load %q: %w", inventory.ErrBusy, inventory.ErrStaleSale, sku, err)
 		}
 		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
@@ -671,7 +707,7 @@ func (s *Store) giveBack(ctx context.Context, sku string, epoch int64, kind stri
 // when a check runs it ("" otherwise).
 func (s *Store) runReturn(ctx context.Context, sku string, epoch int64, token, kind string, batch []inventory.Order) (string, error) {
 	k := s.keys(sku)
-	args := make([]any, 0, 3+3*len(batch))
+	args := make([]any, 0, 3+4*len(batch))
 	args = append(args, epoch, token, kind)
 	set := k.returned
 	for _, o := range batch {
@@ -679,7 +715,7 @@ func (s *Store) runReturn(ctx context.Context, sku string, epoch int64, token, k
 			args = append(args, o.ID, o.Quantity)
 			set = k.restocks
 		} else {
-			args = append(args, o.ID, o.Quantity, o.UserID)
+			args = append(args, o.ID, o.Quantity, o.UserID, o.Claimed)
 		}
 	}
 	return returnScript.Run(ctx, s.rdb, []string{k.sale, set, k.buyers}, args...).Text()

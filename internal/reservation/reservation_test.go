@@ -305,9 +305,9 @@ func lostAnswerTakesStockOnce(t *testing.T, m mode) {
 	s.start("lost", 5)
 	r := inventory.Reservation{Order: inventory.Order{ID: "0193e7a4-0000-7000-8000-000000000001", SKU: "lost", Quantity: 2, UserID: "u", Strategy: inventory.NameRedisReserve}}
 	for range 2 {
-		id, err := s.res.Reserve(context.Background(), r)
-		if err != nil || id != r.Order.ID {
-			t.Fatalf("reserve: %q %v", id, err)
+		taken, err := s.res.Reserve(context.Background(), r)
+		if err != nil || taken.OrderID != r.Order.ID {
+			t.Fatalf("reserve: %q %v", taken.OrderID, err)
 		}
 	}
 	tally, err := s.res.Tally(context.Background(), "lost")
@@ -328,7 +328,7 @@ func TestReplayWritesNothing(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t, engine, 4)
-			epoch, err := db.StartSaleEpoch(ctx, "replay", 10, 0, inventory.SaleWindow{}, nil)
+			epoch, err := db.StartSaleWith(ctx, inventory.SaleStart{SKU: "replay", Available: 10})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -188,8 +188,10 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 		if !isMaster(info.Val()) || checkedUnder != replID(info.Val()) {
 			return errRecheck
 		}
-		if done.Val() == base {
-			reply = []string{"ok", r.Order.ID}
+		if placedBase, at, _ := strings.Cut(done.Val(), " "); done.Val() != "" && placedBase == base {
+			// Taken by an earlier attempt of this very order, whose
+			// answer was lost: "<base> <its time>", as below.
+			reply = []string{"ok", r.Order.ID, at}
 			return nil
 		}
 		if prior != nil && prior.Err() == nil {
@@ -239,6 +241,19 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			reply = []string{"soldout"}
 			return nil
 		}
+		// The order's time is Redis's clock as read above, before EXEC:
+		// its answer promises its hold until that time plus the hold,
+		// and so does a retry's that finds it placed (the placed key
+		// keeps it; XADD's own id is known only after EXEC). The entry
+		// carries it ("at"), and the consumer never writes an earlier
+		// expiry.
+		at := strconv.FormatInt(clock.Val().UnixMilli(), 10) + "-0"
+		values := []any{"id", r.Order.ID, "q", r.Order.Quantity, "u", r.Order.UserID, "k", r.Key, "h", fp, "e", epoch, "s", r.Order.Strategy,
+			"hd", r.Order.Hold.Milliseconds(), "at", at}
+		if had != nil {
+			// Claimed on the buyer's count: its return gives this back.
+			values = append(values, "c", r.Order.Quantity)
+		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.HIncrBy(ctx, k.sale, "available", -r.Order.Quantity)
 			p.HIncrBy(ctx, k.sale, "ordered", r.Order.Quantity)
@@ -246,20 +261,17 @@ func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]strin
 			if had != nil {
 				p.HIncrBy(ctx, k.buyers, r.Order.UserID, r.Order.Quantity)
 			}
-			p.XAdd(ctx, &redis.XAddArgs{Stream: k.orders, Values: []any{
-				"id", r.Order.ID, "q", r.Order.Quantity, "u", r.Order.UserID, "k", r.Key, "h", fp, "e", epoch, "s", r.Order.Strategy,
-				"hd", r.Order.Hold.Milliseconds(),
-			}})
+			p.XAdd(ctx, &redis.XAddArgs{Stream: k.orders, Values: values})
 			if r.Key != "" {
 				p.HSet(ctx, k.idem, r.Key, fp+" "+r.Order.ID)
 			}
-			p.Set(ctx, placed, base, s.answerTTL)
+			p.Set(ctx, placed, base+" "+at, s.answerTTL)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		reply = []string{"ok", r.Order.ID}
+		reply = []string{"ok", r.Order.ID, at}
 		return nil
 	}, k.sale, k.idem, k.buyers, k.open)
 	return reply, err

@@ -42,8 +42,9 @@ func TestWatchAsksTheSoldOutMarkBeforeItsRoundTrip(t *testing.T) {
 	mark := &switchMark{}
 	mark.on.Store(true)
 	order := func(id string, m inventory.SoldOutMark) (string, error) {
-		return s.res.Reserve(ctx, inventory.Reservation{Mark: m,
+		taken, err := s.res.Reserve(ctx, inventory.Reservation{Mark: m,
 			Order: inventory.Order{ID: id, SKU: "m", Quantity: 1, UserID: "u-" + id, Strategy: inventory.NameRedisWatch}})
+		return taken.OrderID, err
 	}
 	if _, err := order("01000000-0000-7000-8000-000000000001", mark); !errors.Is(err, errMarked) {
 		t.Fatalf("an order the mark refuses: %v, want the mark's own refusal", err)

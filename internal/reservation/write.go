@@ -242,6 +242,23 @@ func decode(sku string, m redis.XMessage) (reserved, error) {
 			return reserved{}, fmt.Errorf("hold %q: %v", hd, err)
 		}
 		r.order.State, r.order.Hold = inventory.OrderHeld, time.Duration(ms)*time.Millisecond
+		// The expiry the order's 201 promised: Redis's time of the order
+		// (redis-watch's "at", else the entry's id) plus the hold. The
+		// database writes it or its own now plus the hold, the later.
+		taken := r.accepted
+		if at := field("at"); at != "" {
+			if taken = entryTime(at); taken.IsZero() {
+				return reserved{}, fmt.Errorf("time %q", at)
+			}
+		}
+		r.order.ExpiresAt = inventory.HoldEnds(taken, r.order.Hold)
+	}
+	if c := field("c"); c != "" {
+		claimed, err := strconv.ParseInt(c, 10, 64)
+		if err != nil || claimed < 0 {
+			return reserved{}, fmt.Errorf("claimed %q: %v", c, err)
+		}
+		r.order.Claimed = claimed
 	}
 	if r.order.ID == "" || r.order.UserID == "" {
 		return reserved{}, errors.New("order id or user id missing")

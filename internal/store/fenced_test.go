@@ -279,10 +279,10 @@ type afterInsertTx struct {
 	hook func()
 }
 
-func (t afterInsertTx) InsertOrder(ctx context.Context, o inventory.Order) error {
-	err := t.Tx.InsertOrder(ctx, o)
+func (t afterInsertTx) InsertOrder(ctx context.Context, o inventory.Order) (time.Time, error) {
+	expires, err := t.Tx.InsertOrder(ctx, o)
 	t.hook()
-	return err
+	return expires, err
 }
 
 // TestLeaseLostBeforeCommit: the watchdog ends the lease after the write and

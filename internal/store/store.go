@@ -20,9 +20,8 @@ import (
 type Store interface {
 	inventory.Store
 	batched.Store
-	// StartSaleEpoch and PersistReserved serve the redis-reserve strategy
-	// (inventory.EpochSales, reservation.Sink).
-	StartSaleEpoch(ctx context.Context, sku string, n, atLeast int64, w inventory.SaleWindow, beforeCommit func(ctx context.Context, epoch int64) error) (int64, error)
+	// PersistReserved serves the redis-reserve strategy
+	// (reservation.Sink).
 	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
 	// RelayReturns and SKUsRelaying serve the relay of their returns
 	// (inventory.ReturnRelay).

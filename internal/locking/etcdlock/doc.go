@@ -51,7 +51,10 @@
 // later batch's tokens greater than atLeast, and this process hands on no
 // place at or below it (another process may hand on a place of a batch it
 // began before: the store refuses it, and that process advances the fence
-// in turn).
+// in turn). Once AdvanceFence has returned, no lease of this process begins
+// with a token at or below atLeast, however its token was taken: a holder
+// compares it with the floor as its lease begins, under the lock the floor
+// is raised under, and takes another if it must.
 //
 // # Known problems of etcd's own recipe (concurrency.Mutex) this avoids
 //

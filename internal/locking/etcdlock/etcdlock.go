@@ -33,7 +33,8 @@ type Locker struct {
 	closeAll context.CancelFunc
 	wg       sync.WaitGroup
 
-	parked func(predecessor string) // tests: a waiter's watch is in place and its predecessor key still there
+	parked  func(predecessor string)       // tests: a waiter's watch is in place and its predecessor key still there
+	onToken func(name string, token int64) // tests: a holder took its token; its lease has not begun
 
 	names map[string]*nameState // the names in use in this process; guarded by mu
 }
@@ -124,6 +125,26 @@ func (l *Locker) floor(name string) int64 {
 	return 0
 }
 
+// aboveFloor reports whether h's token is above name's fence floor as it
+// is now, under the lock AdvanceFence raises the floor under: this check is
+// the moment a lease begins, so an AdvanceFence that returned before it is
+// honoured, whatever floor the token was taken with. AdvanceFence raises
+// the floor only once the fence base is raised, so a token taken after a
+// false here, by a write, is above it.
+func (l *Locker) aboveFloor(h *hold) bool {
+	return h.token > l.floor(h.name)
+}
+
+// raiseFloor makes this process hand on no place of name at or below
+// atLeast, and begin no lease with such a token (aboveFloor).
+func (l *Locker) raiseFloor(name string, atLeast int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ns := l.names[name]; ns != nil {
+		ns.floor = max(ns.floor, atLeast)
+	}
+}
+
 // acquire is Acquire's wait and hold, within a use of name.
 func (l *Locker) acquire(ctx context.Context, name string) (*Lease, error) {
 	wctx, cancel := l.waitContext(ctx)
@@ -133,26 +154,44 @@ func (l *Locker) acquire(ctx context.Context, name string) (*Lease, error) {
 		return nil, l.notObtained(wctx, nil)
 	}
 	h := turn.Hold
-	if turn.Handed {
-		if err := l.takeOver(wctx, h); err != nil {
-			if wctx.Err() != nil {
-				// We gave up while taking over: the key is still good for
-				// the next waiter of this process.
-				l.endTurn(h, name)
+	handed, retake := turn.Handed, turn.Handed
+	for {
+		if retake {
+			if err := l.takeOver(wctx, h); err != nil {
+				if wctx.Err() != nil {
+					// We gave up while taking over: the key is still good
+					// for the next waiter of this process.
+					l.endTurn(h, name)
+					return nil, l.notObtained(wctx, err)
+				}
+				// The key went (with its session, or deleted): take the
+				// lock anew.
+				l.deleteKey(h)
+				h, handed = nil, false
+			}
+		}
+		if h == nil {
+			if h, err = l.acquireRemote(wctx, name); err != nil {
+				l.queue.Done(name)
 				return nil, l.notObtained(wctx, err)
 			}
-			// The key went (with its session, or deleted): take the
-			// lock anew.
-			l.deleteKey(h)
-			h = nil
+			h.budget = l.queue.Waiting(name)
 		}
+		if l.onToken != nil {
+			l.onToken(name, h.token)
+		}
+		if l.aboveFloor(h) {
+			break
+		}
+		// An AdvanceFence returned after the floor was read: the token,
+		// a place chosen above the old floor or a base read before the
+		// new one, is not used. Take the next above the floor: a place
+		// of the batch, or a write of the key (still ours), which lands
+		// above it.
+		retake = true
 	}
-	if h == nil {
-		if h, err = l.acquireRemote(wctx, name); err != nil {
-			l.queue.Done(name)
-			return nil, l.notObtained(wctx, err)
-		}
-		h.budget = l.queue.Waiting(name)
+	if handed {
+		h.budget-- // the hand-over that gave us h
 	}
 	h.mu.Lock()
 	h.count = 1

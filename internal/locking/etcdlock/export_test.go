@@ -20,6 +20,11 @@ func (l *Locker) QueueDir(name string) string { return l.queueDir(name) }
 // before the first Acquire.
 func (l *Locker) OnParked(f func(predecessor string)) { l.parked = f }
 
+// OnToken makes every would-be holder of l call f once it has taken its
+// token (with the fence floor it read before), before its lease begins.
+// Set it before the first Acquire.
+func (l *Locker) OnToken(f func(name string, token int64)) { l.onToken = f }
+
 // NamesKept counts the lock names the Locker keeps state for.
 func (l *Locker) NamesKept() int {
 	l.mu.Lock()

@@ -24,7 +24,8 @@ import (
 // the next place of the batch, or, when none can be trusted, a new batch:
 // it writes the key again (only if it is still the hold's) and takes that
 // write's revision for the token, which orders the new holder after every
-// earlier one.
+// earlier one. A holder whose token is not above a fence floor raised
+// meanwhile takes another through it too (acquire).
 func (l *Locker) takeOver(ctx context.Context, h *hold) error {
 	if err := h.keyCtx.Err(); err != nil {
 		return context.Cause(h.keyCtx)
@@ -41,7 +42,6 @@ func (l *Locker) takeOver(ctx context.Context, h *hold) error {
 	if floor := l.floor(h.name); h.token >= floor {
 		if token, ok := h.batch.Next(floor, l.cfg.ttl/3); ok {
 			h.token = token
-			h.budget--
 			return nil
 		}
 	}
@@ -68,11 +68,7 @@ func (l *Locker) takeOver(ctx context.Context, h *hold) error {
 	if err != nil {
 		return err
 	}
-	if err := h.beginBatch(base, resp.Header.Revision, sent); err != nil {
-		return err
-	}
-	h.budget--
-	return nil
+	return h.beginBatch(base, resp.Header.Revision, sent)
 }
 
 // beginBatch makes h the first holder of a batch established at revision
@@ -91,18 +87,20 @@ func (h *hold) beginBatch(base, rev int64, sent time.Time) error {
 // revisions began again): it raises the fence base, and this process
 // hands on no place of a batch at or below it.
 func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) error {
-	// A fence no token can pass is refused before it stops this process's
-	// hand-overs (BaseAbove's check of atLeast; epoch 0 always fits).
+	// A fence no token can pass is refused before anything is written
+	// (BaseAbove's check of atLeast; epoch 0 always fits).
 	if _, err := locking.BaseAbove(atLeast, 0); err != nil {
 		return fmt.Errorf("etcdlock: advance the fence of %s: %w", name, err)
 	}
-	// This process hands on no place of an earlier batch at or below it.
+	// The floor (this process hands on no place of an earlier batch at
+	// or below atLeast, and begins no lease with such a token) is raised
+	// once the base is, not before: a holder whose token is not above the
+	// floor writes its key again for another, and that write must land
+	// above it. Raised first, the floor would send every holder that
+	// writes meanwhile round again for nothing, and, were the base never
+	// raised (a failure here), for as long as the name is in use.
 	l.use(name)
 	defer l.done(name)
-	l.mu.Lock()
-	ns := l.names[name]
-	ns.floor = max(ns.floor, atLeast)
-	l.mu.Unlock()
 	key := l.fenceKey(name)
 	for {
 		resp, err := l.client.Get(ctx, key)
@@ -124,6 +122,7 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 			return fmt.Errorf("etcdlock: advance the fence of %s: %w", name, err)
 		}
 		if base >= need {
+			l.raiseFloor(name, atLeast)
 			return nil
 		}
 		var modRev int64
@@ -138,6 +137,7 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 			return l.nodeError(fmt.Errorf("advance the fence of %s: %w", name, err))
 		}
 		if put.Succeeded {
+			l.raiseFloor(name, atLeast)
 			return nil
 		}
 	}

@@ -62,7 +62,9 @@ func WithWait(d time.Duration) Option {
 // WithNodeTimeout bounds each call to one Redis server (acquire round, renewal,
 // release). The default is 50ms for a Redlock, where a slow node must not eat
 // the lock's validity (the Redlock algorithm wants it small against the TTL),
-// and 1s for a single-node Locker, which has no other node to turn to.
+// and 1s for a single-node Locker, which has no other node to turn to. A
+// Redlock's calls that no acquisition waits for (a lease's release, Reset,
+// AdvanceFence) are bounded by it but at least 1s.
 //
 // The bound is a context deadline, which go-redis honours only for clients
 // built with redis.Options.ContextTimeoutEnabled; without it a call to a
@@ -114,6 +116,15 @@ func WithKeyPrefix(p string) Option {
 func WithRenewalObserver(f func(key string, err error)) Option {
 	return func(c *config) { c.onRenew = f }
 }
+
+// unhurriedTimeout bounds each node's call of a Redlock's calls that no
+// acquisition waits for (a lease's release, Reset, AdvanceFence): the node
+// timeout, but at least a second. The node timeout is small for the
+// acquisition rounds and renewals, where a slow node must not eat the
+// lock's validity; off that path, giving up on a node that answers a
+// little later (a durable server under load) only makes the call fail for
+// nothing.
+func (c *config) unhurriedTimeout() time.Duration { return max(c.nodeTimeout, time.Second) }
 
 func (c *config) renewInterval() time.Duration {
 	if c.renewEvery > 0 {

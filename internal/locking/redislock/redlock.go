@@ -92,7 +92,7 @@ func (r *Redlock) AdvanceFence(ctx context.Context, key string, atLeast int64) e
 		return err
 	}
 	fence := r.c.cfg.prefix + key + ":fence"
-	timeout := max(r.c.cfg.nodeTimeout, time.Second)
+	timeout := r.c.cfg.unhurriedTimeout()
 	errs := make([]error, len(r.q.nodes))
 	var wg sync.WaitGroup
 	for i, n := range r.q.nodes {

@@ -17,12 +17,13 @@ type result struct {
 	err  error
 }
 
-// run calls f on every node in parallel, each call bounded by the node
-// timeout, and returns the answers as soon as decided says the outcome is
-// known (or all answered): a dead node must not hold up a majority that has
-// answered. Calls still running then finish in the background, counted in
-// wg; join wg before touching those nodes again for the same attempt.
-func (q *quorum) run(ctx context.Context, wg *sync.WaitGroup,
+// run calls f on every node in parallel, each call bounded by timeout (the
+// node timeout, or a release's longer one), and returns the answers as soon
+// as decided says the outcome is known (or all answered): a dead node must
+// not hold up a majority that has answered. Calls still running then
+// finish in the background, counted in wg; join wg before touching those
+// nodes again for the same attempt.
+func (q *quorum) run(ctx context.Context, wg *sync.WaitGroup, timeout time.Duration,
 	f func(ctx context.Context, i int, n rnode) (any, error), decided func(answers []result) bool,
 ) []result {
 	ch := make(chan result, len(q.nodes)) // never blocks a straggler
@@ -40,7 +41,7 @@ func (q *quorum) run(ctx context.Context, wg *sync.WaitGroup,
 		go func() {
 			defer wg.Done()
 			defer q.ran(wg)
-			ctx, cancel := context.WithTimeout(ctx, q.cfg.nodeTimeout)
+			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			v, err := f(ctx, i, n)
 			if err != nil {
@@ -108,7 +109,7 @@ func nodeErrors(answers []result) []error {
 func (q *quorum) extend(ctx context.Context, a *attempt) (time.Time, error) {
 	a.pending.Wait()
 	start := time.Now()
-	answers := q.run(ctx, a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+	answers := q.run(ctx, a.pending, q.cfg.nodeTimeout, func(ctx context.Context, i int, n rnode) (any, error) {
 		return redlockExtend.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, a.token, ms(q.cfg.ttl), locking.EpochOf(a.fence)).Int64()
 	}, q.counted(isOne))
 	n := 0
@@ -137,7 +138,14 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 		return slotGrant{}, nil
 	}
 	q.leaveGateQueue(ctx, a, false) // if removing it after the win failed; release retires the token
-	n, errs := q.releaseSettled(ctx, a.pending, a.key, a.token, nil, true)
+	// A lease's release is not on an acquisition's path (the next local
+	// waiter waits for its outcome, which it needs; core.abandon's rare
+	// give-back of a lock whose validity ran out goes through here too):
+	// its calls get the longer timeout of the calls off that path. Under
+	// the node timeout's 50 ms a release on durable servers under load
+	// (appendfsync always) gave up on every node, reported the lock lost
+	// and left the key on them for the next holder to wait out.
+	n, errs := q.releaseSettled(ctx, q.cfg.unhurriedTimeout(), a.pending, a.key, a.token, nil, true)
 	var g slotGrant
 	if next != nil && n > 0 {
 		// The next local waiter listens for the release's announcement,
@@ -166,9 +174,9 @@ func (q *quorum) leave(ctx context.Context, a *attempt, next *attempt) (slotGran
 // on may still reach a hung server when it resumes; waiting did not
 // prevent that either. It leaves our key on one node for one TTL, a
 // minority: an obstacle, never a second holder.)
-func (q *quorum) releaseSettled(ctx context.Context, pending *sync.WaitGroup, key, token string, skip map[int]bool, publish bool) (int, []error) {
+func (q *quorum) releaseSettled(ctx context.Context, timeout time.Duration, pending *sync.WaitGroup, key, token string, skip map[int]bool, publish bool) (int, []error) {
 	if q.settled(pending) {
-		return q.release(ctx, key, token, skip, publish)
+		return q.release(ctx, timeout, key, token, skip, publish)
 	}
 	// A node that answers answers within a fraction of the node timeout:
 	// give the calls that long, so that only a node that hangs costs the
@@ -182,28 +190,28 @@ func (q *quorum) releaseSettled(ctx context.Context, pending *sync.WaitGroup, ke
 	defer grace.Stop()
 	select {
 	case <-done:
-		return q.release(ctx, key, token, skip, publish)
+		return q.release(ctx, timeout, key, token, skip, publish)
 	case <-grace.C:
 	}
-	n, errs := q.release(ctx, key, token, skip, publish)
+	n, errs := q.release(ctx, timeout, key, token, skip, publish)
 	q.background(func() {
 		<-done
-		q.release(ctx, key, token, skip, false)
+		q.release(ctx, timeout, key, token, skip, false)
 	})
 	return n, errs
 }
 
 // release deletes token's lock on every node but skip (announcing the
-// release if publish). With calls for the lock still running, use
-// releaseSettled. It returns when a
-// majority confirmed, or cannot; the rest finish in the background, joined
-// by Close.
-func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bool, publish bool) (int, []error) {
+// release if publish), each call bounded by timeout. With calls for the
+// lock still running, use releaseSettled. It returns when a majority
+// confirmed, or cannot; the rest finish in the background, joined by
+// Close.
+func (q *quorum) release(ctx context.Context, timeout time.Duration, key, token string, skip map[int]bool, publish bool) (int, []error) {
 	pub := "0"
 	if publish {
 		pub = "1"
 	}
-	answers := q.run(ctx, &q.bg, func(ctx context.Context, i int, n rnode) (any, error) {
+	answers := q.run(ctx, &q.bg, timeout, func(ctx context.Context, i int, n rnode) (any, error) {
 		if skip[i] {
 			return int64(0), nil
 		}
@@ -219,11 +227,12 @@ func (q *quorum) release(ctx context.Context, key, token string, skip map[int]bo
 }
 
 // reset deletes the lock's keys on every node; unlike the lock calls it
-// waits for every node (up to a second each): it is an administrative call,
-// and "best effort on all nodes" means trying all of them.
+// waits for every node (up to a second each, unhurriedTimeout): it is an
+// administrative call, and "best effort on all nodes" means trying all of
+// them.
 func (q *quorum) reset(ctx context.Context, key string) error {
 	var wg sync.WaitGroup
-	timeout := max(q.cfg.nodeTimeout, time.Second)
+	timeout := q.cfg.unhurriedTimeout()
 	errs := make([]error, len(q.nodes))
 	for i, n := range q.nodes {
 		wg.Go(func() {

@@ -35,7 +35,7 @@ func (q *quorum) tryAll(ctx context.Context, a *attempt, p int64) round {
 	// lands puts the lock on one more node, which is what lets the holder
 	// survive the loss of others. The node timeout still bounds them.
 	token := a.token // the calls may outlive the round; a.token may not
-	answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+	answers := q.run(context.WithoutCancel(ctx), a.pending, q.cfg.nodeTimeout, func(ctx context.Context, i int, n rnode) (any, error) {
 		return redlockAcquire.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, token, ms(q.cfg.ttl), p).Slice()
 	}, q.counted(won))
 	r := round{proposal: p, holders: map[string]int{}, pttl: map[string]time.Duration{}, others: map[int]bool{}}
@@ -102,7 +102,7 @@ func (q *quorum) settle(ctx context.Context, a *attempt, r *round, start time.Ti
 		// round may have made it ours on more nodes. The more nodes carry the
 		// token, the more node losses the fencing survives (doc.go).
 		token := a.token
-		answers := q.run(context.WithoutCancel(ctx), a.pending, func(ctx context.Context, i int, n rnode) (any, error) {
+		answers := q.run(context.WithoutCancel(ctx), a.pending, q.cfg.nodeTimeout, func(ctx context.Context, i int, n rnode) (any, error) {
 			return redlockFence.Run(ctx, n.client, []string{a.key, a.key + ":fence"}, token, counter).Int64()
 		}, q.counted(isOne))
 		r.errs = append(r.errs, nodeErrors(answers)...)
@@ -145,7 +145,9 @@ func (q *quorum) undoRound(ctx context.Context, a *attempt, r *round, gateOurs b
 			break
 		}
 	}
-	q.releaseSettled(context.WithoutCancel(ctx), a.pending, a.key, a.token, skip, len(r.ours) >= q.need || heldGate && topVotes < q.need)
+	// Under the node timeout, unlike a lease's release (leave): the next
+	// round waits for this one, within the acquisition's wait.
+	q.releaseSettled(context.WithoutCancel(ctx), q.cfg.nodeTimeout, a.pending, a.key, a.token, skip, len(r.ours) >= q.need || heldGate && topVotes < q.need)
 	// The next round sets a new value. With the same one, a release
 	// call of this round that reaches a node late (after the client
 	// gave up on it, even) would find the key "already ours" again

@@ -61,7 +61,10 @@
 // earlier batch at or below it (it skips to the batch's first place above
 // it, if there is one, else its next holder writes; another process may:
 // the store refuses it, that process advances the fence in turn, and its
-// next holder skips or writes).
+// next holder skips or writes). Once AdvanceFence has returned, no lease of
+// this process begins with a token at or below atLeast, however its token
+// was taken: a holder compares it with the floor as its lease begins, under
+// the lock the floor is raised under, and takes another if it must.
 //
 // A hand-over without a write trusts the session: it is made only while
 // the client has not lost its connection since the batch's write (the

@@ -10,6 +10,11 @@ func (l *Locker) SetWatchHook(f func(node, pred string)) { l.onWatch = f }
 // the answer was lost). Set it before use.
 func (l *Locker) SetCreateHook(f func(path string, err error) (string, error)) { l.onCreate = f }
 
+// SetTokenHook makes every would-be holder call f once it has taken its
+// token (with the fence floor it read before), before its lease begins.
+// Set it before use.
+func (l *Locker) SetTokenHook(f func(name string, token int64)) { l.onToken = f }
+
 // WatchesFired counts the predecessor watches that woke this Locker.
 func (l *Locker) WatchesFired() int64 { return l.watches.Load() }
 

@@ -43,6 +43,13 @@ type hold struct {
 
 // hold makes n's lock this goroutine's: a token (the next place of n's
 // batch, or a token write that begins a new one), then a lease.
+//
+// The lease begins under l.mu, the lock AdvanceFence raises the fence
+// floor under, and only with a token above the floor as it is then: the
+// floor read before the token was taken may be out of date by the time it
+// is (an AdvanceFence that returned in between: the place was chosen
+// above the old floor, the write's base read before the new one). A
+// token at or below it is not used: the next is taken above it.
 func (l *Locker) hold(ctx, wctx context.Context, n *node) (*Lease, error) {
 	for {
 		l.mu.Lock()
@@ -51,6 +58,9 @@ func (l *Locker) hold(ctx, wctx context.Context, n *node) (*Lease, error) {
 		token, err := l.takeToken(wctx, n, epoch, floor)
 		if err != nil {
 			return nil, err
+		}
+		if l.onToken != nil {
+			l.onToken(n.name, token)
 		}
 		h := &hold{l: l, n: n, token: token, count: 1}
 		h.ctx, h.cancel = context.WithCancelCause(locking.WithHold(ctx, l, n.name, h))
@@ -68,6 +78,15 @@ func (l *Locker) hold(ctx, wctx context.Context, n *node) (*Lease, error) {
 			if wctx.Err() != nil {
 				return nil, wctx.Err()
 			}
+			continue
+		}
+		if token <= l.nameLocked(n.name).floor {
+			// An AdvanceFence returned after the floor was read: take the
+			// batch's first place above its floor, or write again. The
+			// floor is raised only once the fence base is (AdvanceFence),
+			// so a write from now on lands above it: this ends.
+			l.mu.Unlock()
+			h.cancel(context.Canceled)
 			continue
 		}
 		l.holds[h] = struct{}{}

@@ -206,21 +206,13 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 	if err := validName(name); err != nil {
 		return err
 	}
-	// The bound BaseAbove checks below, checked before the floor is
-	// raised: a floor past it would leave no place to hand on.
+	// The bound BaseAbove checks below, checked before anything is
+	// written: a floor past it would leave no place to hand on.
 	if _, err := locking.BaseAbove(atLeast, 0); err != nil {
 		return fmt.Errorf("zklock: %s: %w", name, err)
 	}
 	l.use(name)
 	defer l.done(name)
-	// This process hands on no place at or below atLeast: the next holder
-	// here takes its batch's first place above it (every place of a batch
-	// is below every later batch's tokens, so skipping places keeps
-	// tokens growing), or begins a new batch if it has none.
-	l.mu.Lock()
-	ns := l.nameLocked(name)
-	ns.floor = max(ns.floor, atLeast)
-	l.mu.Unlock()
 	path := l.dir(name) + "/" + fenceNode
 	for {
 		l.forgetFence(name)
@@ -241,16 +233,41 @@ func (l *Locker) AdvanceFence(ctx context.Context, name string, atLeast int64) e
 			return fmt.Errorf("zklock: %s: %w", name, err)
 		}
 		if base >= need {
+			l.raiseFloor(name, atLeast)
 			return nil
 		}
 		_, err = call(l, ctx, func() (*zk.Stat, error) {
 			return l.conn.Set(path, []byte(strconv.FormatInt(need, 10)), version)
 		}, nil)
-		if err == nil || !errors.Is(err, zk.ErrBadVersion) {
+		if err == nil {
+			l.forgetFence(name)
+			l.raiseFloor(name, atLeast)
+			return nil
+		}
+		if !errors.Is(err, zk.ErrBadVersion) {
 			l.forgetFence(name)
 			return l.nodeError(err)
 		}
 	}
+}
+
+// raiseFloor makes this process hand on no place of name at or below
+// atLeast, and begin no lease with such a token (hold): the next holder
+// here takes its batch's first place above it (every place of a batch is
+// below every later batch's tokens, so skipping places keeps tokens
+// growing), or begins a new batch if it has none.
+//
+// AdvanceFence raises the floor once the fence base is raised, not before:
+// a holder that finds its token at or below the floor takes another, and a
+// token write after the floor was raised must land above it. Raised
+// first, the floor would send every holder that writes meanwhile round
+// again for nothing, and, were the base never raised (AdvanceFence
+// failed), for as long as this process remembers the name.
+func (l *Locker) raiseFloor(name string, atLeast int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ns := l.nameLocked(name)
+	ns.floor = max(ns.floor, atLeast)
 }
 
 // touchToken writes this process's token node for name and returns the

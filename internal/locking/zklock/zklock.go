@@ -46,8 +46,9 @@ type Locker struct {
 	// Test hooks, set before use.
 	onWatch  func(node, predecessor string) // after each watch is set
 	onCreate func(path string, err error) (string, error)
-	onFind   func(err error) error // passes each lookup by GUID's error
-	watches  atomic.Int64          // predecessor watches that woke a waiter (its deletion, or a session change)
+	onFind   func(err error) error          // passes each lookup by GUID's error
+	onToken  func(name string, token int64) // after a holder took its token, before its lease begins
+	watches  atomic.Int64                   // predecessor watches that woke a waiter (its deletion, or a session change)
 
 	mu         sync.Mutex
 	closed     bool

@@ -7,6 +7,12 @@ if e < loaded then
   return redis.error_reply('STALE sale ' .. ARGV[1] .. ' is older than sale ' .. loaded .. ', started since')
 end
 if e == loaded and redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then return 'OK' end
+if ARGV[6] == 'resume' and e ~= loaded then
+  -- Resuming a start: only a server that holds the start's announcement
+  -- (its close) may open the sale; one that lost it (wiped, or restored
+  -- from an older copy) may also have lost orders the sale took.
+  return redis.error_reply('LOST the announcement of sale ' .. ARGV[1] .. ' is not here (' .. loaded .. ')')
+end
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 if ARGV[5] ~= '' then
   -- Until the end, in whole milliseconds rounded down (redis-watch

@@ -10,7 +10,15 @@ if string.sub(sale[4] or '', 1, 9) == 'checking:' then
 end
 local id = replid()
 if not id or sale[4] ~= id then return {'unchecked'} end
-if redis.call('GET', KEYS[4]) == sale[3] then return {'ok', ARGV[1]} end
+-- The order's placed key: "<base> <entry id>" once this very order was
+-- taken (an earlier run of the call whose answer was lost), in this sale.
+local placed = redis.call('GET', KEYS[4])
+if placed then
+  local sep = string.find(placed, ' ', 1, true)
+  if (sep and string.sub(placed, 1, sep - 1) or placed) == sale[3] then
+    return {'ok', ARGV[1], sep and string.sub(placed, sep + 1) or ''}
+  end
+end
 local key, fp = ARGV[4], ARGV[5]
 if key ~= '' then
   local prior = redis.call('HGET', KEYS[2], key)
@@ -45,7 +53,13 @@ end
 if ARGV[9] ~= '0' then
   table.insert(entry, 'hd'); table.insert(entry, ARGV[9])
 end
-redis.call('XADD', KEYS[3], '*', unpack(entry))
+if limit > 0 then
+  -- Claimed on the buyer's count: its return gives this much back.
+  table.insert(entry, 'c'); table.insert(entry, ARGV[2])
+end
+-- The entry's id is Redis's time of the order, in milliseconds: a held
+-- order's hold runs from it.
+local xid = redis.call('XADD', KEYS[3], '*', unpack(entry))
 if key ~= '' then redis.call('HSET', KEYS[2], key, fp .. ' ' .. ARGV[1]) end
-redis.call('SET', KEYS[4], sale[3], 'PX', ARGV[6])
-return {'ok', ARGV[1]}
+redis.call('SET', KEYS[4], sale[3] .. ' ' .. xid, 'PX', ARGV[6])
+return {'ok', ARGV[1], xid}

@@ -28,13 +28,17 @@ if ARGV[3] == 'restock' then
   end
   return 'OK ' .. n
 end
-for i = 4, #ARGV, 3 do
+-- Returns: id, quantity, buyer, and the units the order claimed on its
+-- buyer's count (0 when taken without a limit): what the count gets back,
+-- so it never falls below what the buyer's counted orders hold.
+for i = 4, #ARGV, 4 do
   if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then
     local q = tonumber(ARGV[i + 1])
     redis.call('HINCRBY', KEYS[1], 'available', q)
     redis.call('HINCRBY', KEYS[1], 'returned', q)
     redis.call('HINCRBY', KEYS[1], 'returns', 1)
-    if redis.call('HEXISTS', KEYS[3], ARGV[i + 2]) == 1 then redis.call('HINCRBY', KEYS[3], ARGV[i + 2], -q) end
+    local c = tonumber(ARGV[i + 3])
+    if c > 0 then redis.call('HINCRBY', KEYS[3], ARGV[i + 2], -c) end
     n = n + 1
   end
 end
