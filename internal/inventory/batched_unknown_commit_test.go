@@ -2,7 +2,6 @@ package inventory_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,34 +27,7 @@ func (s *lateBatchCommit) InBatchTx(ctx context.Context, fn func(context.Context
 	if !s.armed.CompareAndSwap(true, false) {
 		return s.Store.InBatchTx(ctx, fn)
 	}
-	ready := make(chan error, 1)
-	go func() {
-		s.done <- s.Store.InBatchTx(context.WithoutCancel(ctx), func(ctx context.Context, tx batched.Tx) error {
-			err := fn(ctx, tx)
-			ready <- err
-			if err == nil {
-				s.held <- batchSession(ctx, tx)
-				<-s.release
-			}
-			return err
-		})
-	}()
-	if err := <-ready; err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: connection reset while COMMIT was on its way (test)", inventory.ErrOutcomeUnknown)
-}
-
-// batchSession is the database session of a batch's transaction.
-func batchSession(ctx context.Context, tx batched.Tx) int64 {
-	s, ok := tx.(interface {
-		SessionID(context.Context) (int64, error)
-	})
-	if !ok {
-		return 0
-	}
-	id, _ := s.SessionID(ctx)
-	return id
+	return holdCommit(ctx, s.Store.InBatchTx, fn, s.held, s.release, s.done)
 }
 
 // TestBatchedOrderWhoseCommitLandsAfterItsAnswerWasLostIsFound: batched's

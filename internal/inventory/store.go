@@ -169,6 +169,29 @@ type SaleStart struct {
 	BeforeCommit func(ctx context.Context, sale int64) error
 }
 
+// Finish is the end of every store's start transaction, once the sale's
+// row holds number sale: st.Key recorded with that number
+// (ErrAdminKeyTaken when the key exists already), then st.BeforeCommit.
+func (st SaleStart) Finish(ctx context.Context, tx interface {
+	InsertAdminKey(ctx context.Context, r AdminRecord) (bool, error)
+}, sale int64) error {
+	if st.Key.Key != "" {
+		key := st.Key
+		key.Sale = sale
+		inserted, err := tx.InsertAdminKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			return ErrAdminKeyTaken
+		}
+	}
+	if st.BeforeCommit == nil {
+		return nil
+	}
+	return st.BeforeCommit(ctx, sale)
+}
+
 // ErrAdminKeyTaken: an admin write's Idempotency-Key was recorded by
 // another transaction first; nothing of this one was written.
 var ErrAdminKeyTaken = errors.New("admin idempotency key taken")

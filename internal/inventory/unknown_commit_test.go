@@ -29,14 +29,23 @@ func (s *lateCommit) InTx(ctx context.Context, fn func(context.Context, inventor
 	if !s.armed.CompareAndSwap(true, false) {
 		return s.Store.InTx(ctx, fn)
 	}
+	return holdCommit(ctx, s.Store.InTx, fn, s.held, s.release, s.done)
+}
+
+// holdCommit runs fn in a transaction begun by begin on a goroutine of its
+// own, and once fn is done reports the commit's answer lost
+// (ErrOutcomeUnknown) while the transaction, row locks and all, waits for
+// release to commit; its session is sent on held, its end on done.
+func holdCommit[T any](ctx context.Context, begin func(context.Context, func(context.Context, T) error) error,
+	fn func(context.Context, T) error, held chan<- int64, release <-chan struct{}, done chan<- error) error {
 	ready := make(chan error, 1)
 	go func() {
-		s.done <- s.Store.InTx(context.WithoutCancel(ctx), func(ctx context.Context, tx inventory.Tx) error {
+		done <- begin(context.WithoutCancel(ctx), func(ctx context.Context, tx T) error {
 			err := fn(ctx, tx)
 			ready <- err
 			if err == nil {
-				s.held <- sessionOfTx(ctx, tx)
-				<-s.release
+				held <- sessionOfTx(ctx, tx)
+				<-release
 			}
 			return err
 		})
@@ -48,7 +57,7 @@ func (s *lateCommit) InTx(ctx context.Context, fn func(context.Context, inventor
 }
 
 // sessionOfTx is the database session of tx (0 when it has none).
-func sessionOfTx(ctx context.Context, tx inventory.Tx) int64 {
+func sessionOfTx(ctx context.Context, tx any) int64 {
 	s, ok := tx.(interface {
 		SessionID(context.Context) (int64, error)
 	})

@@ -303,21 +303,7 @@ func (s *Store) StartSaleWith(ctx context.Context, st inventory.SaleStart) (int6
 				return wrap(ctx, err)
 			}
 		}
-		if st.Key.Key != "" {
-			key := st.Key
-			key.Sale = epoch
-			inserted, err := t.InsertAdminKey(ctx, key)
-			if err != nil {
-				return err
-			}
-			if !inserted {
-				return inventory.ErrAdminKeyTaken
-			}
-		}
-		if st.BeforeCommit == nil {
-			return nil
-		}
-		return wrap(ctx, st.BeforeCommit(ctx, epoch))
+		return wrap(ctx, st.Finish(ctx, t, epoch))
 	})
 	return epoch, err
 }
