@@ -27,8 +27,9 @@ demo-quick: ## the same, smaller: a few minutes (the catalog takes 500 SKUs)
 
 test: services vet unit fuzz ## set up the servers and run the whole suite (-race, fuzzing)
 
-build: ## build bin/stock
+build: ## build bin/stock and bin/servers
 	$(GO) build -o $(BIN) ./cmd/stock
+	$(GO) build -o bin/servers ./cmd/servers
 
 services: ## install and start what is missing: PostgreSQL, MariaDB, Redis; install etcd, ZooKeeper
 	@bash scripts/ensure-services.sh

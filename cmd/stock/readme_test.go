@@ -1,11 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/testdb"
 )
 
 // TestReadmeNamesEveryStrategy: the README's table of strategies has a row
@@ -83,4 +91,143 @@ func TestReadmeQuotesThePublishedRun(t *testing.T) {
 	if quoted < 5 {
 		t.Errorf("only %d lines with figures found in the section: is it still the demo's summary?", quoted)
 	}
+	if newest := newestFullRun(t); !strings.HasPrefix(link, "docs/results/"+newest+"/") {
+		t.Errorf("README.md quotes %s; the newest full run published is %s", link, newest)
+	}
+}
+
+// newestFullRun is the folder under docs/results of the newest published
+// run of every strategy on both engines in the default mode (not a quick
+// run, not a rerun of a few): folders are named by the run's start.
+func newestFullRun(t *testing.T) string {
+	t.Helper()
+	entries, err := os.ReadDir("../../docs/results")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := fmt.Sprintf("%d strategies × 2 backends", len(inventory.Strategies()))
+	newest := ""
+	for _, e := range entries {
+		head, err := os.ReadFile("../../docs/results/" + e.Name() + "/report.md")
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		first := string(head[:min(len(head), 600)])
+		if strings.Contains(first, full) && strings.Contains(first, "mode default") && e.Name() > newest {
+			newest = e.Name()
+		}
+	}
+	if newest == "" {
+		t.Fatal("docs/results holds no full run")
+	}
+	return newest
+}
+
+// readmeSession is the README's by-hand session: its shell blocks between
+// "## Run one strategy by hand" and the next section, in order, and each
+// answer it shows (the comment lines "# … → NNN", in order).
+func readmeSession(t *testing.T) (script string, shown []string) {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	begin := strings.Index(readme, "## Run one strategy by hand")
+	if begin < 0 {
+		t.Fatal(`README.md has no section "## Run one strategy by hand"`)
+	}
+	section := readme[begin:]
+	if end := strings.Index(section[3:], "\n## "); end >= 0 {
+		section = section[:end+3]
+	}
+	var blocks []string
+	for rest := section; ; {
+		i := strings.Index(rest, "```sh\n")
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len("```sh\n"):]
+		j := strings.Index(rest, "```")
+		if j < 0 {
+			t.Fatal("an unclosed ```sh block in the README's session")
+		}
+		blocks = append(blocks, rest[:j])
+		rest = rest[j+3:]
+	}
+	script = strings.Join(blocks, "")
+	for line := range strings.Lines(script) {
+		if c, ok := strings.CutPrefix(strings.TrimSpace(line), "# "); ok && strings.Contains(c, " → ") {
+			shown = append(shown, c)
+		}
+	}
+	if len(blocks) < 3 || len(shown) < 8 {
+		t.Fatalf("the README's session has %d shell blocks and %d answers shown: is it still the by-hand session?", len(blocks), len(shown))
+	}
+	return script, shown
+}
+
+// TestReadmeSessionRunsAsWritten runs the README's by-hand session as
+// written, in one bash, from the top of the repository: the set-up, two
+// instances (conditional with holds, etcd-lock on its own port) and every
+// call, and checks that each answer it prints has the status and the shape
+// the README shows for it ("…" stands for what changes from run to run).
+// Only the instances' addresses are the test's (A, B: free ports; the
+// README's defaults are 8080 and 8081).
+func TestReadmeSessionRunsAsWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts real processes")
+	}
+	for _, tool := range []string{"bash", "make", "curl", "openssl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("CI=true and %s is missing: %v", tool, err)
+			}
+			t.Skipf("%s is missing: %v", tool, err)
+		}
+	}
+	dbURL := testdb.URL(t, "postgres") // skips (fails under CI) without PostgreSQL
+	script, shown := readmeSession(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", "set -eu -o pipefail\n"+script)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "A="+freeAddr(t), "B="+freeAddr(t), "DATABASE_URL="+dbURL)
+	// Its own process group: whatever the session left running (it ends
+	// with kill, but a failure stops it first) is ended with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if err != nil {
+		t.Fatalf("the README's session failed: %v\n%s", err, out.String())
+	}
+	var printed []string
+	for line := range strings.Lines(out.String()) {
+		if line = strings.TrimSpace(line); strings.Contains(line, " → ") && strings.HasPrefix(line, "{") {
+			printed = append(printed, line)
+		}
+	}
+	if len(printed) != len(shown) {
+		t.Fatalf("the session printed %d answers, the README shows %d:\n%s", len(printed), len(shown), out.String())
+	}
+	for i, want := range shown {
+		if !shapeOf(want).MatchString(printed[i]) {
+			t.Errorf("answer %d: printed\n\t%s\nthe README shows\n\t%s", i+1, printed[i], want)
+		}
+	}
+}
+
+// shapeOf is the README's shown answer as a pattern: literal, with "…"
+// standing for any text.
+func shapeOf(shown string) *regexp.Regexp {
+	parts := strings.Split(shown, "…")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return regexp.MustCompile("^" + strings.Join(parts, ".*") + "$")
 }
