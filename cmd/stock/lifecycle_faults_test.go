@@ -18,8 +18,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/mysql"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 )
@@ -299,7 +299,7 @@ func newSweepWatch(t *testing.T, ctx context.Context, engine, dbURL string) *swe
 		w.pg = conn
 		return w
 	}
-	cfg, err := mysql.ParseURL(dbURL)
+	cfg, err := dburl.MySQL(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/flashsale/stock/internal/mysql"
+	"github.com/flashsale/stock/internal/dburl"
 	dbstore "github.com/flashsale/stock/internal/store"
 )
 
@@ -86,7 +86,7 @@ func innodbWaits(status string) map[int64]bool {
 // openMySQL opens a database/sql pool on a mysql:// DATABASE_URL, with the
 // adapter's own reading of the URL.
 func openMySQL(databaseURL string) (*sql.DB, error) {
-	cfg, err := mysql.ParseURL(databaseURL)
+	cfg, err := dburl.MySQL(databaseURL)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flashsale/stock/internal/mysql"
+	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/testredis"
 )
 
@@ -398,7 +398,7 @@ func execAdmin(ctx context.Context, rawURL, stmt string) error {
 }
 
 func openMySQL(rawURL string) (*sql.DB, error) {
-	cfg, err := mysql.ParseURL(rawURL)
+	cfg, err := dburl.MySQL(rawURL)
 	if err != nil {
 		return nil, err
 	}

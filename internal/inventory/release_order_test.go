@@ -1,7 +1,7 @@
 package inventory_test
 
-// The review of the sweep's one statement per SKU for its buyers' counts
-// (Tx.ReleaseUnitsOf); the harness is lifecycle_review_test.go's.
+// The sweep's one statement per SKU for its buyers' counts
+// (Tx.ReleaseUnitsOf); the harness is lifecycle_races_test.go's.
 
 import (
 	"context"

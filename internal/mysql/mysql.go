@@ -9,7 +9,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/flashsale/stock/internal/batched"
+	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
 	schema "github.com/flashsale/stock/sql"
 )
@@ -68,75 +68,18 @@ func WithLockWaitTimeout(d time.Duration) Option {
 }
 
 // ioTimeout is the driver's readTimeout and writeTimeout unless the URL sets
-// them. It must exceed the longest statement: a row-lock wait, which
-// lockWaitSeconds keeps to the order's deadline, or to noDeadlineLockWait.
-const ioTimeout = 30 * time.Second
+// them (dburl.MySQL).
+const ioTimeout = dburl.MySQLIOTimeout
 
 // noDeadlineLockWait bounds the row-lock waits of a transaction without a
 // deadline when WithLockWaitTimeout is not set: below ioTimeout, so the
 // answer is InnoDB's 1205, not a connection cut mid-statement.
 const noDeadlineLockWait = 20 * time.Second
 
-// ParseURL turns mysql://user:pass@host:port/db?param=value into the driver's
-// configuration. Parameters are the driver's DSN parameters (tls, timeout, …).
-// Unless the URL says otherwise, times are parsed and query arguments are
-// interpolated by the client, which saves a prepare round trip per
-// statement; that is safe because the connection's charset is utf8mb4.
-func ParseURL(raw string) (*mysql.Config, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: parse DATABASE_URL: %w", err)
-	}
-	if u.Scheme != "mysql" {
-		return nil, fmt.Errorf("mysql: DATABASE_URL must start with mysql://, not %s://", u.Scheme)
-	}
-	host := u.Host
-	if host == "" {
-		return nil, errors.New("mysql: DATABASE_URL has no host")
-	}
-	if u.Port() == "" {
-		host += ":3306"
-	}
-	db := strings.TrimPrefix(u.Path, "/")
-	if db == "" || strings.Contains(db, "/") {
-		return nil, errors.New("mysql: DATABASE_URL must name one database, as in mysql://root@127.0.0.1:3306/stock")
-	}
-	q := u.Query()
-	defaults := map[string]string{
-		"parseTime": "true", "interpolateParams": "true", "charset": "utf8mb4", "timeout": "5s",
-		// database/sql commits and rolls back without a context, so only
-		// I/O timeouts bound them (and any call without a deadline) when
-		// the server stops answering.
-		"readTimeout": ioTimeout.String(), "writeTimeout": ioTimeout.String(),
-	}
-	for k, v := range defaults {
-		if !q.Has(k) {
-			q.Set(k, v)
-		}
-	}
-	// The driver's own DSN parser handles the parameters; only the user
-	// info needs the driver's quoting rules, so it is set afterwards.
-	cfg, err := mysql.ParseDSN(fmt.Sprintf("tcp(%s)/%s?%s", host, db, q.Encode()))
-	if err != nil {
-		return nil, fmt.Errorf("mysql: DATABASE_URL: %w", err)
-	}
-	if cfg.ClientFoundRows {
-		// With CLIENT_FOUND_ROWS the server counts rows an UPDATE matched,
-		// not rows it changed: the idempotency insert's no-op update of a
-		// key taken by another order would count as inserted, and one key
-		// would deduct twice. No other driver parameter changes what
-		// RowsAffected means.
-		return nil, errors.New("mysql: DATABASE_URL sets clientFoundRows=true, which makes a duplicate idempotency key count as a new order; remove it")
-	}
-	cfg.User = u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	return cfg, nil
-}
-
 // Open connects to the database at url (mysql://user:pass@host:port/db) and
 // checks that it answers.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
-	cfg, err := ParseURL(url)
+	cfg, err := dburl.MySQL(url)
 	if err != nil {
 		return nil, err
 	}
@@ -751,3 +694,6 @@ func wrapCommit(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, err)
 }
+
+// ParseURL is dburl.MySQL, for the callers not moved to it yet.
+func ParseURL(raw string) (*mysql.Config, error) { return dburl.MySQL(raw) }

@@ -10,8 +10,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/mysql"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 )
@@ -58,7 +58,7 @@ func postgresLockWaiter(t *testing.T, url string) lockWaiter {
 }
 
 func mysqlLockWaiter(t *testing.T, url string) lockWaiter {
-	cfg, err := mysql.ParseURL(url)
+	cfg, err := dburl.MySQL(url)
 	if err != nil {
 		t.Fatal(err)
 	}

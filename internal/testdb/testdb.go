@@ -25,8 +25,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/mysql"
 	"github.com/flashsale/stock/internal/store"
 )
 
@@ -114,7 +114,7 @@ func postgresURL(tb testing.TB) string {
 func mysqlURL(tb testing.TB) string {
 	tb.Helper()
 	base := serverURL("TEST_MYSQL_URL", DefaultMySQLURL)
-	cfg, err := mysql.ParseURL(base)
+	cfg, err := dburl.MySQL(base)
 	if err != nil {
 		tb.Fatalf("TEST_MYSQL_URL: %v", err)
 	}

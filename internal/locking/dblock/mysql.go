@@ -9,7 +9,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/flashsale/stock/internal/mysql"
+	"github.com/flashsale/stock/internal/dburl"
 )
 
 // mysqlTable is the lock table on MySQL/MariaDB. Times are
@@ -28,7 +28,7 @@ type mysqlTable struct {
 }
 
 func openMySQL(url string, maxConns int) (*mysqlTable, error) {
-	cfg, err := mysql.ParseURL(url)
+	cfg, err := dburl.MySQL(url)
 	if err != nil {
 		return nil, fmt.Errorf("dblock: %w", err)
 	}

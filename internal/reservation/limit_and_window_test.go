@@ -64,7 +64,7 @@ func entryMillis(t *testing.T, m redis.XMessage) int64 {
 // that ended 56 years ago. The same input through a SQL strategy is refused
 // (ends_at <= statement_timestamp()). Schedule:
 // StartSaleWindow(ends_at=1970-01-01Z), PlaceOrder.
-func TestReviewWindowEndedAtOrBeforeUnixEpochStillSells(t *testing.T) {
+func TestWindowEndedAtOrBeforeUnixEpochStillSells(t *testing.T) {
 	t.Run("for-update (the SQL reference)", func(t *testing.T) {
 		db := testdb.New(t, "postgres", 4)
 		svc := inventory.NewService(db, inventory.NewForUpdate())
@@ -108,7 +108,7 @@ func TestReviewWindowEndedAtOrBeforeUnixEpochStillSells(t *testing.T) {
 // until it reads M; place an order; TIME read after the answer is still
 // before StartsAt, yet the order was taken (the bound should be rounded up:
 // ceil for starts).
-func TestReviewWindowOpensUpToAMillisecondEarly(t *testing.T) {
+func TestWindowOpensUpToAMillisecondEarly(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m)
 		ctx := context.Background()
@@ -196,7 +196,7 @@ func (h *execHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // isWatchedKeyExpired), so the EXEC that lands at/after ends applies
 // nothing and the retry reads "ended". (starts needs no such key: EXEC is
 // never earlier than the read.)
-func TestReviewWatchExecAfterEndsTakesTheOrder(t *testing.T) {
+func TestWatchExecAfterEndsTakesTheOrder(t *testing.T) {
 	s := newSaleIn(t, "postgres", modes[1])
 	ctx := context.Background()
 	sku := "late-exec"
@@ -250,7 +250,7 @@ func testredisClient(t *testing.T, srv *testredis.Server) *redis.Client { return
 // every copy. The first takes the units and counts them, the others find
 // the order's placed key: one entry in the stream, the buyer counted once,
 // and the buyer's next orders are refused or taken by the true count.
-func TestReviewLostAnswersAreCountedOnce(t *testing.T) {
+func TestLostAnswersAreCountedOnce(t *testing.T) {
 	for _, pipelines := range []int{0, 4} {
 		for _, m := range modes {
 			t.Run(fmt.Sprintf("%s/pipelines=%d", m.name, pipelines), func(t *testing.T) {
@@ -331,7 +331,7 @@ func TestReviewLostAnswersAreCountedOnce(t *testing.T) {
 // once under a limit of 3, a few with repeated idempotency keys: for every
 // buyer the units in the stream are at most 3 and equal the count in
 // {S}:buyers, and the stock went down by exactly the units in the stream.
-func TestReviewMixedInstancesNeverPassTheLimit(t *testing.T) {
+func TestMixedInstancesNeverPassTheLimit(t *testing.T) {
 	srv := testredis.StartDurable(t)
 	ctx := context.Background()
 	const limit, buyers, perBuyer, stock = 3, 8, 12, 1000
@@ -419,7 +419,7 @@ func TestReviewMixedInstancesNeverPassTheLimit(t *testing.T) {
 // drain. Afterwards every order id tried is looked up in the database: no
 // buyer holds more than 5 units there, every 201 is there, and Redis's
 // count of each buyer equals the buyer's units in the database.
-func TestReviewLimitHoldsThroughAKillAndRestart(t *testing.T) {
+func TestLimitHoldsThroughAKillAndRestart(t *testing.T) {
 	const limit, buyers, tries = 5, 6, 25
 	srv := testredis.StartDurable(t)
 	db := testdb.New(t, "postgres", 8)
@@ -532,7 +532,7 @@ func TestReviewLimitHoldsThroughAKillAndRestart(t *testing.T) {
 // window is refused "ended". Schedule: EndsAt = M + 999 µs; poll TIME until
 // it reads M; place an order: refused sale_ended, and TIME read after the
 // answer is still before EndsAt.
-func TestReviewWindowClosesUpToAMillisecondEarly(t *testing.T) {
+func TestWindowClosesUpToAMillisecondEarly(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m)
 		ctx := context.Background()
@@ -577,7 +577,7 @@ func TestReviewWindowClosesUpToAMillisecondEarly(t *testing.T) {
 // HOLDS. The window survives a kill and restart of Redis from its AOF and
 // the check that renumbers the sale: before starts the order is refused
 // (after the check), inside the window it is taken, at ends it is refused.
-func TestReviewWindowSurvivesARestartAndItsCheck(t *testing.T) {
+func TestWindowSurvivesARestartAndItsCheck(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m)
 		ctx := context.Background()
@@ -638,7 +638,7 @@ func waitRedis(t *testing.T, rdb redis.Cmdable, at time.Time) {
 // once 10 orders are in. Once drained, every order id tried is looked up in
 // the database: per SKU and buyer at most 3 units, equal to Redis's count,
 // and every 201 is there.
-func TestReviewClusterLimitThroughAMasterRestart(t *testing.T) {
+func TestClusterLimitThroughAMasterRestart(t *testing.T) {
 	const limit, buyers, skus, tries = 3, 4, 6, 8
 	ctx := context.Background()
 	cluster := testredis.StartCluster(t, 3)
@@ -742,7 +742,7 @@ func TestReviewClusterLimitThroughAMasterRestart(t *testing.T) {
 // through key K gets K's order again (not limit_reached), before and after
 // the sale ends; a new key is refused (limit, then ended); nothing more is
 // taken.
-func TestReviewReplaysAtTheLimitAndAfterTheEnd(t *testing.T) {
+func TestReplaysAtTheLimitAndAfterTheEnd(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		srv := testredis.StartDurable(t)
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})

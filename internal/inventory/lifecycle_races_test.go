@@ -20,8 +20,8 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/mysql"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/testdb"
 )
@@ -57,7 +57,7 @@ func reviewDB(t *testing.T, engine string, conns int) (store.Store, *rawDB) {
 		}
 		t.Cleanup(raw.pg.Close)
 	case "mysql":
-		cfg, err := mysql.ParseURL(url)
+		cfg, err := dburl.MySQL(url)
 		if err != nil {
 			t.Fatal(err)
 		}

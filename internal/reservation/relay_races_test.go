@@ -150,7 +150,7 @@ func pgSaleWithTracedRelayAt(t *testing.T, m mode, tracer pgx.QueryTracer) (*sal
 //	instance 2's relay goes on: locks X, Return(E, [X]) -> "other" -> marks cleared, commit
 //	X's buyer orders again (PER_USER_LIMIT=1): limit reached, and the unit is sold out in Redis,
 //	  though the database has it back and the buyer holds nothing
-func TestReviewRelayOfAnOlderSaleNumberDropsTheNewSalesReturn(t *testing.T) {
+func TestRelayOfAnOlderSaleNumberDropsTheNewSalesReturn(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		gate := newQueryGate("relay_pending", "JOIN orders")
 		s, traced := pgSaleWithTracedRelay(t, m, gate)
@@ -276,7 +276,7 @@ func relayWithLostCommit(t *testing.T, url string, traced store.Store, gate *que
 //	sale of 1; order A held, written; cancel A (its own relay fails: Redis unreachable a moment)
 //	instance 2's relay: Return(A) applied in Redis, session ended before the commit; twice
 //	the sweep relays A again: nothing more comes back; one order of 1 is taken, a second is sold out
-func TestReviewRelayWhoseCommitIsLostTwiceGivesBackOnce(t *testing.T) {
+func TestRelayWhoseCommitIsLostTwiceGivesBackOnce(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		gate := newQueryGate("relay_pending = false")
 		s, traced, url := pgSaleWithTracedRelayAt(t, m, gate)
@@ -335,7 +335,7 @@ func TestReviewRelayWhoseCommitIsLostTwiceGivesBackOnce(t *testing.T) {
 //	sale of 2; order A held, written; cancel A (its own relay fails)
 //	instance 2's relay: Return(A) applied, commit lost (A still marked)
 //	audit: drift
-func TestReviewAuditOfAReturnWhoseRelayCommitWasLostIsNoDrift(t *testing.T) {
+func TestAuditOfAReturnWhoseRelayCommitWasLostIsNoDrift(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		gate := newQueryGate("relay_pending = false")
 		s, traced, url := pgSaleWithTracedRelayAt(t, m, gate)
@@ -378,7 +378,7 @@ func TestReviewAuditOfAReturnWhoseRelayCommitWasLostIsNoDrift(t *testing.T) {
 //	the copy put back, the sale unchecked (as after a restart)
 //	cancel X: 200; its relay: Return -> unchecked -> check: 1 order in the database, 0 in Redis: closed
 //	order Y: 503, not 201
-func TestReviewReturnOfAnOrderAnOlderCopyLacksClosesTheSale(t *testing.T) {
+func TestReturnOfAnOrderAnOlderCopyLacksClosesTheSale(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m)
 		s.holding(m)
@@ -464,7 +464,7 @@ func (h *beforeTally) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 //	sale of 10; orders A1, A2, A3 held, written
 //	audit attempt i (i = 1..3): the database read (Ai live); cancel Ai, relayed; Redis's tally
 //	-> drift
-func TestReviewAuditUnderCancelsBetweenItsReadsIsNoDrift(t *testing.T) {
+func TestAuditUnderCancelsBetweenItsReadsIsNoDrift(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m)
 		s.holding(m)
@@ -556,7 +556,7 @@ func (h *failTally) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 //	the sale unchecked (a restart gave Redis a new replication id)
 //	cancel X: 200; its relay: Return -> unchecked -> check: block, tally fails (Redis blip) -> abandon
 //	sweeps for 3 s: Return -> "checking" -> ErrBusy each time; X stays marked, Redis available 0
-func TestReviewRelayIsNotStuckBehindAFailedCheck(t *testing.T) {
+func TestRelayIsNotStuckBehindAFailedCheck(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m)
 		s.holding(m)
@@ -654,7 +654,7 @@ func (h *countReturns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 //	pool of 8; ORDER_TIMEOUT 2 s; 9 held orders of 9 SKUs written; Redis paused (SIGSTOP)
 //	8 cancels (8 SKUs): each commits, then its relay holds a connection waiting on Redis
 //	pay of the 9th order: no connection for ~2 s -> fails (or answers after ~2 s)
-func TestReviewHungRedisDoesNotStarvePays(t *testing.T) {
+func TestHungRedisDoesNotStarvePays(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m) // a pool of 8 connections
 		s.svc = inventory.NewService(s.db, inventory.NewReserved(s.res, s.db, inventory.WithReservedName(m.name)),
