@@ -31,7 +31,7 @@ build: ## build bin/stock and bin/servers
 	$(GO) build -o $(BIN) ./cmd/stock
 	$(GO) build -o bin/servers ./cmd/servers
 
-services: ## install and start what is missing: PostgreSQL, MariaDB, Redis; install etcd, ZooKeeper
+services: ## install and start what is missing: PostgreSQL, MariaDB, Redis; install etcd, ZooKeeper, Chromium
 	@bash scripts/ensure-services.sh
 
 # In the foreground: Ctrl-C stops what it started. Ports already taken are

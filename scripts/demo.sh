@@ -98,16 +98,15 @@ log "building the pinned k6 (loadtest/go.mod): cached after the first time, whic
 # STOCK_BIN: the runner uses the binary built above instead of rebuilding.
 STOCK_BIN=bin/stock go run ./cmd/demo "$@"
 
-# PUBLISH=1: copy the report as the demo wrote it (report.md, index.html,
-# results.json.gz, from which `go run ./cmd/demo render` draws it again)
-# to docs/results/<its timestamp>/, to be committed; the README's table
-# quotes the latest of them.
+# PUBLISH=1: publish the report to docs/results/<its timestamp>/, to be
+# committed: its data (results.json.gz, the k6 figures included) and its
+# pages (index.html, report.md, choosing.md) rendered there from it, so that
+# they link only what the copy holds (the runs' folders stay in reports/);
+# the README's table quotes the latest of them. `go run ./cmd/demo render`
+# draws a folder's pages again from its data.
 if [ "${PUBLISH:-0}" = 1 ]; then
   run=$(basename "$(readlink -f reports/latest)")
   dest="docs/results/$run"
-  mkdir -p "$dest"
-  for f in report.md index.html results.json.gz; do
-    if [ -f "reports/latest/$f" ]; then cp "reports/latest/$f" "$dest/"; fi
-  done
+  go run ./cmd/demo publish reports/latest "$dest"
   log "published reports/$run to $dest"
 fi

@@ -12,7 +12,8 @@
 # on a server this script installed itself, which it records in
 # /var/lib/stock-dev/. A server that was there before and asks for
 # credentials is never touched: the script stops and names the variable to
-# set. Nothing here stops or restarts a server that runs.
+# set. Nothing here stops or restarts a server that runs. etcd, ZooKeeper
+# and Chromium (for the report's browser test) are installed, not started.
 set -euo pipefail
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -142,8 +143,12 @@ ensure_redis
 # ports (internal/testetcd, internal/testzk); nothing is started here.
 command -v etcd >/dev/null 2>&1 || { log "installing etcd"; apt_install etcd-server etcd-client; }
 [ -e /usr/share/java/zookeeper.jar ] || { log "installing ZooKeeper"; apt_install zookeeperd; }
+# Chromium, headless, for the report's browser test (internal/report,
+# TestReportReadsInABrowser): Debian's package, never a browser a test tool
+# downloads. The test starts it itself, on file:// pages only.
+command -v chromium >/dev/null 2>&1 || { log "installing Chromium"; apt_install chromium chromium-driver; }
 
 psql "$PG_URL" -Atc "select 1 from pg_database where datname = 'stock'" | grep -q 1 \
   || psql "$PG_URL" -qc 'CREATE DATABASE stock'
 my -e 'CREATE DATABASE IF NOT EXISTS stock'
-log "PostgreSQL, MariaDB and Redis answer; database stock exists on both; etcd and ZooKeeper are installed"
+log "PostgreSQL, MariaDB and Redis answer; database stock exists on both; etcd, ZooKeeper and Chromium are installed"

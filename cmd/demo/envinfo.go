@@ -17,7 +17,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
-	stockmysql "github.com/flashsale/stock/internal/mysql"
+	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/report"
 	"github.com/flashsale/stock/internal/testzk"
 )
@@ -188,7 +188,7 @@ func postgresInfo(ctx context.Context, url string, settings []report.Setting) (s
 }
 
 func mysqlInfo(ctx context.Context, url string, settings []report.Setting) (string, []report.Setting) {
-	cfg, err := stockmysql.ParseURL(url)
+	cfg, err := dburl.MySQL(url)
 	if err != nil {
 		return "bad URL: " + err.Error(), settings
 	}

@@ -14,7 +14,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flashsale/stock/internal/mysql"
+	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/report"
 )
 
@@ -371,7 +371,7 @@ func orderTimes(ctx context.Context, databaseURL, sku string) ([]report.OrderTim
 // does not shift it; expires_at and settled_at are DATETIMEs in UTC
 // (UTC_TIMESTAMP), which the driver reads as UTC.
 func mysqlOrderTimes(ctx context.Context, databaseURL, sku, overLimit string) ([]report.OrderTimes, int64, error) {
-	cfg, err := mysql.ParseURL(databaseURL)
+	cfg, err := dburl.MySQL(databaseURL)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -10,6 +10,9 @@
 //	go run ./cmd/demo            # what make demo runs (after make services build)
 //	DEMO_QUICK=1 go run ./cmd/demo
 //	go run ./cmd/demo render reports/latest   # re-render a report from its results.json.gz
+//	go run ./cmd/demo publish reports/latest docs/results/<stamp>   # what PUBLISH=1 runs
+//	go run ./cmd/demo choose docs/results/<stamp> > docs/choosing.md
+//	go run ./cmd/demo recover-k6 DIR DIR/report.md   # once, for runs saved before results.json.gz kept the k6 figures
 //
 // Configuration is read from the environment; see config.go.
 package main
@@ -54,8 +57,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 				return fmt.Errorf("usage: demo render REPORT_DIR")
 			}
 			return render(args[1])
+		case "publish":
+			if len(args) != 3 {
+				return fmt.Errorf("usage: demo publish REPORT_DIR DEST_DIR")
+			}
+			return publish(args[1], args[2])
+		case "choose":
+			if len(args) != 2 {
+				return fmt.Errorf("usage: demo choose REPORT_DIR  (writes choosing.md for docs/ on standard output)")
+			}
+			return choose(out, args[1])
+		case "recover-k6":
+			if len(args) != 3 {
+				return fmt.Errorf("usage: demo recover-k6 REPORT_DIR REPORT_MD")
+			}
+			return recoverK6(args[1], args[2])
 		default:
-			return fmt.Errorf("unknown command %q: use no argument to run the demo, or `render DIR`", args[0])
+			return fmt.Errorf("unknown command %q: use no argument to run the demo, or render DIR, publish DIR DEST, choose DIR, recover-k6 DIR REPORT_MD", args[0])
 		}
 	}
 	p, err := loadPlan(getenv)
@@ -264,11 +282,14 @@ func rerunCommands(p plan, commit string) []string {
 	if p.Quick {
 		env = append(env, "DEMO_QUICK=1")
 	}
-	checkout := "git clone <this repository> && cd stock && git checkout " + strings.Fields(commit + " unknown")[0]
+	// Commands that run as written in a clone of the repository: the
+	// report cannot know the address it was cloned from.
+	checkout := "git checkout " + strings.Fields(commit + " unknown")[0]
 	if strings.Contains(commit, "uncommitted") {
 		checkout += "   # the run had uncommitted changes on top of it"
 	}
 	cmds := []string{
+		"# in a clone of this repository:",
 		checkout,
 		strings.TrimSpace(strings.Join(env, " ")+" make demo") + "   # scripts/demo.sh: servers, builds, then go run ./cmd/demo",
 		"# the same, with every setting of this run spelled out:",
@@ -316,24 +337,6 @@ func joinBackends(bs []backend) string {
 		names = append(names, b.Name)
 	}
 	return strings.Join(names, ",")
-}
-
-// render writes a report's pages again from its results.json.gz.
-func render(dir string) error {
-	rep, err := report.Load(dir)
-	if err != nil {
-		return err
-	}
-	// The report's folder is reports/<timestamp>: the fault suite's
-	// latest run sits beside it.
-	faults, err := report.LoadFaults(filepath.Join(filepath.Dir(filepath.Clean(dir)), "faults", "latest"), dir)
-	if err != nil {
-		return err
-	}
-	if faults != nil {
-		rep.Faults = faults
-	}
-	return report.WriteFiles(dir, rep)
 }
 
 // printSummary prints the verdicts and main figures on the terminal.

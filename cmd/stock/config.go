@@ -3,7 +3,7 @@ package main
 import (
 	"log/slog"
 	"net/url"
-	"slices"
+
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/stock/internal/envconf"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/strategies"
 )
 
 // config is the service's configuration, read from the environment. Each
@@ -89,23 +90,25 @@ type config struct {
 	RedisCluster bool
 }
 
+// strategyConfig is the part of the configuration the strategies' entries
+// build from.
+func (c config) strategyConfig() strategies.Config {
+	return strategies.Config{
+		Strategy: c.Strategy, DatabaseURL: c.DatabaseURL, OrderTimeout: c.OrderTimeout,
+		RowMaxInFlight: c.RowMaxInFlight, CASMaxAttempts: c.CASMaxAttempts, CASMaxInFlight: c.CASMaxInFlight,
+		NaiveRaceWindow: c.NaiveRaceWindow, AdmissionLimit: c.AdmissionLimit, BatchMax: c.BatchMax, BatchWait: c.BatchWait,
+		RedisAddrs: c.RedisAddrs, EtcdEndpoints: c.EtcdEndpoints, ZKServers: c.ZKServers,
+		LockTTL: c.LockTTL, LockWait: c.LockWait, LockRenewEvery: c.LockRenewEvery,
+		Fencing: c.Fencing, FreezeHolder: c.FreezeHolder, SkipPolicyCheck: c.SkipPolicyCheck,
+		RedisCluster: c.RedisCluster, ReserveDurable: c.ReserveDurable, ReserveClaimIdle: c.ReserveClaimIdle,
+		ReservePipelines: c.ReservePipelines, ReconcileEvery: c.ReconcileEvery,
+	}
+}
+
 // minAdminTokenLength is the shortest ADMIN_TOKEN the service accepts: the
 // admin routes reset sales, so a guessable token ("change-me", "secret") is
 // refused at start.
 const minAdminTokenLength = 16
-
-// strategyNames lists every value STRATEGY accepts.
-func strategyNames() []string { return inventory.StrategyNames() }
-
-func isLockStrategy(name string) bool { return slices.Contains(inventory.LockStrategyNames, name) }
-
-func isReservedStrategy(name string) bool {
-	return slices.Contains(inventory.ReservedStrategyNames, name)
-}
-
-func isRedisLockStrategy(name string) bool {
-	return name == inventory.NameRedisLock || name == inventory.NameRedlock
-}
 
 // addrList splits a comma-separated list of addresses.
 func addrList(s string) []string {
@@ -178,17 +181,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	case "standalone":
 	case "cluster":
 		c.RedisCluster = true
-		if !isReservedStrategy(c.Strategy) {
-			bad("REDIS_MODE=cluster applies only to STRATEGY=redis-reserve or redis-watch: the Redis locks need independent servers")
-		}
 	default:
 		bad("REDIS_MODE=%q is not standalone or cluster", m)
-	}
-	if (getenv("RESERVE_DURABILITY") != "" || getenv("RESERVE_CLAIM_IDLE") != "" || getenv("RESERVE_RECONCILE_EVERY") != "") && !isReservedStrategy(c.Strategy) {
-		bad("RESERVE_DURABILITY, RESERVE_CLAIM_IDLE and RESERVE_RECONCILE_EVERY apply only to STRATEGY=redis-reserve or redis-watch")
-	}
-	if getenv("RESERVE_PIPELINES") != "" && c.Strategy != inventory.NameRedisReserve {
-		bad("RESERVE_PIPELINES applies only to STRATEGY=redis-reserve (redis-watch's transactions cannot share a pipeline)")
 	}
 	switch f := str("FENCING", "on"); f {
 	case "on":
@@ -201,27 +195,26 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.RedisAddrs = addrList(str("REDIS_ADDRS", "127.0.0.1:6379"))
 	c.EtcdEndpoints = addrList(str("ETCD_ENDPOINTS", "127.0.0.1:2379"))
 	c.ZKServers = addrList(str("ZK_SERVERS", "127.0.0.1:2181"))
-	if c.Strategy == inventory.NameEtcdLock && c.LockTTL < time.Second {
-		bad("LOCK_TTL=%s is below etcd's smallest lease TTL, 1s", c.LockTTL)
-	}
-	if c.Strategy == inventory.NameRedlock && (len(c.RedisAddrs) < 3 || len(c.RedisAddrs)%2 == 0) {
-		bad("STRATEGY=redlock needs an odd number of at least 3 independent servers in REDIS_ADDRS, got %d", len(c.RedisAddrs))
-	}
-	if c.SkipPolicyCheck && !isRedisLockStrategy(c.Strategy) && c.Strategy != inventory.NameLegacyGetset {
-		bad("REDIS_SKIP_POLICY_CHECK applies only to STRATEGY=redis-lock or redlock")
-	}
-	if c.Strategy == inventory.NameLegacyGetset {
-		// The legacy lock has no token to fence with: its writes are
-		// never fenced, which is what it is here to show.
-		if getenv("FENCING") == "on" {
-			bad("STRATEGY=legacy-getset has no fencing token: FENCING=on cannot apply")
+	// What only some strategies read, and what a strategy cannot run
+	// with, is its registry entry's to say (Settings, Check).
+	if err := strategies.Check(c.strategyConfig(), func(setting string) bool {
+		name, value, valued := strings.Cut(setting, "=")
+		if valued {
+			return getenv(name) == value
 		}
-		c.Fencing = false
-	} else if (c.FreezeHolder || !c.Fencing) && !isLockStrategy(c.Strategy) {
-		bad("FREEZE_HOLDER and FENCING apply only to the lock strategies (%s)", strings.Join(inventory.LockStrategyNames, ", "))
-	}
-	if !slices.Contains(strategyNames(), c.Strategy) {
-		bad("STRATEGY=%q is unknown; valid: %s", c.Strategy, strings.Join(strategyNames(), ", "))
+		switch name {
+		case "FREEZE_HOLDER":
+			return c.FreezeHolder
+		case "ADMISSION_LIMIT":
+			return c.AdmissionLimit > 0
+		case "NAIVE_RACE_WINDOW":
+			return c.NaiveRaceWindow > 0
+		case "REDIS_SKIP_POLICY_CHECK":
+			return c.SkipPolicyCheck
+		}
+		return getenv(name) != ""
+	}); err != nil {
+		bad("%v", err)
 	}
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL is required, e.g. postgres://postgres@127.0.0.1:5432/stock?sslmode=disable or mysql://root@127.0.0.1:3306/stock")
@@ -235,23 +228,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// The length only: the token itself never reaches a log.
 		bad("ADMIN_TOKEN must be at least %d characters (it has %d); unset it to disable the admin routes", minAdminTokenLength, n)
 	}
-	if (getenv("BATCH_MAX") != "" || getenv("BATCH_WAIT") != "") && c.Strategy != inventory.NameBatched {
-		bad("BATCH_MAX and BATCH_WAIT apply only to STRATEGY=batched")
-	}
 	if c.BatchWait > 0 && c.BatchWait >= c.OrderTimeout {
 		bad("BATCH_WAIT=%s must be shorter than ORDER_TIMEOUT=%s: a leader would wait out its order's deadline", c.BatchWait, c.OrderTimeout)
 	}
 	if c.JobLock != "table" && c.JobLock != "redis" {
 		bad("JOB_LOCK=%q is not table or redis", c.JobLock)
 	}
-	if c.AdmissionLimit > 0 && !slices.Contains(inventory.SQLStrategyNames, c.Strategy) {
-		bad("ADMISSION_LIMIT applies only to the SQL strategies (%s): the others bound their database work themselves", strings.Join(inventory.SQLStrategyNames, ", "))
-	}
 	if c.HoldTTL > 0 && c.HoldTTL < time.Second {
 		bad("HOLD_TTL=%s is shorter than a second: a buyer could not pay in time", c.HoldTTL)
-	}
-	if c.NaiveRaceWindow > 0 && c.Strategy != inventory.NameNaive {
-		bad("NAIVE_RACE_WINDOW only applies to STRATEGY=naive")
 	}
 	// A cap the descriptor limit cannot hold is refused: the process would
 	// meet EMFILE before the cap, the failure the cap is there to prevent.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/strategies"
 )
 
 func env(m map[string]string) func(string) string {
@@ -93,13 +96,13 @@ func TestRowMaxInFlight(t *testing.T) {
 		}
 		for _, name := range []string{"conditional", "for-update", "naive"} {
 			c.Strategy = name
-			s, err := buildSQLStrategy(c)
+			s, stop, err := strategies.Build(context.Background(), c.strategyConfig(), strategies.Deps{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, gated := s.(*inventory.RowGated)
-			if gated != (tc.want > 0) || s.Name() != name {
-				t.Errorf("ROW_MAX_IN_FLIGHT=%q, %s: built %T named %q", tc.value, name, s, s.Name())
+			stop()
+			if gated := gatesAtOne(t, s); gated != (tc.want == 1) || s.Name != name {
+				t.Errorf("ROW_MAX_IN_FLIGHT=%q, %s: built %q, one order at a time per SKU: %v", tc.value, name, s.Name, gated)
 			}
 		}
 	}
@@ -186,8 +189,8 @@ func TestReservedConfiguration(t *testing.T) {
 		{with("STRATEGY", "redis-reserve", "REDIS_MODE", "sentinel"), `REDIS_MODE="sentinel" is not standalone or cluster`},
 		{with("STRATEGY", "redis-lock", "REDIS_MODE", "cluster"), "REDIS_MODE=cluster applies only to STRATEGY=redis-reserve or redis-watch"},
 		{with("STRATEGY", "redis-reserve", "RESERVE_DURABILITY", "fsync"), `RESERVE_DURABILITY="fsync" is not aof or none`},
-		{with("STRATEGY", "conditional", "RESERVE_CLAIM_IDLE", "1s"), "apply only to STRATEGY=redis-reserve or redis-watch"},
-		{with("STRATEGY", "conditional", "RESERVE_RECONCILE_EVERY", "1m"), "apply only to STRATEGY=redis-reserve or redis-watch"},
+		{with("STRATEGY", "conditional", "RESERVE_CLAIM_IDLE", "1s"), "applies only to STRATEGY=redis-reserve or redis-watch"},
+		{with("STRATEGY", "conditional", "RESERVE_RECONCILE_EVERY", "1m"), "applies only to STRATEGY=redis-reserve or redis-watch"},
 		{with("STRATEGY", "redis-watch", "RESERVE_PIPELINES", "2"), "RESERVE_PIPELINES applies only to STRATEGY=redis-reserve"},
 		{with("STRATEGY", "redis-reserve", "RESERVE_PIPELINES", "65"), "RESERVE_PIPELINES"},
 	} {
@@ -332,4 +335,39 @@ func TestHoldConfig(t *testing.T) {
 			t.Errorf("%v: %v, want a refusal naming the variable", bad, err)
 		}
 	}
+}
+
+// gatesAtOne reports whether s lets only one order per SKU into its
+// transaction at once: a second order, while the first holds its
+// transaction, waits for its place until its deadline and never reaches
+// its own.
+func gatesAtOne(t *testing.T, s inventory.Strategy) bool {
+	t.Helper()
+	entered, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.Deduct(context.Background(), "sku", 1, func(context.Context, func(context.Context, inventory.Tx) error) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	<-entered
+	defer func() {
+		close(release)
+		if err := <-first; err != nil {
+			t.Errorf("the first order: %v", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	reached := false
+	err := s.Deduct(ctx, "sku", 1, func(context.Context, func(context.Context, inventory.Tx) error) error {
+		reached = true
+		return nil
+	})
+	if !reached && !errors.Is(err, inventory.ErrBusy) {
+		t.Errorf("the second order, kept out: %v, want busy", err)
+	}
+	return !reached
 }

@@ -179,7 +179,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 		env            []string
 	}
 	var cases []burstCase
-	for _, strategy := range strategyNames() {
+	for _, strategy := range inventory.StrategyNames() {
 		if strategy == inventory.NameLegacyGetset {
 			// A control whose failure needs a pause, a skewed clock or
 			// a late release (TestFencingDemonstration): a burst shows
@@ -202,7 +202,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				if strategy == inventory.NameNaive {
 					env = append(env, "NAIVE_RACE_WINDOW=5ms")
 				}
-				if isReservedStrategy(strategy) {
+				if slices.Contains(inventory.ReservedStrategyNames, strategy) {
 					env = append(env, "REDIS_ADDRS="+durableRedis)
 				}
 				var instances []*process
@@ -297,7 +297,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				if other := int64(buyers) - counts[http.StatusCreated] - counts[http.StatusConflict]; other != 0 {
 					t.Errorf("%d answers were neither 201 nor 409: %v", other, counts)
 				}
-				if isReservedStrategy(strategy) {
+				if slices.Contains(inventory.ReservedStrategyNames, strategy) {
 					written := waitDrained(t, instances[2].url, engine, url, "burst")
 					if written.Orders != counts[http.StatusCreated] || written.Available != 0 || !written.Consistent() {
 						t.Errorf("after the drain the database has %+v, want the %d orders answered 201", written, counts[http.StatusCreated])

@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/stock/internal/locking/dblock"
 	"github.com/flashsale/stock/internal/locking/redislock"
 	"github.com/flashsale/stock/internal/metrics"
+	"github.com/flashsale/stock/internal/redisconn"
 )
 
 // newScheduler returns the scheduler of the periodic jobs (the audit, the
@@ -23,7 +24,7 @@ func newScheduler(ctx context.Context, cfg config, m *metrics.Metrics, log *slog
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if cfg.JobLock == "redis" {
-		opt := redisOptions(cfg.RedisAddrs[0])
+		opt := redisconn.Options(cfg.RedisAddrs[0])
 		opt.PoolSize = 2
 		rdb := redis.NewClient(opt)
 		if err := rdb.Ping(ctx).Err(); err != nil {

@@ -20,13 +20,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/connlimit"
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/metrics"
 	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/strategies"
 )
 
 func main() {
@@ -50,7 +50,7 @@ func run(args []string) error {
 	}
 	if len(args) > 0 && args[0] == "strategies" {
 		// For scripts: the valid STRATEGY values, one a line.
-		fmt.Println(strings.Join(strategyNames(), "\n"))
+		fmt.Println(strings.Join(inventory.StrategyNames(), "\n"))
 		return nil
 	}
 	cfg, err := loadConfig(os.Getenv)
@@ -90,64 +90,11 @@ func openStore(ctx context.Context, cfg config) (store.Store, error) {
 	return store.Open(ctx, cfg.DatabaseURL, cfg.DBMaxConns, store.WithStuckTransactionTimeout(cfg.OrderTimeout))
 }
 
-// buildStrategy returns the configured strategy and a function that releases
-// what it holds (Redis clients and listeners) and stops what it runs (the
-// reservation consumer).
-func buildStrategy(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Scheduler, log *slog.Logger) (inventory.Strategy, func(), error) {
-	if isLockStrategy(cfg.Strategy) {
-		return buildLockStrategy(cfg, db, m, m.Renewed, log)
-	}
-	if cfg.Strategy == inventory.NameLegacyGetset {
-		return buildLockStrategy(cfg, db, m, m.Renewed, log)
-	}
-	if isReservedStrategy(cfg.Strategy) {
-		return buildReserve(cfg, db, m, sched, log)
-	}
-	if cfg.Strategy == inventory.NameBatched {
-		// No ROW_MAX_IN_FLIGHT: one transaction per SKU at a time in this
-		// process is the batched strategy's own bound.
-		return batched.New(db, batched.WithMax(cfg.BatchMax), batched.WithWait(cfg.BatchWait),
-			batched.WithLogger(log), batched.WithObserver(m)), func() {}, nil
-	}
-	s, err := buildSQLStrategy(cfg)
-	if err != nil || cfg.AdmissionLimit == 0 {
-		return s, func() {}, err
-	}
-	return buildAdmission(cfg, s, log)
-}
-
-// buildSQLStrategy returns the SQL strategy of cfg, bounded per process:
-// the strategies that queue on the row hold a pooled connection while they
-// wait, and ROW_MAX_IN_FLIGHT keeps a flood on one SKU from taking the
-// whole pool. version-cas bounds its attempts itself.
-func buildSQLStrategy(cfg config) (inventory.Strategy, error) {
-	perProcess := func(s inventory.Strategy) (inventory.Strategy, error) {
-		return inventory.LimitRowWork(s, cfg.RowMaxInFlight)
-	}
-	switch cfg.Strategy {
-	case inventory.NameNaive:
-		return perProcess(inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow)))
-	case inventory.NameVersionCAS:
-		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts), inventory.WithMaxInFlight(cfg.CASMaxInFlight)), nil
-	}
-	// The strategies that only deduct and take no configuration of their
-	// own are built by the registry.
-	if s, ok := inventory.LookupStrategy(cfg.Strategy); ok && s.New != nil {
-		return perProcess(s.New())
-	}
-	return nil, fmt.Errorf("STRATEGY=%q is not built in", cfg.Strategy)
-}
-
 func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	log.Info("starting", cfg.logAttrs()...)
-	if cfg.Strategy == inventory.NameLegacyGetset {
-		log.Warn("STRATEGY=legacy-getset IS UNSAFE BY DESIGN: the SETNX + GETSET lock of the old articles, with no owner, " +
-			"no fencing token and expiry judged by each instance's clock. A paused holder, a skewed clock or a late release " +
-			"lets two orders hold the lock at once and oversell. It is a control; never use it for a real sale.")
-	}
-	if cfg.Strategy == inventory.NameNaive {
-		log.Warn("STRATEGY=naive OVERSELLS BY DESIGN: it reads, checks and writes without any lock. " +
-			"It is the control that shows what the safe strategies prevent; never use it for a real sale.")
+	if entry, _ := strategies.Lookup(cfg.Strategy); !entry.Safe() {
+		log.Warn("STRATEGY=" + cfg.Strategy + " OVERSELLS BY DESIGN: " + entry.Invariant + ". " +
+			"It is a control that shows what the safe strategies prevent; never use it for a real sale.")
 	}
 	db, err := openStore(ctx, cfg)
 	if err != nil {
@@ -165,7 +112,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	defer closeJobLock()
-	strategy, closeStrategy, err := buildStrategy(cfg, db, m, sched, log)
+	strategy, closeStrategy, err := strategies.Build(ctx, cfg.strategyConfig(), strategies.Deps{DB: db, Metrics: m, Jobs: sched, Log: log})
 	if err != nil {
 		return err
 	}

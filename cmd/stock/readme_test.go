@@ -231,3 +231,45 @@ func shapeOf(shown string) *regexp.Regexp {
 	}
 	return regexp.MustCompile("^" + strings.Join(parts, ".*") + "$")
 }
+
+// TestReadmeQuotesTheRecommendation: the README's "Which to use" lines are
+// docs/choosing.md's summary, line for line (the demo computes it from the
+// run's data; cmd/demo's tests keep that file the newest full run's), and
+// every situation of it is there.
+func TestReadmeQuotesTheRecommendation(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	choosing, err := os.ReadFile("../../docs/choosing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, short, ok := strings.Cut(string(choosing), "## In short")
+	short, _, _ = strings.Cut(short, "\n## ")
+	if !ok {
+		t.Fatal(`docs/choosing.md has no "## In short"`)
+	}
+	_, section, ok := strings.Cut(string(readme), "**Which to use**")
+	section, _, _ = strings.Cut(section, "\n## ")
+	if !ok {
+		t.Fatal(`README.md has no "**Which to use**"`)
+	}
+	var want, got []string
+	for line := range strings.Lines(short) {
+		if strings.HasPrefix(line, "- ") {
+			want = append(want, strings.TrimSpace(line))
+		}
+	}
+	for line := range strings.Lines(section) {
+		if strings.HasPrefix(line, "- ") {
+			got = append(got, strings.TrimSpace(line))
+		}
+	}
+	if len(want) == 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("README.md's recommendation:\n%s\ndocs/choosing.md's summary:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if newest := newestFullRun(t); !strings.Contains(section, "docs/results/"+newest+"/") {
+		t.Errorf("README.md's recommendation links another run than the newest full one, %s", newest)
+	}
+}

@@ -1,7 +1,7 @@
 // Package batched is the batched strategy (STRATEGY=batched, named
 // inventory.NameBatched): group commit. Each instance takes the concurrent
 // orders of one SKU together, one transaction per batch. It owns its orders
-// (inventory.OrderTaker): it checks their idempotency keys, deducts and
+// (inventory.Strategy's TakeOrder): it checks their idempotency keys, deducts and
 // records them itself, through the Store it declares here, which the
 // database adapters implement.
 package batched
@@ -58,18 +58,13 @@ func New(store Store, opts ...Option) *Batched {
 	return b
 }
 
-// Name implements inventory.Strategy: inventory.NameBatched.
-func (*Batched) Name() string { return inventory.NameBatched }
-
-// Deduct implements inventory.Strategy for a caller that runs the order's
-// transaction itself (a Service hands Batched whole orders instead, see
-// TakeOrder): with no batch to join, it deducts as inventory.Conditional
-// does.
-func (*Batched) Deduct(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
-	return inventory.NewConditional().Deduct(ctx, sku, quantity, inTx)
+// Strategy implements inventory.Strategic: it takes whole orders, a batch
+// of a SKU's at a time.
+func (b *Batched) Strategy() inventory.Strategy {
+	return inventory.Strategy{Name: inventory.NameBatched, TakeOrder: b.TakeOrder}
 }
 
-// TakeOrder implements inventory.OrderTaker: it queues o for its SKU's next
+// TakeOrder is the strategy's TakeOrder: it queues o for its SKU's next
 // batch and returns its answer: the order (its own, or the one its
 // idempotency key created before), or the error of package inventory that
 // answers it.
@@ -77,7 +72,7 @@ func (b *Batched) TakeOrder(ctx context.Context, o inventory.PendingOrder) (inve
 	return b.batches.submit(newBatchOrder(ctx, o.Order, o.IdempotencyKey, o.Fingerprint, o.PerUserLimit))
 }
 
-var _ inventory.OrderTaker = (*Batched)(nil)
+var _ inventory.Strategic = (*Batched)(nil)
 
 // runBatch runs one batch's transaction under ctx (the earliest deadline of
 // its orders), again after a conflict, and answers every order.

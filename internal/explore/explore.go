@@ -61,7 +61,7 @@ type Scenario struct {
 	Quantities []int64
 	// Strategy builds the strategy under test for one schedule from what
 	// the schedule gives it.
-	Strategy func(Env) inventory.Strategy
+	Strategy func(Env) inventory.Strategic
 	Faults   Faults
 	// Retry makes the buyers one client: the same request under the same
 	// idempotency key, sent again while the first is still under way (a

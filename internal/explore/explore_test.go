@@ -111,7 +111,7 @@ func scaled(t *testing.T, n int) int {
 // must find it unsafe.
 type candidate struct {
 	name     string
-	strategy func(explore.Env) inventory.Strategy
+	strategy func(explore.Env) inventory.Strategic
 	faults   explore.Faults
 	unsafe   bool
 	reserved string // the reservation store it takes orders into, if any
@@ -148,7 +148,7 @@ func allCandidates() []candidate {
 		// The bound on attempts in flight is a throughput device, not a
 		// guard: without it every interleaving of the buyers is possible.
 		{name: inventory.NameVersionCAS, faults: commitLost,
-			strategy: func(explore.Env) inventory.Strategy {
+			strategy: func(explore.Env) inventory.Strategic {
 				return inventory.NewVersionCAS(inventory.WithMaxInFlight(0), inventory.WithBackoff(0, 0))
 			}},
 		// Every lock strategy (redis-lock, redlock, etcd-lock, zk-lock,
@@ -158,13 +158,13 @@ func allCandidates() []candidate {
 		// held to that lock's contract by one conformance suite
 		// (internal/locking/locktest) against their real servers.
 		{name: "redis-lock, redlock, etcd-lock, zk-lock, db-lock", faults: lockFaults, stands: inventory.LockStrategyNames,
-			strategy: func(env explore.Env) inventory.Strategy {
+			strategy: func(env explore.Env) inventory.Strategic {
 				return inventory.NewLocked(inventory.NameRedisLock, env.Locker)
 			}},
 		// Batches form from the buyers that join the queue while a batch
 		// runs; the scheduler picks when each joins.
 		{name: inventory.NameBatched, faults: commitLost,
-			strategy: func(env explore.Env) inventory.Strategy {
+			strategy: func(env explore.Env) inventory.Strategic {
 				return batched.New(env.Store, batched.WithQueueObserver(env.Queue),
 					batched.WithLogger(slog.New(slog.DiscardHandler)))
 			}},
@@ -172,7 +172,7 @@ func allCandidates() []candidate {
 		// them into the database, a batch a step, between the buyers'
 		// steps. A lost answer: the script ran, the buyer heard nothing.
 		{name: inventory.NameRedisReserve, faults: commitLost, reserved: inventory.NameRedisReserve,
-			strategy: func(env explore.Env) inventory.Strategy {
+			strategy: func(env explore.Env) inventory.Strategic {
 				return inventory.NewReserved(env.Reservations, env.Sales)
 			}},
 		// The same with WATCH, a read, a check and MULTI/EXEC: one call
@@ -181,20 +181,20 @@ func allCandidates() []candidate {
 		// (EXEC's refusal of a changed key is Redis's own; the race runs
 		// in TestReserveRaceThenDrain/redis-watch).
 		{name: inventory.NameRedisWatch, faults: commitLost, reserved: inventory.NameRedisWatch,
-			strategy: func(env explore.Env) inventory.Strategy {
+			strategy: func(env explore.Env) inventory.Strategic {
 				return inventory.NewReserved(env.Reservations, env.Sales, inventory.WithReservedName(inventory.NameRedisWatch))
 			}},
 		// The controls: each must be caught overselling.
 		{name: inventory.NameNaive, unsafe: true, faults: commitLost,
-			strategy: func(explore.Env) inventory.Strategy { return inventory.NewNaive() }},
+			strategy: func(explore.Env) inventory.Strategic { return inventory.NewNaive() }},
 		// legacy-getset is this code over a lock with no token: the
 		// scheduler's lock expires under a paused holder as its does.
 		{name: "redis-lock FENCING=off", unsafe: true, faults: lockFaults, stands: []string{inventory.NameLegacyGetset},
-			strategy: func(env explore.Env) inventory.Strategy {
+			strategy: func(env explore.Env) inventory.Strategic {
 				return inventory.NewLocked(inventory.NameRedisLock, env.Locker, inventory.WithFencing(false))
 			}},
 		{name: "redis-lock, fence without version (before the fix)", unsafe: true, faults: lockFaults, stands: []string{},
-			strategy: func(env explore.Env) inventory.Strategy { return fenceOnly{env.Locker} }},
+			strategy: func(env explore.Env) inventory.Strategic { return fenceOnly{env.Locker} }},
 	}
 	// The safe strategies that only deduct, as the registry builds them:
 	// one transaction per order, whose answer may be lost.
@@ -204,7 +204,7 @@ func allCandidates() []candidate {
 			continue
 		}
 		registered = append(registered, candidate{name: s.Name, faults: commitLost,
-			strategy: func(explore.Env) inventory.Strategy { return s.New() }})
+			strategy: func(explore.Env) inventory.Strategic { return s.New() }})
 	}
 	return append(registered, cs...)
 }
@@ -389,7 +389,9 @@ func TestEveryScheduleOfARetry(t *testing.T) {
 // stock the holder read is still there. The harness must find its oversell.
 type fenceOnly struct{ locker inventory.Locker }
 
-func (fenceOnly) Name() string { return "fence-only" }
+func (f fenceOnly) Strategy() inventory.Strategy {
+	return inventory.Strategy{Name: "fence-only", Deduct: f.Deduct}
+}
 
 func (f fenceOnly) Deduct(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
 	lease, err := f.locker.Acquire(ctx, sku)
@@ -427,7 +429,9 @@ type answersWith struct {
 	err    error
 }
 
-func (answersWith) Name() string { return "answers-with" }
+func (a answersWith) Strategy() inventory.Strategy {
+	return inventory.Strategy{Name: "answers-with", Deduct: a.Deduct}
+}
 
 func (a answersWith) Deduct(ctx context.Context, sku string, _ int64, inTx inventory.TxRunner) error {
 	lease, err := a.locker.Acquire(ctx, sku)
@@ -454,7 +458,7 @@ func TestHarnessRefusesUnexplainedAnswers(t *testing.T) {
 	for _, err := range []error{errors.New("boom"), inventory.ErrBusy} {
 		sc := explore.Scenario{Name: fmt.Sprintf("every buyer answered %v", err), Stock: 1, Quantities: []int64{1, 1},
 			Faults:       explore.Faults{Max: 1, LostCommitAnswer: true, LeaseExpiry: true},
-			Strategy:     func(env explore.Env) inventory.Strategy { return answersWith{env.Locker, err} },
+			Strategy:     func(env explore.Env) inventory.Strategic { return answersWith{env.Locker, err} },
 			MaxSchedules: 1000}
 		r, xerr := x.Explore(context.Background(), sc)
 		if xerr != nil {
@@ -484,7 +488,7 @@ func TestHarnessCatchesAWriterThatLosesOrders(t *testing.T) {
 	x := openWith(t, "postgres", func(store.Store) reservation.Sink { return droppingSink{} })
 	sc := explore.Scenario{Name: "redis-reserve whose writer drops orders", Stock: 1, Quantities: []int64{1, 1}, Reserved: inventory.NameRedisReserve,
 		Faults: explore.Faults{Max: 1, LostCommitAnswer: true},
-		Strategy: func(env explore.Env) inventory.Strategy {
+		Strategy: func(env explore.Env) inventory.Strategic {
 			return inventory.NewReserved(env.Reservations, env.Sales)
 		},
 		MaxSchedules: 100}
@@ -518,7 +522,7 @@ func TestHarnessCatchesAReservationPastTheLimit(t *testing.T) {
 	x := open(t, "postgres")
 	sc := explore.Scenario{Name: "redis-reserve with the limit unchecked", Stock: 2, Quantities: []int64{1, 1}, Reserved: inventory.NameRedisReserve,
 		PerUserLimit: 1, Instances: 2,
-		Strategy: func(env explore.Env) inventory.Strategy {
+		Strategy: func(env explore.Env) inventory.Strategic {
 			return inventory.NewReserved(reserveWithoutLimit{env.Reservations}, env.Sales)
 		},
 		MaxSchedules: 100}
@@ -547,7 +551,7 @@ func TestBatchesFormInTheSchedule(t *testing.T) {
 			t.Parallel()
 			x := open(t, engine)
 			sc := explore.Scenario{Name: "batched", Stock: 2, Quantities: []int64{1, 1, 1},
-				Strategy: func(env explore.Env) inventory.Strategy {
+				Strategy: func(env explore.Env) inventory.Strategic {
 					return batched.New(env.Store, batched.WithQueueObserver(env.Queue),
 						batched.WithLogger(slog.New(slog.DiscardHandler)))
 				}}

@@ -28,7 +28,7 @@ type Lifecycle struct {
 	Holds []Hold
 	// Actors run at once, one entity each, named A, B, … in this order.
 	Actors   []Actor
-	Strategy func(Env) inventory.Strategy
+	Strategy func(Env) inventory.Strategic
 	Faults   Faults
 	// PerUserLimit is every instance's PER_USER_LIMIT (0: none).
 	PerUserLimit int64
@@ -277,7 +277,7 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 	strategies := make([]inventory.Strategy, instances)
 	clock := newStepClock()
 	for i := range services {
-		strategies[i] = lc.Strategy(env)
+		strategies[i] = lc.Strategy(env).Strategy()
 		services[i] = inventory.NewService(st, strategies[i],
 			// The scheduler decides what happens when; no deadline may,
 			// and no hold lapses, nor a sold-out mark's bound passes, but
@@ -423,8 +423,8 @@ func (x *Explorer) runLifecycle(ctx context.Context, lc Lifecycle, pick picker) 
 	if w != nil {
 		// Returns a failed relay left marked go back first (the sweep
 		// would); then the store's books must be the database's.
-		if relay, ok := strategies[0].(inventory.ReturnRelay); ok {
-			if _, err := relay.RelayReturns(ctx, sku); err != nil {
+		if relay := strategies[0].RelayReturns; relay != nil {
+			if _, err := relay(ctx, sku); err != nil {
 				res.problems = append(res.problems, fmt.Sprintf("relay the returns left marked: %v", err))
 			}
 		}

@@ -231,7 +231,7 @@ func TestReplayTheLifecycleRaces(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					lc := explore.Lifecycle{Name: c.name, Stock: 1, Holds: lapses, Actors: c.actors,
-						Strategy: func(explore.Env) inventory.Strategy {
+						Strategy: func(explore.Env) inventory.Strategic {
 							return inventory.NewVersionCAS(inventory.WithMaxInFlight(0), inventory.WithBackoff(0, 0))
 						}}
 					run, err := x.ReplayLifecycle(context.Background(), lc, c.steps)
@@ -295,7 +295,7 @@ func TestHarnessCatchesAUnitReturnedTwice(t *testing.T) {
 	lc := explore.Lifecycle{Name: "a cancel retried on a second instance, without the held check", Stock: 1,
 		Holds:  []explore.Hold{{Quantity: 1}},
 		Actors: []explore.Actor{{Act: explore.Cancel}, {Act: explore.Cancel, Instance: 1}},
-		Strategy: func(explore.Env) inventory.Strategy {
+		Strategy: func(explore.Env) inventory.Strategic {
 			return inventory.NewVersionCAS(inventory.WithMaxInFlight(0), inventory.WithBackoff(0, 0))
 		},
 		MaxSchedules: 400, Samples: 200, Seed: 1}
@@ -325,7 +325,7 @@ func TestHarnessCatchesAMarkPastItsBound(t *testing.T) {
 	lc := explore.Lifecycle{Name: "a buyer clicking again while a cancel on another instance gives the unit back, the mark outliving its bound", Stock: 1,
 		Holds:        []explore.Hold{{Quantity: 1}},
 		Actors:       []explore.Actor{{Act: explore.Buy, Quantity: 1, Retry: true}, {Act: explore.Cancel, Instance: 1}},
-		Strategy:     func(explore.Env) inventory.Strategy { return inventory.NewConditional() },
+		Strategy:     func(explore.Env) inventory.Strategic { return inventory.NewConditional() },
 		SoldOutBound: true, MarkOutlivesBound: true,
 		MaxSchedules: 200, Samples: 0, Seed: 1}
 	r, err := x.ExploreLifecycle(context.Background(), lc)
@@ -366,7 +366,7 @@ func TestHarnessCatchesABuyerPastTheLimit(t *testing.T) {
 	x := openLifecycle(t, "mysql", func(db inventory.Store) inventory.Store { return limitIgnored{db} })
 	lc := explore.Lifecycle{Name: "one buyer ordering twice on two instances, the limit unchecked", Stock: 2, PerUserLimit: 1,
 		Actors:       []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
-		Strategy:     func(explore.Env) inventory.Strategy { return inventory.NewConditional() },
+		Strategy:     func(explore.Env) inventory.Strategic { return inventory.NewConditional() },
 		MaxSchedules: 100, Samples: 0, Seed: 1, RetryUnreplayed: 2}
 	r, err := x.ExploreLifecycle(context.Background(), lc)
 	if err != nil {
@@ -399,7 +399,7 @@ func TestHarnessCatchesALostReturn(t *testing.T) {
 		Holds:    []explore.Hold{{Quantity: 1, Lapse: explore.LapsedBefore}},
 		Actors:   []explore.Actor{{Act: explore.Sweep}, {Act: explore.Buy, Quantity: 1, Instance: 1}},
 		Reserved: inventory.NameRedisReserve,
-		Strategy: func(env explore.Env) inventory.Strategy {
+		Strategy: func(env explore.Env) inventory.Strategic {
 			return inventory.NewReserved(returnsDropped{env.Reservations}, env.Sales)
 		},
 		MaxSchedules: 100, Seed: 1}
@@ -429,7 +429,7 @@ func TestTwoBatchesOfOneBuyerDoNotDeadlock(t *testing.T) {
 			x := openLifecycle(t, engine, nil)
 			lc := explore.Lifecycle{Name: "one buyer ordering twice on two instances, batched", Stock: 2, PerUserLimit: 1,
 				Actors: []explore.Actor{{Act: explore.Buy, Quantity: 1, User: "twice"}, {Act: explore.Buy, Quantity: 1, User: "twice", Instance: 1}},
-				Strategy: func(env explore.Env) inventory.Strategy {
+				Strategy: func(env explore.Env) inventory.Strategic {
 					return batched.New(env.Store, batched.WithQueueObserver(env.Queue), batched.WithLogger(slog.New(slog.DiscardHandler)))
 				}}
 			steps := []string{"B: join the batch queue", "B: claim buyer's units", "A: join the batch queue", "A: claim buyer's units", "B: write", "B: commit", "A: read for update", "A: commit"}

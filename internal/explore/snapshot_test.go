@@ -61,7 +61,7 @@ func TestSnapshotIsolationStaleRead(t *testing.T) {
 
 	t.Run("redis-lock, 2 left", func(t *testing.T) {
 		sc := explore.Scenario{Name: "locked", Stock: 2, Quantities: []int64{1, 1}, Faults: faults,
-			Strategy: func(env explore.Env) inventory.Strategy {
+			Strategy: func(env explore.Env) inventory.Strategic {
 				return inventory.NewLocked(inventory.NameRedisLock, env.Locker)
 			}}
 		steps := []string{"A: acquire", "lock expires", "B: acquire", "A: read", "B: read", "A: write", "A: commit", "B: write"}
@@ -76,7 +76,7 @@ func TestSnapshotIsolationStaleRead(t *testing.T) {
 	})
 	t.Run("version-cas, no fault", func(t *testing.T) {
 		sc := explore.Scenario{Name: "cas", Stock: 2, Quantities: []int64{1, 1}, Faults: explore.Faults{},
-			Strategy: func(explore.Env) inventory.Strategy {
+			Strategy: func(explore.Env) inventory.Strategic {
 				return inventory.NewVersionCAS(inventory.WithMaxInFlight(0), inventory.WithBackoff(0, 0))
 			}}
 		steps := []string{"A: read", "B: read", "A: write", "A: commit", "B: write"}

@@ -90,7 +90,7 @@ func TestFencedWriteValidatesTheRead(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					fixed := explore.Scenario{Name: c.name, Stock: c.stock, Quantities: []int64{1, 1}, Faults: faults,
-						Strategy: func(env explore.Env) inventory.Strategy {
+						Strategy: func(env explore.Env) inventory.Strategic {
 							return inventory.NewLocked(inventory.NameRedisLock, env.Locker)
 						}}
 					run, err := x.Replay(ctx, fixed, c.steps)
@@ -105,7 +105,7 @@ func TestFencedWriteValidatesTheRead(t *testing.T) {
 					// The write before the fix takes its fence under the row
 					// lock (a "read for update" step) before it writes.
 					before := fixed
-					before.Strategy = func(env explore.Env) inventory.Strategy { return fenceOnly{env.Locker} }
+					before.Strategy = func(env explore.Env) inventory.Strategic { return fenceOnly{env.Locker} }
 					run, err = x.Replay(ctx, before, c.before)
 					if err != nil {
 						t.Fatalf("before the fix: %v", err)

@@ -37,7 +37,7 @@ func fuzzTargets(f *testing.F, stock int64, strategies []string, opts ...httpapi
 	for _, engine := range store.Engines {
 		db := testdb.New(f, engine, 4)
 		for i, name := range strategies {
-			var strategy inventory.Strategy
+			var strategy inventory.Strategic
 			switch name {
 			case inventory.NameConditional:
 				strategy = inventory.NewConditional()

@@ -29,7 +29,7 @@ type instance struct {
 
 // newInstance starts the service on db, over a real HTTP listener on
 // 127.0.0.1.
-func newInstance(t *testing.T, db store.Store, strategy inventory.Strategy, opts ...httpapi.Option) *instance {
+func newInstance(t *testing.T, db store.Store, strategy inventory.Strategic, opts ...httpapi.Option) *instance {
 	t.Helper()
 	svc := inventory.NewService(db, strategy)
 	srv := httptest.NewServer(httpapi.New(svc, append([]httpapi.Option{httpapi.WithAdminToken(adminToken)}, opts...)...))
@@ -300,7 +300,7 @@ func TestIdempotencyAcrossInstances(t *testing.T) {
 					if err := db.Migrate(context.Background()); err != nil {
 						t.Fatal(err)
 					}
-					var s inventory.Strategy = inventory.NewForUpdate()
+					var s inventory.Strategic = inventory.NewForUpdate()
 					if strategy == inventory.NameBatched {
 						s = batched.New(db)
 					}

@@ -83,8 +83,8 @@ func (s *Service) OpenSale(ctx context.Context, req SaleRequest) (SaleStarted, e
 // started. A strategy that keeps its own sale is asked to finish it (its
 // store may have missed it: the first attempt's 503).
 func (s *Service) replayStart(ctx context.Context, req SaleRequest, st SaleStart, rec AdminRecord) (SaleStarted, error) {
-	if keeper, ok := s.strategy.(SaleKeeper); ok {
-		if err := keeper.FinishStart(ctx, st, rec.Sale); err != nil {
+	if finish := s.strategy.FinishStart; finish != nil {
+		if err := finish(ctx, st, rec.Sale); err != nil {
 			return SaleStarted{}, s.classify(ctx, err)
 		}
 	}
@@ -99,8 +99,8 @@ func (s *Service) replayStart(ctx context.Context, req SaleRequest, st SaleStart
 // was written). Past the attempts it is ErrBusy, never the bare conflict.
 func (s *Service) startSale(ctx context.Context, st SaleStart) error {
 	return s.retryConflicts(ctx, "starting the sale", func() error {
-		if keeper, ok := s.strategy.(SaleKeeper); ok {
-			return keeper.StartSaleWith(ctx, st)
+		if start := s.strategy.StartSale; start != nil {
+			return start(ctx, st)
 		}
 		// The database first, then the strategy's state. Neither sets
 		// anything back: a start bumps the version and keeps the fence,
@@ -109,9 +109,9 @@ func (s *Service) startSale(ctx context.Context, st SaleStart) error {
 		if _, err := s.store.StartSaleWith(ctx, st); err != nil {
 			return err
 		}
-		if r, ok := s.strategy.(SKUStateResetter); ok {
-			if err := r.ResetSKU(ctx, st.SKU); err != nil {
-				return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name(), st.SKU, err)
+		if reset := s.strategy.ResetSKU; reset != nil {
+			if err := reset(ctx, st.SKU); err != nil {
+				return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name, st.SKU, err)
 			}
 		}
 		return nil
@@ -127,7 +127,7 @@ func (s *Service) retryConflicts(ctx context.Context, what string, write func() 
 		if err = write(); !errors.Is(err, ErrConflict) {
 			return err
 		}
-		s.obs.Retried(s.strategy.Name(), "conflict")
+		s.obs.Retried(s.strategy.Name, "conflict")
 		if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
 			return fmt.Errorf("%w: %s: %w", ErrBusy, what, errors.Join(perr, err))
 		}
@@ -173,9 +173,8 @@ func (s *Service) RestockSale(ctx context.Context, req RestockRequest) (Restocke
 	if err := req.Validate(); err != nil {
 		return Restocked{}, err
 	}
-	_, keepsSale := s.strategy.(SaleKeeper)
-	if keepsSale && s.relay == nil {
-		return Restocked{}, fmt.Errorf("%w: %s counts the stock outside the database and cannot restock; start a new sale instead", ErrInvalid, s.strategy.Name())
+	if s.strategy.StartSale != nil && s.relay == nil {
+		return Restocked{}, fmt.Errorf("%w: %s counts the stock outside the database and cannot restock; start a new sale instead", ErrInvalid, s.strategy.Name)
 	}
 	// Bounded like an order: a restock behind a busy row answers busy
 	// rather than hold its admin's request open. The answer after the

@@ -45,7 +45,7 @@ func BenchmarkAdmission(b *testing.B) {
 							b.Fatal(err)
 						}
 						b.Cleanup(db.Close)
-						var s inventory.Strategy = inventory.NewConditional()
+						var s inventory.Strategic = inventory.NewConditional()
 						if name == inventory.NameForUpdate {
 							s = inventory.NewForUpdate()
 						}

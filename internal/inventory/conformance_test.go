@@ -30,7 +30,7 @@ import (
 )
 
 // builder builds one strategy over the test's database on engine.
-type builder func(t *testing.T, engine string, db store.Store) inventory.Strategy
+type builder func(t *testing.T, engine string, db store.Store) inventory.Strategic
 
 // strategies builds each registered strategy as the conformance test runs
 // it, over the test's database (TestConformanceCoversEveryStrategy). naive
@@ -40,7 +40,7 @@ func strategies() map[string]builder {
 	built := wired()
 	for _, s := range inventory.Strategies() {
 		if _, ok := built[s.Name]; !ok && s.New != nil {
-			built[s.Name] = func(*testing.T, string, store.Store) inventory.Strategy { return s.New() }
+			built[s.Name] = func(*testing.T, string, store.Store) inventory.Strategic { return s.New() }
 		}
 	}
 	return built
@@ -50,18 +50,18 @@ func strategies() map[string]builder {
 // that need servers or a store, and naive with its race window.
 func wired() map[string]builder {
 	return map[string]builder{
-		inventory.NameNaive: func(*testing.T, string, store.Store) inventory.Strategy {
+		inventory.NameNaive: func(*testing.T, string, store.Store) inventory.Strategic {
 			return inventory.NewNaive(inventory.WithRaceWindow(20 * time.Millisecond))
 		},
-		inventory.NameBatched: func(_ *testing.T, _ string, db store.Store) inventory.Strategy {
+		inventory.NameBatched: func(_ *testing.T, _ string, db store.Store) inventory.Strategic {
 			return batched.New(db)
 		},
-		inventory.NameRedisLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategy {
+		inventory.NameRedisLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
 			locker := redislock.New(testredis.Start(t).Client(t))
 			t.Cleanup(func() { _ = locker.Close() })
 			return inventory.NewLocked(inventory.NameRedisLock, inventorylock.Adapt(locker))
 		},
-		inventory.NameRedlock: func(t *testing.T, _ string, _ store.Store) inventory.Strategy {
+		inventory.NameRedlock: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
 			var clients []*redis.Client
 			for range 5 {
 				clients = append(clients, testredis.Start(t).Client(t))
@@ -73,19 +73,19 @@ func wired() map[string]builder {
 			t.Cleanup(func() { _ = locker.Close() })
 			return inventory.NewLocked(inventory.NameRedlock, inventorylock.Adapt(locker))
 		},
-		inventory.NameEtcdLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategy {
+		inventory.NameEtcdLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
 			locker := etcdlock.New(testetcd.Start(t).Client(t), etcdlock.WithPrefix(fmt.Sprintf("/%s/", t.Name())))
 			t.Cleanup(func() { _ = locker.Close() })
 			return inventory.NewLocked(inventory.NameEtcdLock, inventorylock.Adapt(locker))
 		},
-		inventory.NameRedisReserve: func(t *testing.T, _ string, db store.Store) inventory.Strategy {
+		inventory.NameRedisReserve: func(t *testing.T, _ string, db store.Store) inventory.Strategic {
 			return inventory.NewReserved(reservedStore(t, db), db)
 		},
-		inventory.NameRedisWatch: func(t *testing.T, _ string, db store.Store) inventory.Strategy {
+		inventory.NameRedisWatch: func(t *testing.T, _ string, db store.Store) inventory.Strategic {
 			return inventory.NewReserved(reservedStore(t, db, reservation.WithOptimisticTransactions(50, 2)), db,
 				inventory.WithReservedName(inventory.NameRedisWatch))
 		},
-		inventory.NameZKLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategy {
+		inventory.NameZKLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
 			locker, err := zklock.New([]string{testzk.Start(t).Addr}, zklock.WithPrefix("/"+strings.ReplaceAll(t.Name(), "/", "-")),
 				zklock.WithLogger(zklock.Quiet()))
 			if err != nil {
@@ -97,7 +97,7 @@ func wired() map[string]builder {
 		// The lock table in a database of its own on the same engine: the
 		// lock orders the writers wherever it lives; the row's counter is
 		// the token the stock write checks.
-		inventory.NameDBLock: func(t *testing.T, engine string, _ store.Store) inventory.Strategy {
+		inventory.NameDBLock: func(t *testing.T, engine string, _ store.Store) inventory.Strategic {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			locker, err := dblock.Open(ctx, testdb.MigratedURL(t, engine), dblock.WithWait(30*time.Second))
@@ -107,7 +107,7 @@ func wired() map[string]builder {
 			t.Cleanup(func() { _ = locker.Close() })
 			return inventory.NewLocked(inventory.NameDBLock, inventorylock.Adapt(locker))
 		},
-		inventory.NameLegacyGetset: func(t *testing.T, _ string, _ store.Store) inventory.Strategy {
+		inventory.NameLegacyGetset: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
 			locker := getsetlock.New(testredis.Start(t).Client(t), getsetlock.WithWait(30*time.Second))
 			return inventory.NewLocked(inventory.NameLegacyGetset, inventorylock.Adapt(locker), inventory.WithFencing(false))
 		},

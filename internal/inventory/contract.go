@@ -1,17 +1,97 @@
 package inventory
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+)
 
-// The strategy contract: what a Service needs of a strategy. Every strategy
-// is a Strategy (a name, and a deduction inside the order's transaction);
-// one that owns its orders' transactions or keeps its own books implements
-// the capabilities below as well, and the Service uses each one it finds.
-// A wrapper of a strategy (LimitRowWork, AdmitThrough) forwards every
-// capability its inner strategy has or refuses that strategy when it is
-// built, so no capability is lost to a wrapper.
+// TxRunner runs deduct in the transaction of one order. When deduct returns
+// nil, the runner records the order in that same transaction and commits, so
+// a sold unit is always an order row. A strategy may call it more than once
+// (each call is a new transaction) and may hold something around it, such as
+// a lock.
+type TxRunner func(ctx context.Context, deduct func(ctx context.Context, tx Tx) error) error
+
+// Strategy is the strategy contract: what a Service needs of a strategy,
+// in one struct. A strategy either deducts inside the order's transaction
+// that the Service runs (Deduct) or takes whole orders itself (TakeOrder);
+// every other field is a capability, nil when the strategy has none, and
+// the Service then does without it (the database's level, audit and sale
+// start). One struct of funcs, not optional interfaces found by type
+// assertion: a wrapper (LimitRowWork, AdmitThrough) copies it and replaces
+// Deduct, so it cannot drop a capability by forgetting to forward it.
+type Strategy struct {
+	// Name is the strategy's STRATEGY value, recorded on every order.
+	Name string
+	// Deduct takes quantity units of sku through inTx. It returns
+	// ErrSoldOut when fewer are available, and passes on the errors of
+	// inTx that it does not handle itself.
+	Deduct func(ctx context.Context, sku string, quantity int64, inTx TxRunner) error
+	// TakeOrder takes a whole order instead (batched, the reservation
+	// strategies): it checks the idempotency key, deducts, and records the
+	// order, and returns the order recorded (o.Order, or for a replayed
+	// key the first order of that key), or an error of this package.
+	TakeOrder func(ctx context.Context, o PendingOrder) (Order, error)
+	// StartSale and FinishStart keep the sale outside the database (the
+	// reservation strategies): StartSale starts the sale st describes, in
+	// the database (with st.Key) and in the strategy's own store;
+	// FinishStart completes the start of sale number sale, which the
+	// database recorded (a retry of a start with the same key), unless a
+	// newer one was started since.
+	StartSale   func(ctx context.Context, st SaleStart) error
+	FinishStart func(ctx context.Context, st SaleStart, sale int64) error
+	// ResetSKU clears what the strategy keeps per SKU (lock keys) for a
+	// new sale.
+	ResetSKU func(ctx context.Context, sku string) error
+	// RelayReturns gives back to the strategy's own store the returns the
+	// database marked for it (Tx.MarkRelay) of sku, of every SKU when sku
+	// is "", and reports how many: the strategy counts the stock outside
+	// the database. A cancel or an expiry is decided in the database as
+	// for every strategy and marks the order in the same transaction; the
+	// service relays right after the commit, and its sweep relays what a
+	// process that died left marked.
+	RelayReturns func(ctx context.Context, sku string) (int, error)
+	// Audit and Level: a strategy that keeps its own books audits a SKU
+	// and reports its stock itself.
+	Audit func(ctx context.Context, sku string) (Audit, error)
+	Level func(ctx context.Context, sku string) (Level, error)
+	// Ping answers whether the strategy's own backends answer.
+	Ping func(ctx context.Context) error
+}
+
+// Strategy returns s itself: a Strategy is Strategic.
+func (s Strategy) Strategy() Strategy { return s }
+
+// Strategic is what a Service is built with: a Strategy, or a strategy's
+// own type (a *Locked, a *batched.Batched, …), which hands out its
+// Strategy.
+type Strategic interface {
+	Strategy() Strategy
+}
+
+// Validate reports what makes s no strategy: a name, and exactly one way
+// of taking orders; a sale kept outside the database starts and finishes
+// there.
+func (s Strategy) Validate() error {
+	var errs []error
+	if s.Name == "" {
+		errs = append(errs, errors.New("no name"))
+	}
+	if (s.Deduct == nil) == (s.TakeOrder == nil) {
+		errs = append(errs, errors.New("exactly one of Deduct and TakeOrder"))
+	}
+	if (s.StartSale == nil) != (s.FinishStart == nil) {
+		errs = append(errs, errors.New("StartSale and FinishStart together"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("inventory: strategy %q: %w", s.Name, err)
+	}
+	return nil
+}
 
 // PendingOrder is an order the Service has validated and named, handed to
-// an OrderTaker to be taken.
+// a strategy's TakeOrder to be taken.
 type PendingOrder struct {
 	// Order is the row to record if the order is taken: its ID, SKU,
 	// quantity, buyer and strategy.
@@ -42,63 +122,4 @@ type SoldOutMark interface {
 	// that the mark refuses now without asking the store, nil when it
 	// does not.
 	Refusal(sku string, quantity int64) error
-}
-
-// OrderTaker is a strategy that takes whole orders instead of deducting in
-// a transaction the Service runs (batched, the reservation strategies): it
-// checks the idempotency key, deducts, and records the order, and returns
-// the order recorded (o.Order, or for a replayed key the first order of
-// that key), or an error of this package.
-type OrderTaker interface {
-	Strategy
-	TakeOrder(ctx context.Context, o PendingOrder) (Order, error)
-}
-
-// SaleKeeper is a strategy that keeps the sale itself (the stock counted
-// outside the database): it starts sales, with their windows, instead of
-// the Service.
-type SaleKeeper interface {
-	// StartSaleWith starts the sale st describes, in the database (with
-	// st.Key) and in the strategy's own store.
-	StartSaleWith(ctx context.Context, st SaleStart) error
-	// FinishStart completes the start of sale number sale, which the
-	// database recorded (a retry of a start with the same key): it makes
-	// the strategy's own store hold that sale unless a newer one was
-	// started since, and does nothing more when it holds it already.
-	FinishStart(ctx context.Context, st SaleStart, sale int64) error
-}
-
-// ReturnRelay is a strategy that counts the stock outside the database
-// (the reservation strategies). A cancel or an expiry is decided in the
-// database as for every strategy (one conditional UPDATE, the database's
-// clock), returns the units there, and marks the order (Tx.MarkRelay) in
-// the same transaction; the strategy then gives the units back to its own
-// store, once per order. The service relays right after the commit, and its
-// sweep relays what a process that died left marked.
-type ReturnRelay interface {
-	// RelayReturns gives back the marked returns of sku (of every SKU when
-	// sku is "") and reports how many.
-	RelayReturns(ctx context.Context, sku string) (int, error)
-}
-
-// SKUStateResetter is a strategy that keeps state of its own per SKU (lock
-// keys, fence counters) that a new sale must clear.
-type SKUStateResetter interface {
-	ResetSKU(ctx context.Context, sku string) error
-}
-
-// Auditor is a strategy that keeps its own books and audits a SKU itself.
-type Auditor interface {
-	Audit(ctx context.Context, sku string) (Audit, error)
-}
-
-// Leveler is a strategy that reports a SKU's stock itself.
-type Leveler interface {
-	Level(ctx context.Context, sku string) (Level, error)
-}
-
-// Pinger is a strategy (or an admission) that depends on a backend of its
-// own, and answers whether it is ready.
-type Pinger interface {
-	Ping(ctx context.Context) error
 }

@@ -10,27 +10,14 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 )
 
-// pingingStrategy deducts nothing and has a backend of its own.
-type pingingStrategy struct {
-	inventory.Strategy
-	resets []string
-	down   error
-}
-
-func (p *pingingStrategy) ResetSKU(_ context.Context, sku string) error {
-	p.resets = append(p.resets, sku)
-	return nil
-}
-
-func (p *pingingStrategy) Ping(context.Context) error { return p.down }
-
-// TestWrappersForwardOrRefuse: a wrapper (LimitRowWork, AdmitThrough)
-// passes on every capability of the strategy it wraps, or refuses the
-// strategy when it is built. LimitRowWork(batched.New(db), n) used to
-// return a gate that the Service saw as a plain deducting strategy: its
-// orders were no longer batched.
-func TestWrappersForwardOrRefuse(t *testing.T) {
-	wholeOrders := map[string]inventory.Strategy{
+// TestWrappersKeepEveryCapability: a wrapper (LimitRowWork, AdmitThrough)
+// copies the strategy it wraps and replaces its Deduct, so every other
+// capability is the wrapped strategy's; a strategy that takes whole orders
+// is refused when the wrapper is built. LimitRowWork(batched.New(db), n)
+// used to return a gate that the Service saw as a plain deducting
+// strategy: its orders were no longer batched.
+func TestWrappersKeepEveryCapability(t *testing.T) {
+	wholeOrders := map[string]inventory.Strategic{
 		"batched":       batched.New(nil),
 		"redis-reserve": inventory.NewReserved(nil, nil),
 	}
@@ -43,26 +30,38 @@ func TestWrappersForwardOrRefuse(t *testing.T) {
 		}
 	}
 
-	inner := &pingingStrategy{Strategy: inventory.NewConditional(), down: errors.New("backend down")}
+	var resets []string
+	down := errors.New("backend down")
+	inner := inventory.NewConditional().Strategy()
+	inner.ResetSKU = func(_ context.Context, sku string) error { resets = append(resets, sku); return nil }
+	inner.Ping = func(context.Context) error { return down }
 	gated, err := inventory.LimitRowWork(inner, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gated.Name() != inventory.NameConditional {
-		t.Errorf("name %q", gated.Name())
+	if gated.Name != inventory.NameConditional || gated.Validate() != nil {
+		t.Errorf("the gate: %q, %v", gated.Name, gated.Validate())
 	}
-	r, ok := gated.(inventory.SKUStateResetter)
-	if !ok {
-		t.Fatal("the gate does not pass ResetSKU on")
+	if gated.ResetSKU == nil || gated.ResetSKU(context.Background(), "s-1") != nil || len(resets) != 1 {
+		t.Errorf("ResetSKU not passed on: inner saw %v", resets)
 	}
-	if err := r.ResetSKU(context.Background(), "s-1"); err != nil || len(inner.resets) != 1 {
-		t.Errorf("ResetSKU: %v, inner saw %v", err, inner.resets)
+	if gated.Ping == nil || !errors.Is(gated.Ping(context.Background()), down) {
+		t.Errorf("Ping not passed on")
 	}
-	p, ok := gated.(inventory.Pinger)
-	if !ok {
-		t.Fatal("the gate does not pass Ping on")
+}
+
+// TestStrategiesKeepTheContract: every strategy the registry builds alone
+// takes orders one way, named.
+func TestStrategiesKeepTheContract(t *testing.T) {
+	for _, s := range inventory.Strategies() {
+		if s.New == nil {
+			continue
+		}
+		if err := s.New().Validate(); err != nil {
+			t.Error(err)
+		}
 	}
-	if err := p.Ping(context.Background()); !errors.Is(err, inner.down) {
-		t.Errorf("Ping: %v, want the inner strategy's %v", err, inner.down)
+	if err := (inventory.Strategy{Name: "both", Deduct: inventory.NewConditional().Deduct, TakeOrder: batched.New(nil).TakeOrder}).Validate(); err == nil {
+		t.Error("a strategy that both deducts and takes whole orders passed Validate")
 	}
 }

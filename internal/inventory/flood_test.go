@@ -38,10 +38,10 @@ func (c *signallingStore) InTx(ctx context.Context, fn func(context.Context, inv
 // through.
 func TestRowGateKeepsOtherSKUsServed(t *testing.T) {
 	const gate, flood = 2, 12
-	rowStrategies := map[string]func() inventory.Strategy{
-		inventory.NameForUpdate:   func() inventory.Strategy { return inventory.NewForUpdate() },
-		inventory.NameConditional: func() inventory.Strategy { return inventory.NewConditional() },
-		inventory.NameNaive:       func() inventory.Strategy { return inventory.NewNaive() },
+	rowStrategies := map[string]func() inventory.Strategic{
+		inventory.NameForUpdate:   func() inventory.Strategic { return inventory.NewForUpdate() },
+		inventory.NameConditional: func() inventory.Strategic { return inventory.NewConditional() },
+		inventory.NameNaive:       func() inventory.Strategic { return inventory.NewNaive() },
 	}
 	for _, engine := range store.Engines {
 		for name, build := range rowStrategies {

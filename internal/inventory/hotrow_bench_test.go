@@ -33,7 +33,7 @@ func BenchmarkHotRow(b *testing.B) {
 						b.Fatal(err)
 					}
 					if name == inventory.NameBatched {
-						strategy = batched.New(db)
+						strategy = batched.New(db).Strategy()
 					}
 					svc := inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second))
 					if err := svc.StartSale(ctx, "hot", inventory.MaxInitialStock); err != nil {

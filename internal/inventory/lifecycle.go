@@ -137,7 +137,7 @@ func (s *Service) transition(ctx context.Context, o Order, to string) (moved boo
 		case errors.Is(err, ErrOutcomeUnknown):
 			return s.resolveSettle(ctx, o, to, err)
 		case errors.Is(err, ErrConflict):
-			s.obs.Retried(s.strategy.Name(), "conflict")
+			s.obs.Retried(s.strategy.Name, "conflict")
 			if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
 				return false, nil, perr
 			}
@@ -182,7 +182,7 @@ func (s *Service) settled(ctx context.Context, o Order, to string, moved bool) {
 	if !moved {
 		return
 	}
-	s.obs.OrderSettled(s.strategy.Name(), to)
+	s.obs.OrderSettled(s.strategy.Name, to)
 	if returnsUnits(to) {
 		s.unitsBack(ctx, o.SKU)
 	}
@@ -314,7 +314,7 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 		}
 		total += len(expired)
 		for range expired {
-			s.obs.OrderSettled(s.strategy.Name(), OrderExpired)
+			s.obs.OrderSettled(s.strategy.Name, OrderExpired)
 		}
 		for _, r := range unitsBySKU(expired) {
 			s.unitsBack(ctx, r.SKU)
@@ -326,9 +326,9 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 			// delays these (they stay marked for the next sweep), so it
 			// is a warning, not a failed sweep.
 			if s.relay != nil {
-				if _, err := s.relay.RelayReturns(ctx, ""); err != nil {
+				if _, err := s.relay(ctx, ""); err != nil {
 					s.log.Warn("returns left marked not yet given back to the strategy's store: the next sweep tries again",
-						"strategy", s.strategy.Name(), "err", err)
+						"strategy", s.strategy.Name, "err", err)
 				}
 			}
 			return total, nil
@@ -365,9 +365,9 @@ func (s *Service) relayReturns(ctx context.Context, sku string) {
 	// Not bounded by a caller's deadline that may be spent.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.timeout, relayWait))
 	defer cancel()
-	if _, err := s.relay.RelayReturns(ctx, sku); err != nil {
+	if _, err := s.relay(ctx, sku); err != nil {
 		s.log.Warn("returned units not yet given back to the strategy's store: they stay marked, and the sweep relays them",
-			"sku", sku, "strategy", s.strategy.Name(), "err", err)
+			"sku", sku, "strategy", s.strategy.Name, "err", err)
 	}
 }
 

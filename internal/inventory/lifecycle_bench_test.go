@@ -28,7 +28,7 @@ func BenchmarkLifecycleBurst(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/%s/lifecycle=%s", engine, name, mode), func(b *testing.B) {
 					ctx := context.Background()
 					db := testdb.New(b, engine, 16)
-					var strategy inventory.Strategy = inventory.NewForUpdate()
+					var strategy inventory.Strategic = inventory.NewForUpdate()
 					switch name {
 					case inventory.NameBatched:
 						strategy = batched.New(db)

@@ -137,8 +137,11 @@ func NewLocked(name string, locker Locker, opts ...LockedOption) *Locked {
 	return l
 }
 
-// Name implements Strategy.
-func (l *Locked) Name() string { return l.name }
+// Strategy implements Strategic: a deduction under the lock, a new sale frees
+// the lock, the readiness check asks the lock's backend.
+func (l *Locked) Strategy() Strategy {
+	return Strategy{Name: l.name, Deduct: l.Deduct, ResetSKU: l.ResetSKU, Ping: l.Ping}
+}
 
 func lockKey(sku string) string { return "sku:" + sku }
 

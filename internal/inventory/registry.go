@@ -128,7 +128,7 @@ var registry = []StrategyInfo{
 		Breaks:    "two buyers read the last unit, both pass the check, both write: −1",
 		How:       "Reads the stock, checks it in Go, waits NAIVE_RACE_WINDOW, then writes available − q. No lock: between the read and the write another order can take the same units.",
 		Expect:    "The control. It must oversell in the burst; that it does is the proof that the burst is hard enough to catch a broken strategy.",
-		New:       func() Strategy { return NewNaive() },
+		New:       func() Strategy { return NewNaive().Strategy() },
 	},
 	{
 		Name: NameForUpdate, Class: ClassSafe, Family: FamilySQL,
@@ -136,7 +136,7 @@ var registry = []StrategyInfo{
 		Breaks:    "without FOR UPDATE, two buyers read the last unit in their transactions, both pass the check, both write: −1",
 		How:       "BEGIN; SELECT … FOR UPDATE locks the row; Go checks; UPDATE; INSERT the order; COMMIT. Pessimistic: orders on one SKU queue on the row lock, which is held across two round trips and the commit.",
 		Expect:    "Safe. Slower than conditional because the lock is held longer.",
-		New:       func() Strategy { return NewForUpdate() },
+		New:       func() Strategy { return NewForUpdate().Strategy() },
 	},
 	{
 		Name: NameVersionCAS, Class: ClassSafe, Family: FamilySQL,
@@ -144,7 +144,7 @@ var registry = []StrategyInfo{
 		Breaks:    "without the version condition, two buyers read (1, v7), both write available − 1: −1",
 		How:       "Reads (available, version), then UPDATE … WHERE version = v. A lost race re-reads and retries after a jittered backoff, up to CAS_MAX_ATTEMPTS and within ORDER_TIMEOUT, then answers 503 busy. Each instance runs at most CAS_MAX_IN_FLIGHT (2) attempts on a SKU at once.",
 		Expect:    "Safe. Optimistic: no lock while deciding, but on one hot row most attempts lose, so it burns round trips and can leave buyers with 503.",
-		New:       func() Strategy { return NewVersionCAS() },
+		New:       func() Strategy { return NewVersionCAS().Strategy() },
 	},
 	{
 		Name: NameConditional, Class: ClassSafe, Family: FamilySQL,
@@ -152,7 +152,7 @@ var registry = []StrategyInfo{
 		Breaks:    "without the WHERE available >= q, two buyers of the last unit both decrement: −1",
 		How:       "UPDATE stock SET available = available − q WHERE sku = ? AND available >= q, then INSERT the order, in one transaction. The database checks and writes in one statement; the row is locked only for that statement and the commit.",
 		Expect:    "Safe, and the fewest round trips under the row lock: the one to beat.",
-		New:       func() Strategy { return NewConditional() },
+		New:       func() Strategy { return NewConditional().Strategy() },
 	},
 	{
 		Name: NameBatched, Class: ClassSafe, Family: FamilyBatched,

@@ -226,25 +226,14 @@ func NewReserved(res Reservations, db EpochSales, opts ...ReservedOption) *Reser
 	return r
 }
 
-var (
-	_ OrderTaker  = (*Reserved)(nil)
-	_ SaleKeeper  = (*Reserved)(nil)
-	_ Auditor     = (*Reserved)(nil)
-	_ Leveler     = (*Reserved)(nil)
-	_ Pinger      = (*Reserved)(nil)
-	_ ReturnRelay = (*Reserved)(nil)
-)
-
-// Name implements Strategy.
-func (r *Reserved) Name() string { return r.name }
-
-// Deduct implements Strategy; the Service calls TakeOrder instead, which
-// owns the whole order.
-func (r *Reserved) Deduct(context.Context, string, int64, TxRunner) error {
-	return fmt.Errorf("%w: %s takes whole orders, not deductions in a transaction", ErrUnavailable, r.name)
+// Strategy implements Strategic: it takes whole orders, keeps the sale, its
+// books and its stock in the store, and relays the database's returns.
+func (r *Reserved) Strategy() Strategy {
+	return Strategy{Name: r.name, TakeOrder: r.TakeOrder, StartSale: r.StartSaleWith, FinishStart: r.FinishStart,
+		RelayReturns: r.RelayReturns, Audit: r.Audit, Level: r.Level, Ping: r.Ping}
 }
 
-// TakeOrder implements OrderTaker: it reserves the order in the store.
+// TakeOrder reserves the order in the store.
 func (r *Reserved) TakeOrder(ctx context.Context, o PendingOrder) (Order, error) {
 	if o.PerUserLimit > 0 {
 		// The store counts it on the buyer's count with the stock, and
@@ -299,7 +288,7 @@ func (r *Reserved) StartSaleWindow(ctx context.Context, sku string, n int64, w S
 	return r.StartSaleWith(ctx, SaleStart{SKU: sku, Available: n, Window: w})
 }
 
-// StartSaleWith implements SaleKeeper: the database's start (with st.Key)
+// StartSaleWith is the strategy's StartSale: the database's start (with st.Key)
 // closes the store's older sale before it commits, then the store loads
 // the new one.
 func (r *Reserved) StartSaleWith(ctx context.Context, st SaleStart) error {
@@ -325,7 +314,7 @@ func (r *Reserved) StartSaleWith(ctx context.Context, st SaleStart) error {
 	}
 }
 
-// FinishStart implements SaleKeeper, for a retry of a start the database
+// FinishStart is the strategy's FinishStart, for a retry of a start the database
 // recorded: nothing to do when the store holds that sale or a newer one,
 // or the database has a newer one. Otherwise the store is loaded, but only
 // while the database has no order of the sale: a store that held the sale,
@@ -485,7 +474,7 @@ func (r *Reserved) audit(sku string, t Tally, written Audit) Audit {
 // relayBatch is how many returns one relay transaction hands over.
 const relayBatch = 256
 
-// RelayReturns implements ReturnRelay: the returns the database made and
+// RelayReturns is the strategy's RelayReturns: the returns the database made and
 // marked (a cancel, an expiry: Tx.MarkRelay) go back to the store, and the
 // restocks (Tx.RecordRestock) reach it, a batch at a time, until none of the
 // SKU's is left (every SKU's when sku is ""). The store takes each order once per sale (Reservations.Return), so

@@ -25,9 +25,9 @@ type Service struct {
 	obs        Observer
 	hold       time.Duration
 	limit      int64
-	// relay is the strategy when it counts the stock outside the
-	// database: returns are marked for it and relayed (ReturnRelay).
-	relay ReturnRelay
+	// relay is the strategy's RelayReturns when it counts the stock
+	// outside the database: returns are marked for it and relayed.
+	relay func(ctx context.Context, sku string) (int, error)
 	// soldOut refuses the orders of a SKU just refused sold out without
 	// a round trip; nil when WithSoldOutTTL(0) turned it off.
 	soldOut    *soldOutMarks
@@ -104,7 +104,14 @@ func WithClock(now func() time.Time) ServiceOption {
 }
 
 // NewService returns a Service.
-func NewService(store Store, strategy Strategy, opts ...ServiceOption) *Service {
+//
+// It panics on a strategy that breaks the contract (Strategy.Validate): a
+// programming error, caught where the strategy is wired.
+func NewService(store Store, strategic Strategic, opts ...ServiceOption) *Service {
+	strategy := strategic.Strategy()
+	if err := strategy.Validate(); err != nil {
+		panic(err)
+	}
 	s := &Service{
 		store:      store,
 		strategy:   strategy,
@@ -122,7 +129,7 @@ func NewService(store Store, strategy Strategy, opts ...ServiceOption) *Service 
 	if s.soldOutTTL > 0 {
 		s.soldOut = newSoldOutMarks(s.soldOutTTL, s.now)
 	}
-	s.relay, _ = strategy.(ReturnRelay)
+	s.relay = strategy.RelayReturns
 	return s
 }
 
@@ -133,7 +140,7 @@ func newOrderID() string {
 }
 
 // Strategy returns the name of the service's strategy.
-func (s *Service) Strategy() string { return s.strategy.Name() }
+func (s *Service) Strategy() string { return s.strategy.Name }
 
 // Errors that steer the transaction runner; they never leave the package.
 var (
@@ -151,7 +158,7 @@ var (
 func (s *Service) PlaceOrder(ctx context.Context, req Request) (Order, error) {
 	began := time.Now()
 	order, err := s.placeOrder(ctx, req)
-	s.obs.OrderDone(s.strategy.Name(), Outcome(err), time.Since(began))
+	s.obs.OrderDone(s.strategy.Name, Outcome(err), time.Since(began))
 	return order, err
 }
 
@@ -199,7 +206,7 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		SKU:      req.SKU,
 		Quantity: req.Quantity,
 		UserID:   req.UserID,
-		Strategy: s.strategy.Name(),
+		Strategy: s.strategy.Name,
 		State:    OrderFinal,
 	}
 	if s.hold > 0 {
@@ -212,10 +219,10 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 	}
 	var replayed Order
 	var err error
-	if taker, ok := s.strategy.(OrderTaker); ok {
+	if take := s.strategy.TakeOrder; take != nil {
 		// The strategy owns the transaction (batched.Batched): it checks
 		// the key, deducts, and records the order and its key itself.
-		placed, terr := taker.TakeOrder(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint, PerUserLimit: s.limit,
+		placed, terr := take(ctx, PendingOrder{Order: order, IdempotencyKey: req.IdempotencyKey, Fingerprint: fingerprint, PerUserLimit: s.limit,
 			Mark: s.markFor(req, probe != 0)})
 		if terr == nil && placed.ID != order.ID {
 			replayed, terr = placed, errReplayed
@@ -251,7 +258,7 @@ func (s *Service) placeOrder(ctx context.Context, req Request) (Order, error) {
 		return Order{}, s.soldOutError(req)
 	}
 	if !refusal(err) {
-		s.log.Warn("order failed", "sku", req.SKU, "order_id", order.ID, "strategy", s.strategy.Name(), "err", err)
+		s.log.Warn("order failed", "sku", req.SKU, "order_id", order.ID, "strategy", s.strategy.Name, "err", err)
 	}
 	return Order{}, err
 }
@@ -357,9 +364,9 @@ func (s *Service) deduct(ctx context.Context, req Request, order *Order, fingerp
 		})
 		switch {
 		case errors.Is(err, errVersionMoved):
-			s.obs.Retried(s.strategy.Name(), "version_moved")
+			s.obs.Retried(s.strategy.Name, "version_moved")
 		case errors.Is(err, ErrFencedOff):
-			s.obs.FencedOff(s.strategy.Name())
+			s.obs.FencedOff(s.strategy.Name)
 		}
 		return err
 	}
@@ -476,7 +483,7 @@ func (s *Service) runTx(ctx context.Context, order Order, fn func(context.Contex
 			if errors.Is(err, errKeyTaken) {
 				reason = "key_taken"
 			}
-			s.obs.Retried(s.strategy.Name(), reason)
+			s.obs.Retried(s.strategy.Name, reason)
 			if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
 				return perr
 			}
@@ -603,8 +610,8 @@ func (s *Service) Level(ctx context.Context, sku string) (Level, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Level{}, err
 	}
-	if l, ok := s.strategy.(Leveler); ok {
-		return l.Level(ctx, sku)
+	if level := s.strategy.Level; level != nil {
+		return level(ctx, sku)
 	}
 	return s.store.Level(ctx, sku)
 }
@@ -614,8 +621,8 @@ func (s *Service) Audit(ctx context.Context, sku string) (Audit, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Audit{}, err
 	}
-	if a, ok := s.strategy.(Auditor); ok {
-		return a.Audit(ctx, sku)
+	if audit := s.strategy.Audit; audit != nil {
+		return audit(ctx, sku)
 	}
 	return s.store.Audit(ctx, sku)
 }
@@ -625,8 +632,8 @@ func (s *Service) Ready(ctx context.Context) error {
 	if err := s.store.Ping(ctx); err != nil {
 		return err
 	}
-	if p, ok := s.strategy.(Pinger); ok {
-		return p.Ping(ctx)
+	if ping := s.strategy.Ping; ping != nil {
+		return ping(ctx)
 	}
 	return nil
 }

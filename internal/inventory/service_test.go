@@ -181,12 +181,21 @@ func TestClientHangUpLeavesWholeOrder(t *testing.T) {
 // hookAfterRead wraps a strategy so that the test learns when its first
 // statement ran, and holds the transaction open until the caller has hung up.
 type hookAfterRead struct {
-	inventory.Strategy
+	inventory.Strategic
 	entered, hungUp chan struct{}
 }
 
-func (h hookAfterRead) Deduct(ctx context.Context, sku string, q int64, inTx inventory.TxRunner) error {
-	return h.Strategy.Deduct(ctx, sku, q, func(ctx context.Context, deduct func(context.Context, inventory.Tx) error) error {
+func (h hookAfterRead) Strategy() inventory.Strategy {
+	st := h.Strategic.Strategy()
+	inner := st.Deduct
+	st.Deduct = func(ctx context.Context, sku string, q int64, inTx inventory.TxRunner) error {
+		return h.deduct(ctx, sku, q, inTx, inner)
+	}
+	return st
+}
+
+func (h hookAfterRead) deduct(ctx context.Context, sku string, q int64, inTx inventory.TxRunner, inner func(context.Context, string, int64, inventory.TxRunner) error) error {
+	return inner(ctx, sku, q, func(ctx context.Context, deduct func(context.Context, inventory.Tx) error) error {
 		return inTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
 			if _, err := tx.LockLevel(ctx, sku); err != nil {
 				return err

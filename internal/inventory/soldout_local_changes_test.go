@@ -16,23 +16,28 @@ import (
 // the test its answer is in (the store has read and refused) and waits
 // for the test before the service sees it: a refusal answered late.
 type pausingStrategy struct {
-	inventory.Strategy
+	inventory.Strategic
 	armed    atomic.Bool
 	answered chan error
 	proceed  chan struct{}
 }
 
-func newPausingStrategy(s inventory.Strategy) *pausingStrategy {
-	return &pausingStrategy{Strategy: s, answered: make(chan error, 1), proceed: make(chan struct{})}
+func newPausingStrategy(s inventory.Strategic) *pausingStrategy {
+	return &pausingStrategy{Strategic: s, answered: make(chan error, 1), proceed: make(chan struct{})}
 }
 
-func (p *pausingStrategy) Deduct(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
-	err := p.Strategy.Deduct(ctx, sku, quantity, inTx)
-	if p.armed.CompareAndSwap(true, false) {
-		p.answered <- err
-		<-p.proceed
+func (p *pausingStrategy) Strategy() inventory.Strategy {
+	st := p.Strategic.Strategy()
+	inner := st.Deduct
+	st.Deduct = func(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
+		err := inner(ctx, sku, quantity, inTx)
+		if p.armed.CompareAndSwap(true, false) {
+			p.answered <- err
+			<-p.proceed
+		}
+		return err
 	}
-	return err
+	return st
 }
 
 // TestSoldOutMarkIsNotSetByARefusalReadBeforeALocalRestock: an order is

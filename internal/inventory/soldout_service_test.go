@@ -215,18 +215,23 @@ func TestSoldOutMarkRefusesOnlyOrdersTheRefusalCovers(t *testing.T) {
 // row's gate, a lock, a retry's pause): its first order waits at the
 // turnstile until the test lets it go; the others pass.
 type turnstile struct {
-	inventory.Strategy
+	inventory.Strategic
 	first   atomic.Bool   // (not a sync.Once: its Do would hold the others too)
 	waiting chan struct{} // closed once the first order waits
 	pass    chan struct{} // closed by the test to let it go
 }
 
-func (w *turnstile) Deduct(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
-	if w.first.CompareAndSwap(false, true) {
-		close(w.waiting)
-		<-w.pass
+func (w *turnstile) Strategy() inventory.Strategy {
+	st := w.Strategic.Strategy()
+	inner := st.Deduct
+	st.Deduct = func(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
+		if w.first.CompareAndSwap(false, true) {
+			close(w.waiting)
+			<-w.pass
+		}
+		return inner(ctx, sku, quantity, inTx)
 	}
-	return w.Strategy.Deduct(ctx, sku, quantity, inTx)
+	return st
 }
 
 // TestSoldOutMarkRefusesAnOrderThatWaitedItsTurn: an order that was waiting
@@ -241,7 +246,7 @@ func TestSoldOutMarkRefusesAnOrderThatWaitedItsTurn(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
 				db := testdb.New(t, engine, 8)
-				gate := &turnstile{Strategy: strategies()[name](t, engine, db), waiting: make(chan struct{}), pass: make(chan struct{})}
+				gate := &turnstile{Strategic: strategies()[name](t, engine, db), waiting: make(chan struct{}), pass: make(chan struct{})}
 				clock := &handClock{t: time.Unix(1_000_000, 0)}
 				a := inventory.NewService(db, gate, inventory.WithClock(clock.now), inventory.WithSoldOutTTL(time.Second))
 				b := inventory.NewService(db, gate)

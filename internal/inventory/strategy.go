@@ -21,23 +21,6 @@ const (
 	NameBatched = "batched"
 )
 
-// TxRunner runs deduct in the transaction of one order. When deduct returns
-// nil, the runner records the order in that same transaction and commits, so
-// a sold unit is always an order row. A strategy may call it more than once
-// (each call is a new transaction) and may hold something around it, such as
-// a lock.
-type TxRunner func(ctx context.Context, deduct func(ctx context.Context, tx Tx) error) error
-
-// Strategy deducts stock for one order.
-type Strategy interface {
-	// Name is the strategy's STRATEGY value, recorded on every order.
-	Name() string
-	// Deduct takes quantity units of sku through inTx. It returns
-	// ErrSoldOut when fewer are available, and passes on the errors of
-	// inTx that it does not handle itself.
-	Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error
-}
-
 // soldOutOrUnknown tells why a conditional write touched no row: the SKU does
 // not exist, its window is not open, or too little stock was left.
 func soldOutOrUnknown(ctx context.Context, tx Tx, sku string) error {
@@ -88,8 +71,8 @@ func NewNaive(opts ...NaiveOption) *Naive {
 	return n
 }
 
-// Name implements Strategy.
-func (*Naive) Name() string { return NameNaive }
+// Strategy implements Strategic.
+func (n *Naive) Strategy() Strategy { return Strategy{Name: NameNaive, Deduct: n.Deduct} }
 
 // Deduct implements Strategy, unsafely.
 func (n *Naive) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
@@ -111,8 +94,8 @@ type ForUpdate struct{}
 // NewForUpdate returns the SELECT … FOR UPDATE strategy.
 func NewForUpdate() *ForUpdate { return &ForUpdate{} }
 
-// Name implements Strategy.
-func (*ForUpdate) Name() string { return NameForUpdate }
+// Strategy implements Strategic.
+func (f *ForUpdate) Strategy() Strategy { return Strategy{Name: NameForUpdate, Deduct: f.Deduct} }
 
 // Deduct implements Strategy.
 func (*ForUpdate) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
@@ -136,8 +119,8 @@ type Conditional struct{}
 // NewConditional returns the conditional-UPDATE strategy.
 func NewConditional() *Conditional { return &Conditional{} }
 
-// Name implements Strategy.
-func (*Conditional) Name() string { return NameConditional }
+// Strategy implements Strategic.
+func (c *Conditional) Strategy() Strategy { return Strategy{Name: NameConditional, Deduct: c.Deduct} }
 
 // Deduct implements Strategy.
 func (*Conditional) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {
@@ -216,8 +199,8 @@ func NewVersionCAS(opts ...CASOption) *VersionCAS {
 	return v
 }
 
-// Name implements Strategy.
-func (*VersionCAS) Name() string { return NameVersionCAS }
+// Strategy implements Strategic.
+func (v *VersionCAS) Strategy() Strategy { return Strategy{Name: NameVersionCAS, Deduct: v.Deduct} }
 
 // Deduct implements Strategy.
 func (v *VersionCAS) Deduct(ctx context.Context, sku string, quantity int64, inTx TxRunner) error {

@@ -67,12 +67,9 @@ func WithLockWaitTimeout(d time.Duration) Option {
 	return func(o *options) { o.lockWaitTimeout = d }
 }
 
-// ioTimeout is the driver's readTimeout and writeTimeout unless the URL sets
-// them (dburl.MySQL).
-const ioTimeout = dburl.MySQLIOTimeout
-
 // noDeadlineLockWait bounds the row-lock waits of a transaction without a
-// deadline when WithLockWaitTimeout is not set: below ioTimeout, so the
+// deadline when WithLockWaitTimeout is not set: below the driver's I/O
+// timeouts (dburl.MySQLIOTimeout), so the
 // answer is InnoDB's 1205, not a connection cut mid-statement.
 const noDeadlineLockWait = 20 * time.Second
 
@@ -694,6 +691,3 @@ func wrapCommit(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, err)
 }
-
-// ParseURL is dburl.MySQL, for the callers not moved to it yet.
-func ParseURL(raw string) (*mysql.Config, error) { return dburl.MySQL(raw) }

@@ -123,10 +123,10 @@ func TestCatalogTableShowsTheWorstSKU(t *testing.T) {
 		t.Errorf("failures: %s", f)
 	}
 	var html, md bytes.Buffer
-	if err := WriteHTML(&html, r); err != nil {
+	if err := WriteHTML(&html, r, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteMarkdown(&md, r); err != nil {
+	if err := WriteMarkdown(&md, r, nil); err != nil {
 		t.Fatal(err)
 	}
 	page := html.String()
@@ -240,10 +240,10 @@ func TestCatalogsOfARealRun(t *testing.T) {
 		t.Errorf("failures: %s", f)
 	}
 	var html, md bytes.Buffer
-	if err := WriteHTML(&html, r); err != nil {
+	if err := WriteHTML(&html, r, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteMarkdown(&md, r); err != nil {
+	if err := WriteMarkdown(&md, r, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{

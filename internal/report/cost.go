@@ -151,6 +151,8 @@ type costRow struct {
 	ServicePerCoreSec, StackPerCoreSec, Busy        string
 	Unmeasured, Note                                string
 	Control, Healthz                                bool
+	// NoteRef numbers Note among the table's notes (0: none).
+	NoteRef int
 }
 
 // capacityRow is one line of the capacity estimate.
@@ -161,9 +163,21 @@ type capacityRow struct {
 	SerialBound, Estimate, Binds                  string
 	InRun, Measured, Ratio, Busy, Check, CheckWhy string
 	Outside, Control                              bool
+	// CheckRef numbers CheckWhy among the table's notes (0: none).
+	CheckRef int
+	// backend is the raw name, estimate the lowest bound in orders/s (0
+	// when none): the recommendation ranks by it.
+	backend  string
+	estimate float64
 }
 
 // fmtMicros writes a CPU time per order: 412 µs, 38.5 µs, 2.75 µs.
+// microsCell is fmtMicros without its unit, for a table whose header has
+// it.
+func microsCell(v float64, ok bool) string {
+	return strings.TrimSuffix(fmtMicros(v, ok), " µs")
+}
+
 func fmtMicros(v float64, ok bool) string {
 	if !ok {
 		return "–"
@@ -188,7 +202,7 @@ func costRowOf(r *Report, backend, strategy, run string, cost, sell *CPUCost) co
 				if !cc.Measured() {
 					return "not measured"
 				}
-				return fmtMicros(perOrder(cc.CPU, cost.Answered))
+				return microsCell(perOrder(cc.CPU, cost.Answered))
 			}
 		}
 		return "–"
@@ -199,10 +213,10 @@ func costRowOf(r *Report, backend, strategy, run string, cost, sell *CPUCost) co
 		row.Coordination = cc.Name + " " + per(cc.Name)
 	}
 	total, all := cost.measuredCPU()
-	row.Total = fmtMicros(perOrder(total, cost.Answered))
+	row.Total = microsCell(perOrder(total, cost.Answered))
 	if sell != nil {
 		t, _ := sell.measuredCPU()
-		row.TotalPerSold = fmtMicros(perOrder(t, sell.Sold))
+		row.TotalPerSold = microsCell(perOrder(t, sell.Sold))
 	} else {
 		row.TotalPerSold = "–"
 	}
@@ -340,7 +354,7 @@ func (r *Report) serialBound(backend, strategy string) (float64, string) {
 	case inventory.FamilyLock:
 		for _, c := range r.MedianCeilings() {
 			if c.Backend == backend && c.Workers == 1 && c.Error == "" && c.PerSecond > 0 {
-				return c.PerSecond, "hot row, one at a time under the lock"
+				return c.PerSecond, "hot row, one connection (lock)"
 			}
 		}
 	}
@@ -360,7 +374,7 @@ func capacityRows(r *Report, burst []Row) []capacityRow {
 		if cost == nil || cost.Sold <= 0 {
 			continue
 		}
-		c := capacityRow{Backend: r.BackendLabel(row.Run.Backend), Strategy: row.Run.Strategy, Control: row.Control}
+		c := capacityRow{Backend: r.BackendLabel(row.Run.Backend), Strategy: row.Run.Strategy, Control: row.Control, backend: row.Run.Backend}
 		type bound struct {
 			name string
 			rate float64
@@ -378,7 +392,7 @@ func capacityRows(r *Report, burst []Row) []capacityRow {
 				return
 			}
 			v, _ := perOrder(cc.CPU, cost.Sold)
-			*micros = fmtMicros(v, true)
+			*micros = microsCell(v, true)
 			if v > 0 {
 				rate := float64(cores) * 1e6 / v
 				*boundText = fmtRate(rate)
@@ -395,7 +409,7 @@ func capacityRows(r *Report, burst []Row) []capacityRow {
 				// busiest one's CPU per order bounds the rate at one
 				// core (Redis runs its commands on one thread).
 				v, _ := perOrder(cc.Busiest, cost.Sold)
-				c.Coordination = cc.Name + " " + fmtMicros(v, true)
+				c.Coordination = cc.Name + " " + microsCell(v, true)
 				if v > 0 {
 					rate := 1e6 / v
 					c.CoordBound = fmtRate(rate)
@@ -415,7 +429,7 @@ func capacityRows(r *Report, burst []Row) []capacityRow {
 					lo = b
 				}
 			}
-			c.Estimate, c.Binds = fmtRate(lo.rate), lo.name
+			c.Estimate, c.Binds, c.estimate = fmtRate(lo.rate), lo.name, lo.rate
 		}
 		c.InRun, c.Ratio, c.Measured, c.Check = "–", "–", fmtRate(row.Stats.OrdersPerSec), "–"
 		c.Busy = fmtPercent(cost.MachineBusy)

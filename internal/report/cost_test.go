@@ -95,8 +95,8 @@ func TestCostRowsShowNotMeasuredComponents(t *testing.T) {
 		}
 		if row.Healthz {
 			healthz = true
-			if row.Service != "100 µs" || row.ServicePerCoreSec != "10,000" {
-				t.Errorf("healthz row = %+v: want 100 µs and 10,000 requests per core-second", row)
+			if row.Service != "100" || row.ServicePerCoreSec != "10,000" {
+				t.Errorf("healthz row = %+v: want 100 (µs, in the header) and 10,000 requests per core-second", row)
 			}
 		}
 	}
@@ -108,10 +108,10 @@ func TestCostRowsShowNotMeasuredComponents(t *testing.T) {
 func TestRenderCostAndCapacity(t *testing.T) {
 	r, _ := costFixture(t, 0.97, 1, 0)
 	var html, md bytes.Buffer
-	if err := WriteHTML(&html, r); err != nil {
+	if err := WriteHTML(&html, r, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteMarkdown(&md, r); err != nil {
+	if err := WriteMarkdown(&md, r, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"Cost per order: CPU by component", `class="c-service"`, `class="c-database"`,

@@ -88,6 +88,19 @@ func fmtRatio(v float64) string {
 	return strconv.FormatFloat(round(v, 2), 'f', -1, 64) + "×"
 }
 
+// fmtMillis writes a latency in milliseconds without its unit, for a
+// column whose header has it: 0.8, 42, 1,650; "–" for none.
+func fmtMillis(d time.Duration) string {
+	msf := float64(d) / float64(time.Millisecond)
+	switch {
+	case d <= 0:
+		return "–"
+	case msf < 10:
+		return strconv.FormatFloat(msf, 'f', 1, 64)
+	}
+	return fmtInt(int64(math.Round(msf)))
+}
+
 // fmtSeconds writes a window: 1.72 s, 15.0 s.
 func fmtSeconds(d time.Duration) string {
 	if d <= 0 {

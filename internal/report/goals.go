@@ -76,6 +76,7 @@ type soldOutGoalRow struct {
 	CPUMet            string
 	RunP99            string
 	Problems          string
+	ProblemsRef       int
 }
 
 // healthzOf is the /healthz baseline of a Go client's run: the one
@@ -108,9 +109,9 @@ func soldOutGoalRows(r *Report, burst []Row) []soldOutGoalRow {
 			g.Answers, g.RunP99 = fmtInt(run.SoldOut), fmtDur(run.P99)
 			g.Problems = strings.Join(run.Problems(), "; ")
 			if v, ok := servicePerAnswer(run.Cost); ok {
-				g.Service = fmtMicros(v, true)
+				g.Service = microsCell(v, true)
 				if hok && healthz > 0 {
-					g.Healthz = fmtMicros(healthz, true)
+					g.Healthz = microsCell(healthz, true)
 					g.VsHealthz = fmtRatio(v / healthz)
 					known, met = true, v <= SoldOutCPUGoal*healthz
 				}
@@ -142,10 +143,10 @@ func fastPathRows(r *Report, burst []Row) []fastPathRow {
 			h, hok = r.healthzOf(g)
 		}
 		if ok {
-			f.Service = fmtMicros(v, true)
+			f.Service = microsCell(v, true)
 		}
 		if hok {
-			f.Healthz = fmtMicros(h, true)
+			f.Healthz = microsCell(h, true)
 		}
 		known := ok && hok && h > 0
 		if known {
@@ -184,6 +185,8 @@ type ratioRow struct {
 	NumService, DenService   string // service µs per answer
 	NumStrategy, DenStrategy string
 	Problems                 string
+	// ProblemsRef numbers Problems among the table's notes (0: none).
+	ProblemsRef int
 }
 
 // RatioPairs are the ratio burst's rounds of backend, paired by round:
@@ -289,10 +292,10 @@ func ratioRows(r *Report) []ratioRow {
 		row.DenP99 = fmtDur(den[mid].P99Sold) + " / " + fmtDur(den[mid].P99SoldOut)
 		row.NumService, row.DenService = "–", "–"
 		if v, ok := servicePerAnswer(num[mid].Cost); ok {
-			row.NumService = fmtMicros(v, true)
+			row.NumService = microsCell(v, true)
 		}
 		if v, ok := servicePerAnswer(den[mid].Cost); ok {
-			row.DenService = fmtMicros(v, true)
+			row.DenService = microsCell(v, true)
 		}
 		out = append(out, row)
 	}

@@ -41,14 +41,14 @@ func TestCostGoals(t *testing.T) {
 		t.Fatalf("no sold-out goal row for PostgreSQL conditional: %+v", rows)
 	}
 	// 70 µs against /healthz's 40: 1.75× (shown 1.8×), over the 1.5× goal.
-	if cond.Service != "70.0 µs" || cond.VsHealthz != "1.8×" || cond.CPUMet != "no" {
-		t.Errorf("sold-out CPU: %+v, want 70.0 µs, 1.8×, not met", *cond)
+	if cond.Service != "70.0" || cond.VsHealthz != "1.8×" || cond.CPUMet != "no" {
+		t.Errorf("sold-out CPU: %+v, want 70.0 (µs, in the header), 1.8×, not met", *cond)
 	}
 	// The baseline measured beside the run wins over the ceiling run's.
 	r.SoldOutRuns[0].Healthz = serviceOnly(20_000, 60*time.Microsecond)
 	for _, row := range soldOutGoalRows(r, r.Rows(Burst)) {
-		if row.Strategy == "conditional" && row.Backend == r.BackendLabel("postgres") && (row.Healthz != "60.0 µs" || row.CPUMet != "yes") {
-			t.Errorf("against the /healthz beside it: %+v, want 60.0 µs and met", row)
+		if row.Strategy == "conditional" && row.Backend == r.BackendLabel("postgres") && (row.Healthz != "60.0" || row.CPUMet != "yes") {
+			t.Errorf("against the /healthz beside it: %+v, want 60.0 (µs) and met", row)
 		}
 	}
 	r.SoldOutRuns[0].Healthz = nil
@@ -95,10 +95,10 @@ func TestCostGoals(t *testing.T) {
 	}
 
 	var md, html bytes.Buffer
-	if err := WriteMarkdown(&md, r); err != nil {
+	if err := WriteMarkdown(&md, r, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteHTML(&html, r); err != nil {
+	if err := WriteHTML(&html, r, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## The cost goals: sold out, the fast paths, the ratio burst", "| at least 5× |", "**no**"} {

@@ -153,10 +153,10 @@ func TestLifecycleTable(t *testing.T) {
 func TestRenderLifecycle(t *testing.T) {
 	r := lifecycleFixture(t)
 	var html, md bytes.Buffer
-	if err := WriteHTML(&html, r); err != nil {
+	if err := WriteHTML(&html, r, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteMarkdown(&md, r); err != nil {
+	if err := WriteMarkdown(&md, r, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -185,10 +185,10 @@ func TestRenderLifecycle(t *testing.T) {
 	// Without lifecycle runs (LIFECYCLE=0) the section is not there.
 	r.LifecycleRuns = nil
 	md.Reset()
-	if err := WriteMarkdown(&md, r); err != nil {
+	if err := WriteMarkdown(&md, r, nil); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(md.String(), "Orders that come back") {
+	if strings.Contains(md.String(), "## Orders that come back") {
 		t.Error("a report without lifecycle runs has the section")
 	}
 }

@@ -22,50 +22,133 @@ var htmlSource string
 var mdSource string
 
 var funcs = template.FuncMap{
-	"join": strings.Join,
-	"inc":  func(i int) int { return i + 1 },
-	"dur":  fmtDur,
-	"rate": fmtRate,
-	"int":  fmtInt,
-	"secs": fmtSeconds,
-	"time": func(t time.Time) string { return t.Format("2006-01-02 15:04:05 MST") },
+	"join":     strings.Join,
+	"inc":      func(i int) int { return i + 1 },
+	"dur":      fmtDur,
+	"rate":     fmtRate,
+	"int":      fmtInt,
+	"secs":     fmtSeconds,
+	"time":     func(t time.Time) string { return t.Format("2006-01-02 15:04:05 MST") },
+	"runFiles": runFiles,
+}
+
+// fileLink is a link to one of a run's files.
+type fileLink struct{ Href, Text string }
+
+// runFiles are the links to a run's files that are beside the page.
+func runFiles(p page, dashboard, dir string, metrics []string) []fileLink {
+	var out []fileLink
+	add := func(href, text string) {
+		if p.Has(href) {
+			out = append(out, fileLink{href, text})
+		}
+	}
+	add(dashboard, "k6 dashboard")
+	if dir != "" {
+		add(dir+"/summary.txt", "summary")
+		add(dir+"/summary.json", "summary.json")
+		add(dir+"/k6.log", "k6 log")
+	}
+	for i, m := range metrics {
+		add(m, fmt.Sprintf("/metrics i%d", i+1))
+	}
+	return out
 }
 
 var (
 	htmlTemplate = template.Must(template.New("index.html").Funcs(funcs).Parse(htmlSource))
-	mdTemplate   = texttemplate.Must(texttemplate.New("report.md").Funcs(texttemplate.FuncMap(funcs)).Parse(mdSource))
+	// report.md shows choosing.md's table ("choicetable") too.
+	mdTemplate = texttemplate.Must(texttemplate.Must(texttemplate.New("report.md").Funcs(texttemplate.FuncMap(funcs)).Parse(mdSource)).
+			New(choosingFile).Parse(choosingSource)).Lookup("report.md")
 )
 
-// WriteHTML renders the self-contained page.
-func WriteHTML(w io.Writer, r *Report) error {
-	if err := htmlTemplate.Execute(w, buildPage(r)); err != nil {
+//go:embed templates/choosing.md.tmpl
+var choosingSource string
+
+var choosingTemplate = texttemplate.Must(texttemplate.New("choosing.md").Funcs(texttemplate.FuncMap(funcs)).Parse(choosingSource))
+
+// The files a report's folder holds beside its runs: the pages link each
+// other, and the data, only where the file is there.
+const (
+	htmlFile     = "index.html"
+	mdFile       = "report.md"
+	choosingFile = "choosing.md"
+)
+
+// Exists tells whether a file a page would link, relative to the page's
+// folder, is there. The pages link only what exists, so that a copy that
+// leaves the runs' folders out (a published one) has no dead link.
+type Exists func(rel string) bool
+
+// InDir is Exists for the files of dir.
+func InDir(dir string) Exists {
+	return func(rel string) bool {
+		if rel == "" || strings.Contains(rel, "://") {
+			return false
+		}
+		_, err := os.Stat(filepath.Join(dir, filepath.FromSlash(rel)))
+		return err == nil
+	}
+}
+
+// WriteHTML renders the self-contained page. It links the files exists
+// says are there (nil: none).
+func WriteHTML(w io.Writer, r *Report, exists Exists) error {
+	if err := htmlTemplate.Execute(w, buildPage(r, exists)); err != nil {
 		return fmt.Errorf("report: html: %w", err)
 	}
 	return nil
 }
 
 // WriteMarkdown renders report.md: the same tables and facts, no charts.
-func WriteMarkdown(w io.Writer, r *Report) error {
-	if err := mdTemplate.Execute(w, buildPage(r)); err != nil {
+func WriteMarkdown(w io.Writer, r *Report, exists Exists) error {
+	if err := mdTemplate.Execute(w, buildPage(r, exists)); err != nil {
 		return fmt.Errorf("report: markdown: %w", err)
 	}
 	return nil
 }
 
-// WriteFiles writes index.html, report.md and results.json.gz into dir.
+// WriteChoosing renders choosing.md: the recommendation, its rules and
+// where its figures come from. page is the report's index.html as seen
+// from where choosing.md will be, for the links to the evidence;
+// generatedBy, if set, is the command that wrote it.
+func WriteChoosing(w io.Writer, r *Report, pageLink, generatedBy string) error {
+	p := buildPage(r, nil)
+	p.Page, p.GeneratedBy = pageLink, generatedBy
+	if err := choosingTemplate.Execute(w, p); err != nil {
+		return fmt.Errorf("report: choosing: %w", err)
+	}
+	return nil
+}
+
+// WriteFiles writes results.json.gz, then index.html, report.md and
+// choosing.md into dir, each linking only the files dir holds.
 func WriteFiles(dir string, r *Report) error {
 	if err := r.Save(dir); err != nil {
 		return err
 	}
-	for name, write := range map[string]func(io.Writer, *Report) error{
-		"index.html": WriteHTML,
-		"report.md":  WriteMarkdown,
-	} {
+	return WritePages(dir, r)
+}
+
+// WritePages writes index.html, report.md and choosing.md into dir, from
+// r as it is (results.json.gz is not written again).
+func WritePages(dir string, r *Report) error {
+	exists := InDir(dir)
+	pages := []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		// choosing.md first: the others link it.
+		{choosingFile, func(w io.Writer) error { return WriteChoosing(w, r, htmlFile, "") }},
+		{mdFile, func(w io.Writer) error { return WriteMarkdown(w, r, exists) }},
+		{htmlFile, func(w io.Writer) error { return WriteHTML(w, r, exists) }},
+	}
+	for _, pg := range pages {
 		var buf bytes.Buffer
-		if err := write(&buf, r); err != nil {
+		if err := pg.write(&buf); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, pg.name), buf.Bytes(), 0o644); err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
@@ -74,9 +157,29 @@ func WriteFiles(dir string, r *Report) error {
 
 // page is what the templates show, computed once.
 type page struct {
-	R        *Report
-	OK       bool
-	Failures []string
+	R      *Report
+	exists Exists
+	// Page is the report's index.html as the page links it (its own
+	// sections: "index.html" beside report.md; further away from
+	// docs/choosing.md); GeneratedBy the command that wrote choosing.md.
+	Page, GeneratedBy string
+	OK                bool
+	Failures          []string
+	// Choices is the recommendation, ChoiceBackends its columns;
+	// Sources says where its figures come from.
+	Choices        []Choice
+	ChoiceBackends []string
+	Rules          []string
+	NotInRun       []string
+	Sources        []string
+	// Rerun are the commands that rerun the comparison, as they run.
+	Rerun []string
+	// Verdict is the first screen's one line on safety; FaultsSource
+	// names the fault-suite run the report shows.
+	Verdict      string
+	FaultsSource string
+	// Audited is the verdict's figures in one sentence.
+	Audited string
 	// Headline is one sentence on safety, Findings one paragraph per
 	// backend on speed.
 	Headline  string
@@ -118,9 +221,13 @@ type page struct {
 	SoldOutGoalRows []soldOutGoalRow
 	FastPathRows    []fastPathRow
 	RatioRows       []ratioRow
-	SoldOutCPUGoal  string
-	FastPathCPUGoal string
-	RatioGoal       string
+	// CostNotes, CapacityNotes and GoalNotes are the long texts of
+	// those tables' cells, as numbered notes under them, so that the
+	// tables fit the page's column.
+	CostNotes, CapacityNotes, GoalNotes []string
+	SoldOutCPUGoal                      string
+	FastPathCPUGoal                     string
+	RatioGoal                           string
 	// Busy: the load average exceeded the core count before the run.
 	Busy bool
 	// Scope is "6 strategies × 2 backends".
@@ -162,6 +269,9 @@ type tableRow struct {
 	Available, Oversold, Conservation, Ratio, Status        string
 	StatusClass, Problems, Dashboard, Dir, Untold, Requests string
 	Control, Bad, OversoldRed, AvailableRed                 bool
+	// CeilingName names the backend's reference ceiling, which × ceiling
+	// divides by, on the first row of a backend.
+	CeilingName string
 	// First marks the first row of a backend, which opens its group.
 	First bool
 	// Spread lists every round's orders/s when there were several.
@@ -187,8 +297,20 @@ func (r *Report) BackendLabel(backend string) string {
 	return backend
 }
 
-func buildPage(r *Report) page {
-	p := page{R: r, LoadGen: r.LoadGen, GoLoadGen: r.GoLoadGen}
+// Has reports whether the page may link rel: the file is beside it.
+func (p page) Has(rel string) bool { return p.exists != nil && p.exists(rel) }
+
+func buildPage(r *Report, exists Exists) page {
+	p := page{R: r, exists: exists, Page: htmlFile, LoadGen: r.LoadGen, GoLoadGen: r.GoLoadGen}
+	p.Choices, p.Rules, p.NotInRun = r.Choices(), ChoiceRules, r.NotInRun()
+	for _, b := range r.Backends {
+		p.ChoiceBackends = append(p.ChoiceBackends, r.BackendLabel(b))
+	}
+	p.Sources = sources(r)
+	if r.Faults != nil {
+		p.FaultsSource = faultsSource(r.Faults)
+	}
+	p.Rerun = rerunCommands(r)
 	p.Scope = fmt.Sprintf("%s × %s", plural(int64(len(r.Strategies)), "strategy", "strategies"), plural(int64(len(r.Backends)), "backend", "backends"))
 	p.Failures = r.Failures()
 	// Only the load before the run says something about other work: during
@@ -206,6 +328,13 @@ func buildPage(r *Report) page {
 
 	burst, steady := r.Rows(Burst), r.Rows(Steady)
 	p.Burst, p.Steady = tableRows(r, burst), tableRows(r, steady)
+	for _, rows := range [][]tableRow{p.Burst, p.Steady} {
+		for i := range rows {
+			if !p.Has(rows[i].Dashboard) {
+				rows[i].Dashboard = ""
+			}
+		}
+	}
 	if len(burst) > 0 {
 		run := burst[0].Run
 		p.BurstLoad = fmt.Sprintf("%s buyers for %s units (1 each), %s virtual users clicking at once, spread over %d instances",
@@ -234,6 +363,17 @@ func buildPage(r *Report) page {
 	p.CostRows = costRows(r, burst, steady)
 	p.CapacityRows = capacityRows(r, burst)
 	p.SoldOutGoalRows, p.FastPathRows, p.RatioRows = soldOutGoalRows(r, burst), fastPathRows(r, burst), ratioRows(r)
+	p.CostNotes, p.CapacityNotes, p.GoalNotes = numberNotes(p.CostRows, p.CapacityRows, p.SoldOutGoalRows, p.RatioRows)
+	// A situation's evidence is a section only the runs that measured it
+	// have: no link to a section the page leaves out.
+	shown := map[string]bool{"burst": true, "steady": true, "faults": true,
+		"catalog": len(p.CatalogRows) > 0, "lifecycle": len(p.LifecycleRows) > 0,
+		"cost": len(p.CostRows) > 0, "capacity": len(p.CapacityRows) > 0}
+	for i := range p.Choices {
+		if !shown[p.Choices[i].Anchor] {
+			p.Choices[i].Anchor = ""
+		}
+	}
 	p.SoldOutCPUGoal, p.FastPathCPUGoal, p.RatioGoal = fmtRatio(SoldOutCPUGoal), fmtRatio(FastPathCPUGoal), fmtRatio(RatioGoal)
 	if len(steady) > 0 {
 		run := steady[0].Run
@@ -252,6 +392,8 @@ func buildPage(r *Report) page {
 	}
 
 	p.Headline = headline(r, burst, steady)
+	p.Verdict = verdictLine(r, p.Failures)
+	p.Audited = auditedLine(auditedRuns(r, burst, steady))
 	for _, b := range r.Backends {
 		v := backendViewOf(r, b, burst, steady)
 		v.Catalog = catalogChart(r, b, burst)
@@ -319,7 +461,16 @@ func buildPage(r *Report) page {
 	return p
 }
 
-func headline(r *Report, rows ...[]Row) string {
+// audited counts the runs of safe strategies and those that passed the
+// audit, the lifecycle's among them, and says what the controls oversold.
+type audited struct {
+	safe, held, lifecycles int
+	controlOversold        []string
+	// mostOversold is the most units a control oversold in one run.
+	mostOversold int64
+}
+
+func auditedRuns(r *Report, rows ...[]Row) audited {
 	var safe, held int
 	for _, run := range r.Runs {
 		if IsControl(run.Strategy) {
@@ -331,11 +482,13 @@ func headline(r *Report, rows ...[]Row) string {
 		}
 	}
 	var controlOversold []string
+	var most int64
 	for _, set := range rows {
 		for _, row := range set {
 			if row.Verdict.Status == StatusControlOversold {
 				controlOversold = append(controlOversold, fmt.Sprintf("up to %s on %s (%s)",
 					plural(row.Verdict.Oversold, "unit", "units"), r.BackendLabel(row.Run.Backend), row.Run.Scenario))
+				most = max(most, row.Verdict.Oversold)
 			}
 		}
 	}
@@ -345,6 +498,7 @@ func headline(r *Report, rows ...[]Row) string {
 		if v.Status == StatusControlOversold {
 			controlOversold = append(controlOversold, fmt.Sprintf("up to %s of one SKU on %s (catalog)",
 				plural(v.Oversold, "unit", "units"), r.BackendLabel(c.Backend)))
+			most = max(most, v.Oversold)
 		}
 		if IsControl(c.Strategy) {
 			continue
@@ -362,6 +516,7 @@ func headline(r *Report, rows ...[]Row) string {
 		if v.Status == StatusControlOversold {
 			controlOversold = append(controlOversold, fmt.Sprintf("up to %s on %s (lifecycle)",
 				plural(v.Oversold, "unit", "units"), r.BackendLabel(l.Backend)))
+			most = max(most, v.Oversold)
 		}
 		if IsControl(l.Strategy) || v.Status == StatusUnsupported {
 			continue
@@ -372,6 +527,12 @@ func headline(r *Report, rows ...[]Row) string {
 			held++
 		}
 	}
+	return audited{safe: safe, held: held, lifecycles: lifecycles, controlOversold: controlOversold, mostOversold: most}
+}
+
+func headline(r *Report, rows ...[]Row) string {
+	a := auditedRuns(r, rows...)
+	safe, held, lifecycles, controlOversold := a.safe, a.held, a.lifecycles, a.controlOversold
 	var b strings.Builder
 	if safe > 0 && held == safe {
 		fmt.Fprintf(&b, "Every safe strategy passed the audit in all %d of its runs: no unit oversold, every unit sold is an order, every 201 has its order row", safe)
@@ -452,7 +613,7 @@ func bestSentence(b Best, ref Ceiling, hasRef bool) string {
 		}
 	}
 	if hasRef && w.HasRatio {
-		s += fmt.Sprintf("; %s the hot-row ceiling of %s/s", fmtRatio(w.Ratio), fmtRate(ref.PerSecond))
+		s += fmt.Sprintf("; %s the reference ceiling, %s", fmtRatio(w.Ratio), refName(ref))
 	}
 	return s + "."
 }
@@ -481,6 +642,9 @@ func tableRows(r *Report, rows []Row) []tableRow {
 	for i, row := range rows {
 		t := tableRowOf(r, row)
 		t.First = i == 0 || rows[i-1].Run.Backend != row.Run.Backend
+		if c, ok := r.ReferenceCeiling(row.Run.Backend); ok && t.First {
+			t.CeilingName = refName(c)
+		}
 		out = append(out, t)
 	}
 	return out
@@ -517,13 +681,13 @@ func tableRowOf(r *Report, row Row) tableRow {
 		t.Spread = strings.Join(parts, " · ")
 	}
 	if st.HasLatency {
-		t.P50, t.P95, t.P99 = fmtDur(st.P50), fmtDur(st.P95), fmtDur(st.P99)
+		t.P50, t.P95, t.P99 = fmtMillis(st.P50), fmtMillis(st.P95), fmtMillis(st.P99)
 	} else {
 		t.P50, t.P95, t.P99 = "–", "–", "–"
 	}
 	t.P99Split = "–"
 	if st.P99Created > 0 || st.P99SoldOut > 0 {
-		t.P99Split = fmtOptDur(st.P99Created) + " / " + fmtOptDur(st.P99SoldOut)
+		t.P99Split = fmtMillis(st.P99Created) + " / " + fmtMillis(st.P99SoldOut)
 	}
 	if row.Audit != nil {
 		t.Available = fmtInt(row.Audit.Available)
@@ -546,11 +710,12 @@ func tableRowOf(r *Report, row Row) tableRow {
 func backendViewOf(r *Report, backend string, burst, steady []Row) backendView {
 	v := backendView{Name: backend, Label: r.BackendLabel(backend)}
 	var refs []refLine
-	if ref, ok := r.ReferenceCeiling(backend); ok {
+	ref, hasRef := r.ReferenceCeiling(backend)
+	if hasRef {
 		v.HasCeiling = true
 		v.ceilingValue = ref.PerSecond
 		v.CeilingText = fmt.Sprintf("%s/s", fmtRate(ref.PerSecond))
-		refs = append(refs, refLine{Label: ceilingLabel(ref) + " (reference)", Value: ref.PerSecond, Class: "ref-ceiling"})
+		refs = append(refs, refLine{Label: ceilingLabel(ref) + " (reference: the × in brackets)", Value: ref.PerSecond, Class: "ref-ceiling"})
 	}
 	for _, c := range r.MedianCeilings() {
 		if c.Backend == backend && c.Error == "" && c.PerSecond > 0 && c.PerSecond != v.ceilingValue {
@@ -595,6 +760,11 @@ func backendViewOf(r *Report, backend string, burst, steady []Row) backendView {
 		Format:  func(v float64) string { return fmtTick(v) + "%" },
 		Refs:    []refLine{{Label: "the stock: 100%", Value: 100, Class: "ref-stock"}},
 	}
+	// Bursts sized to last BURST_MIN_SECONDS sell more units than the
+	// others: their rate is comparable, the sale is not the same, and the
+	// chart says so on the rows and under its title.
+	usual := usualStock(b)
+	var sized []string
 	for _, name := range r.Strategies {
 		br, hasB := b[name]
 		sr, hasS := s[name]
@@ -607,15 +777,19 @@ func backendViewOf(r *Report, backend string, burst, steady []Row) backendView {
 			class = "control"
 		}
 		row := barRow{Label: name, Class: class}
+		if hasB && usual > 0 && br.Run.Stock != usual {
+			row.Sub = "burst: " + fmtInt(br.Run.Stock) + " units"
+			sized = append(sized, name)
+		}
 		burstClass, steadyClass := "b-burst", "b-steady"
 		if control {
 			burstClass, steadyClass = "b-control", "b-control2"
 		}
 		if hasB {
-			row.Bars = append(row.Bars, bar{Value: br.Stats.OrdersPerSec, Text: fmtRate(br.Stats.OrdersPerSec) + ratioSuffix(br), Title: "burst: " + fmtRate(br.Stats.OrdersPerSec) + " orders/s", Class: burstClass})
+			row.Bars = append(row.Bars, bar{Value: br.Stats.OrdersPerSec, Text: fmtRate(br.Stats.OrdersPerSec) + ratioSuffix(br, ref), Title: "burst: " + fmtRate(br.Stats.OrdersPerSec) + " orders/s", Class: burstClass})
 		}
 		if hasS {
-			row.Bars = append(row.Bars, bar{Value: sr.Stats.OrdersPerSec, Text: fmtRate(sr.Stats.OrdersPerSec) + ratioSuffix(sr), Title: "steady: " + fmtRate(sr.Stats.OrdersPerSec) + " orders/s", Class: steadyClass})
+			row.Bars = append(row.Bars, bar{Value: sr.Stats.OrdersPerSec, Text: fmtRate(sr.Stats.OrdersPerSec) + ratioSuffix(sr, ref), Title: "steady: " + fmtRate(sr.Stats.OrdersPerSec) + " orders/s", Class: steadyClass})
 		}
 		orders.Rows = append(orders.Rows, row)
 		latRow := func(rr Row) barRow {
@@ -644,8 +818,28 @@ func backendViewOf(r *Report, backend string, burst, steady []Row) backendView {
 			oversell.Rows = append(oversell.Rows, soldShareRow(name, class, br.Audit, br.Verdict.Oversold))
 		}
 	}
+	if len(sized) > 0 {
+		orders.Note = fmt.Sprintf("Bursts of different sizes: %s sold the units under their names, the others %s units each (the same %s buyers per unit).",
+			joinAnd(sized), fmtInt(usual), fmtTick(max(r.BuyersPerUnit, 1)))
+	}
 	v.Orders, v.BurstLatency, v.SteadyLatency, v.Oversell = orders.render(), latency.render(), steadyLatency.render(), oversell.render()
 	return v
+}
+
+// usualStock is the burst size most strategies of a backend had (of a tie,
+// the smaller), 0 without bursts.
+func usualStock(rows map[string]Row) int64 {
+	count := map[int64]int{}
+	for _, row := range rows {
+		count[row.Run.Stock]++
+	}
+	var usual int64
+	for stock, n := range count {
+		if n > count[usual] || (n == count[usual] && stock < usual) {
+			usual = stock
+		}
+	}
+	return usual
 }
 
 // soldShareRow is one strategy's bar of the proof chart: the units it sold
@@ -688,17 +882,18 @@ func roundLabel(rounds, round int) string {
 	return fmt.Sprintf(" · round %d", round)
 }
 
-func ratioSuffix(r Row) string {
+func ratioSuffix(r Row, ref Ceiling) string {
 	if !r.HasRatio {
 		return ""
 	}
-	return " (" + fmtRatio(r.Ratio) + ")"
+	return " (" + fmtRatio(r.Ratio) + " " + ref.Statement + "'s)"
 }
 
-// fmtOptDur is fmtDur, "–" for none.
-func fmtOptDur(d time.Duration) string {
-	if d <= 0 {
-		return "–"
-	}
-	return fmtDur(d)
+// refName names a reference ceiling where a "× ceiling" figure is given:
+// which statement, from how many connections, how fast. A backend's
+// ceilings differ by statement and connections (PostgreSQL's for-update on
+// as many connections as the instances hold, 471/s in the published run,
+// against conditional on one, 1,889/s), so the figure says which.
+func refName(c Ceiling) string {
+	return fmt.Sprintf("%s on %s (%s/s)", c.Statement, plural(int64(c.Workers), "connection", "connections"), fmtRate(c.PerSecond))
 }

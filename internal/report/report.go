@@ -277,6 +277,13 @@ const (
 // lifecycle and the cost goals), and PUBLISH=1 commits it; `zcat
 // results.json.gz | jq .` shows it.
 func (r *Report) Save(dir string) error {
+	// The k6 summaries stay in the runs' folders, which are not
+	// published: keep what the report reads of them.
+	for _, run := range r.Runs {
+		if run.Summary != nil {
+			run.K6 = run.figures()
+		}
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)

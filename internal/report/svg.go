@@ -40,7 +40,10 @@ type refLine struct {
 type legendItem struct{ Label, Class string }
 
 type chart struct {
-	Title   string
+	Title string
+	// Note is a line under the title the reader must not miss (what the
+	// bars do not compare like with like).
+	Note    string
 	Unit    string
 	Rows    []barRow
 	Refs    []refLine
@@ -100,7 +103,9 @@ func (c chart) render() template.HTML {
 	}
 	var ticks []float64
 	var x func(v float64) float64
-	plotX0, plotX1 := float64(labelWidth+8), float64(chartWidth-valueSpace)
+	// Room right of the plot for the longest text printed after a bar,
+	// so that none is cut at the drawing's edge.
+	plotX0, plotX1 := float64(labelWidth+8), float64(chartWidth)-max(valueSpace, c.longestValueText())
 	if c.Log {
 		if math.IsInf(lo, 1) {
 			lo = 1
@@ -128,6 +133,11 @@ func (c chart) render() template.HTML {
 
 	var b strings.Builder
 	y := 30.0
+	legendY := 27.0
+	if c.Note != "" {
+		y += 16
+		legendY += 16
+	}
 	if len(c.Legend) > 0 {
 		y += 18
 	}
@@ -193,11 +203,14 @@ func (c chart) render() template.HTML {
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %.0f" width="%d" height="%.0f" role="img" aria-label="%s" xmlns="http://www.w3.org/2000/svg">`,
 		chartWidth, height, chartWidth, height, esc(c.Title))
 	fmt.Fprintf(&b, `<text class="chart-title" x="0" y="16">%s</text>`, esc(c.Title))
+	if c.Note != "" {
+		fmt.Fprintf(&b, `<text class="chart-note" x="0" y="34">%s</text>`, esc(c.Note))
+	}
 	if len(c.Legend) > 0 {
 		lx := float64(labelWidth + 8)
 		for _, l := range c.Legend {
-			fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="27" width="12" height="10"/><text class="legend" x="%.1f" y="36">%s</text>`,
-				l.Class, lx, lx+16, esc(l.Label))
+			fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%.0f" width="12" height="10"/><text class="legend" x="%.1f" y="%.0f">%s</text>`,
+				l.Class, lx, legendY, lx+16, legendY+9, esc(l.Label))
 			lx += 16 + 7*float64(len([]rune(l.Label))) + 18
 		}
 	}
@@ -226,6 +239,31 @@ func (c chart) render() template.HTML {
 	b.WriteString(`</svg>`)
 	// Every text above went through esc; the markup is ours.
 	return template.HTML(b.String())
+}
+
+// valueCharWidth is the widest a character of a value's text (11 px) gets
+// in the page's fonts, in the drawing's units, with room to spare: digits
+// and commas are about 6.2.
+const valueCharWidth = 6.6
+
+// longestValueText is the room the longest text after a bar needs.
+func (c chart) longestValueText() float64 {
+	longest := 0
+	for _, r := range c.Rows {
+		var texts []string
+		for _, b := range r.Bars {
+			if b.Text != "" {
+				texts = append(texts, b.Text)
+			}
+		}
+		if c.Stacked {
+			texts = []string{strings.Join(texts, " + ")}
+		}
+		for _, t := range texts {
+			longest = max(longest, len([]rune(t)))
+		}
+	}
+	return float64(longest)*valueCharWidth + 8
 }
 
 // fmtTick writes an axis value: 0, 0.1, 50, 1,000. A tick is a sum of

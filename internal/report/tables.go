@@ -107,6 +107,18 @@ func rowOf(runs []*Run) Row {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(stats[a].OrdersPerSec, stats[b].OrdersPerSec) })
 	mid := order[(len(order)-1)/2]
+	// A round of which only orders/s is known (read back from a published
+	// table, K6Figures.OrdersPerSecOnly) gives way to one with every
+	// figure and the same orders/s: the table's rounding made them tie.
+	partial := func(i int) bool { return runs[i].K6 != nil && runs[i].Summary == nil && runs[i].K6.OrdersPerSecOnly }
+	if partial(mid) {
+		for _, i := range order {
+			if !partial(i) && stats[i].OrdersPerSec == stats[mid].OrdersPerSec {
+				mid = i
+				break
+			}
+		}
+	}
 	row.Run, row.Stats = runs[mid], stats[mid]
 	row.Verdict, row.Audit = judgeRounds(runs, runs[mid])
 	return row

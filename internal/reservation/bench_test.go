@@ -59,10 +59,11 @@ func BenchmarkReserve(b *testing.B) {
 func benchOrders(b *testing.B, engine, name string, pipelines, buyers int) {
 	ctx := context.Background()
 	db := testdb.New(b, engine, 16)
-	strategy, err := inventory.LimitRowWork(inventory.NewConditional(), 4)
+	gated, err := inventory.LimitRowWork(inventory.NewConditional(), 4)
 	if err != nil {
 		b.Fatal(err)
 	}
+	var strategy inventory.Strategic = gated
 	seen := &lags{}
 	reserved := name != inventory.NameConditional
 	if reserved {

@@ -19,12 +19,24 @@ import (
 // sessionRecorder wraps a strategy and reports the server session (backend
 // pid, connection id) of each of its transactions.
 type sessionRecorder struct {
-	inventory.Strategy
+	inventory.Strategic
 	sessions chan int64
 }
 
-func (r sessionRecorder) Deduct(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
-	return r.Strategy.Deduct(ctx, sku, quantity, func(ctx context.Context, deduct func(context.Context, inventory.Tx) error) error {
+func (r sessionRecorder) Strategy() inventory.Strategy {
+	st := r.Strategic.Strategy()
+	st.Deduct = r.deduct(st.Deduct)
+	return st
+}
+
+func (r sessionRecorder) deduct(inner func(context.Context, string, int64, inventory.TxRunner) error) func(context.Context, string, int64, inventory.TxRunner) error {
+	return func(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner) error {
+		return r.deductRecorded(ctx, sku, quantity, inTx, inner)
+	}
+}
+
+func (r sessionRecorder) deductRecorded(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner, inner func(context.Context, string, int64, inventory.TxRunner) error) error {
+	return inner(ctx, sku, quantity, func(ctx context.Context, deduct func(context.Context, inventory.Tx) error) error {
 		return inTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
 			id, err := tx.(interface {
 				SessionID(context.Context) (int64, error)
@@ -91,7 +103,7 @@ func mysqlLockWaiter(t *testing.T, url string) lockWaiter {
 // whole seconds, so its session waits up to 1 s.
 func TestDeadlineEndsTheServersWait(t *testing.T) {
 	for _, engine := range store.Engines {
-		for name, strategy := range map[string]inventory.Strategy{
+		for name, strategy := range map[string]inventory.Strategic{
 			inventory.NameForUpdate:   inventory.NewForUpdate(),
 			inventory.NameConditional: inventory.NewConditional(),
 		} {
@@ -116,7 +128,7 @@ func TestDeadlineEndsTheServersWait(t *testing.T) {
 
 				testdb.HoldRow(t, db, "s-1")
 
-				rec := sessionRecorder{Strategy: strategy, sessions: make(chan int64, 1)}
+				rec := sessionRecorder{Strategic: strategy, sessions: make(chan int64, 1)}
 				svc := inventory.NewService(db, rec, inventory.WithOrderTimeout(200*time.Millisecond))
 				began := time.Now()
 				_, err = svc.PlaceOrder(ctx, inventory.Request{SKU: "s-1", Quantity: 1, UserID: "u"})

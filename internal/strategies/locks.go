@@ -1,4 +1,4 @@
-package main
+package strategies
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/flashsale/stock/internal/locking/getsetlock"
 	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/redislock"
+	"github.com/flashsale/stock/internal/redisconn"
 )
 
 // lockBackend is one lock service as the service uses it: the domain's
@@ -27,63 +29,102 @@ type lockBackend struct {
 	close  func()
 }
 
-// buildLockStrategy connects to the lock service of cfg.Strategy and
-// returns the lock strategy over it. db answers whether a SKU exists before
-// its lock is taken; obs hears about lock waits and holds, renewed about
-// the renewals of the lock (the watchdog's, or the etcd session's).
-func buildLockStrategy(cfg config, db inventory.Store, obs inventory.Observer, renewed func(ok bool), log *slog.Logger) (inventory.Strategy, func(), error) {
-	var (
-		backend lockBackend
-		err     error
-	)
-	switch cfg.Strategy {
-	case inventory.NameEtcdLock:
-		backend, err = buildEtcdLocker(cfg, renewed)
-	case inventory.NameZKLock:
-		backend, err = buildZKLocker(cfg)
-	case inventory.NameDBLock:
-		backend, err = buildDBLocker(cfg, renewed)
-	case inventory.NameLegacyGetset:
-		backend, err = buildLegacyLocker(cfg, log)
-	default:
-		backend, err = buildRedisLocker(cfg, renewed, log)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	if !cfg.Fencing && cfg.Strategy != inventory.NameLegacyGetset {
-		log.Warn("FENCING=off: a lock holder that was paused past its lock's TTL can still write and oversell. " +
-			"This setting exists only to demonstrate what fencing prevents.")
-	}
+// connect connects to a lock service from the configuration; renewed hears
+// about the renewals of the lock (the watchdog's, the etcd session's).
+type connect func(cfg Config, renewed func(ok bool), log *slog.Logger) (lockBackend, error)
+
+// lockEntry is the entry of a lock strategy over the backend connect
+// reaches: the plain read-check-write under the lock, the write fenced
+// (FENCING=off only to demonstrate what fencing prevents). check, when not
+// nil, refuses what the backend cannot run with.
+func lockEntry(connect connect, check func(Config) error) Entry {
+	return Entry{Settings: lockSettings, Check: check, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+		backend, err := connect(cfg, deps.Metrics.Renewed, deps.Log)
+		if err != nil {
+			return inventory.Strategy{}, nil, err
+		}
+		if !cfg.Fencing {
+			deps.Log.Warn("FENCING=off: a lock holder that was paused past its lock's TTL can still write and oversell. " +
+				"This setting exists only to demonstrate what fencing prevents.")
+		}
+		return lockedOver(cfg, deps, backend, cfg.Fencing), backend.close, nil
+	}}
+}
+
+// lockedOver is the lock strategy cfg.Strategy over backend. The database
+// answers whether a SKU exists before its lock is taken; the metrics hear
+// about lock waits and holds.
+func lockedOver(cfg Config, deps Deps, backend lockBackend, fencing bool) inventory.Strategy {
 	lockOpts := []inventory.LockedOption{
-		inventory.WithFencing(cfg.Fencing),
-		inventory.WithLockObserver(obs),
+		inventory.WithFencing(fencing),
+		inventory.WithLockObserver(deps.Metrics),
 		inventory.WithSKULookup(func(ctx context.Context, sku string) error {
-			_, err := db.Level(ctx, sku)
+			_, err := deps.DB.Level(ctx, sku)
 			return err
 		}),
 		inventory.WithPing(backend.ping),
 	}
 	if cfg.FreezeHolder {
-		log.Warn("FREEZE_HOLDER=true: the first order will stop this whole process (SIGSTOP) between its read and its write; "+
+		deps.Log.Warn("FREEZE_HOLDER=true: the first order will stop this whole process (SIGSTOP) between its read and its write; "+
 			"resume it with kill -CONT", "pid", os.Getpid())
-		lockOpts = append(lockOpts, inventory.WithFreezeAfterRead(func() { freezeSelf(log) }))
+		lockOpts = append(lockOpts, inventory.WithFreezeAfterRead(func() { freezeSelf(deps.Log) }))
 	}
-	return inventory.NewLocked(cfg.Strategy, backend.locker, lockOpts...), backend.close, nil
+	return inventory.NewLocked(cfg.Strategy, backend.locker, lockOpts...).Strategy()
 }
 
-// buildRedisLocker connects to the Redis servers of REDIS_ADDRS: redis-lock
-// uses the first, redlock all of them.
-func buildRedisLocker(cfg config, renewed func(ok bool), log *slog.Logger) (lockBackend, error) {
+// redisLockEntry is redis-lock's entry (the first of REDIS_ADDRS), or with
+// quorum Redlock's (all of them: an odd number of at least 3 independent
+// servers).
+func redisLockEntry(quorum bool) Entry {
+	var check func(Config) error
+	if quorum {
+		check = func(cfg Config) error {
+			if n := len(cfg.RedisAddrs); n < 3 || n%2 == 0 {
+				return fmt.Errorf("STRATEGY=%s needs an odd number of at least 3 independent servers in REDIS_ADDRS, got %d", cfg.Strategy, n)
+			}
+			return nil
+		}
+	}
+	e := lockEntry(func(cfg Config, renewed func(ok bool), log *slog.Logger) (lockBackend, error) {
+		return redisBackend(cfg, quorum, renewed, log)
+	}, check)
+	e.Settings = append(slices.Clone(e.Settings), redisLockExtras...)
+	return e
+}
+
+// checkEtcdTTL refuses a LOCK_TTL below etcd's smallest lease TTL.
+func checkEtcdTTL(cfg Config) error {
+	if cfg.LockTTL < time.Second {
+		return fmt.Errorf("LOCK_TTL=%s is below etcd's smallest lease TTL, 1s", cfg.LockTTL)
+	}
+	return nil
+}
+
+// legacyEntry is the control lock: SETNX + GETSET on the first Redis, with
+// no token to fence with (its writes are never fenced: what it is here to
+// show).
+func legacyEntry() Entry {
+	return Entry{Settings: append([]string{"FREEZE_HOLDER", "FENCING=off"}, redisLockExtras...), Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+		backend, err := legacyBackend(cfg, deps.Log)
+		if err != nil {
+			return inventory.Strategy{}, nil, err
+		}
+		return lockedOver(cfg, deps, backend, false), backend.close, nil
+	}}
+}
+
+// redisBackend connects to the Redis servers of REDIS_ADDRS: the first, or
+// with quorum all of them (Redlock).
+func redisBackend(cfg Config, quorum bool, renewed func(ok bool), log *slog.Logger) (lockBackend, error) {
 	addrs := cfg.RedisAddrs
-	if cfg.Strategy == inventory.NameRedisLock {
+	if !quorum {
 		addrs = addrs[:1]
 	}
 	clients := make([]*redis.Client, len(addrs))
 	for i, addr := range addrs {
 		// A down node fails fast (redisOptions): no retried commands,
 		// one dial per attempt.
-		opt := redisOptions(addr)
+		opt := redisconn.Options(addr)
 		opt.ReadTimeout, opt.WriteTimeout = time.Second, time.Second
 		clients[i] = redis.NewClient(opt)
 	}
@@ -92,7 +133,7 @@ func buildRedisLocker(cfg config, renewed func(ok bool), log *slog.Logger) (lock
 			_ = c.Close()
 		}
 	}
-	majority := cfg.Strategy == inventory.NameRedlock
+	majority := quorum
 	if err := pingRedis(context.Background(), clients, majority); err != nil {
 		closeClients()
 		return lockBackend{}, err
@@ -111,7 +152,7 @@ func buildRedisLocker(cfg config, renewed func(ok bool), log *slog.Logger) (lock
 	}
 	var locker inventory.Locker
 	var closeLocker func() error
-	if cfg.Strategy == inventory.NameRedisLock {
+	if !quorum {
 		l := redislock.New(clients[0], opts...)
 		locker, closeLocker = inventorylock.Adapt(l), l.Close
 	} else {
@@ -238,11 +279,11 @@ func freezeSelf(log *slog.Logger) {
 	log.Warn("continued after the freeze")
 }
 
-// buildLegacyLocker connects the SETNX + GETSET control lock to the first
+// legacyBackend connects the SETNX + GETSET control lock to the first
 // Redis of REDIS_ADDRS. It refuses an evicting Redis as the other Redis
 // locks do, though nothing it keeps could save it.
-func buildLegacyLocker(cfg config, log *slog.Logger) (lockBackend, error) {
-	client := redis.NewClient(redisOptions(cfg.RedisAddrs[0]))
+func legacyBackend(cfg Config, log *slog.Logger) (lockBackend, error) {
+	client := redis.NewClient(redisconn.Options(cfg.RedisAddrs[0]))
 	if err := pingRedis(context.Background(), []*redis.Client{client}, false); err != nil {
 		_ = client.Close()
 		return lockBackend{}, err

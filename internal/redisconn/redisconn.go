@@ -1,4 +1,7 @@
-package main
+// Package redisconn is the one place the service's Redis clients get their
+// options from: every client (the locks', the reservation's, the admission's,
+// the job lock's) is built from Options or ClusterOptions.
+package redisconn
 
 import (
 	"context"
@@ -9,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisOptions returns the options every Redis client of the service
+// Options returns the options every Redis client of the service
 // starts from, for the server at addr; a caller adds what is its own (a
 // pool size, read and write timeouts). Defaults, and why:
 //
@@ -22,27 +25,27 @@ import (
 //   - MaxRetries -1: the client never sends a command again by itself.
 //     Reserve retries its own script, which is safe to repeat; a lock
 //     call must fail within its node timeout, not be retried into it.
-//   - Dialer redisDialer: a failed dial reaches go-redis as a connection
+//   - Dialer Dialer: a failed dial reaches go-redis as a connection
 //     that fails on first use, so that its dial gate never shuts and a
 //     Redis that answers again serves the next command. One dial per
 //     attempt, then: go-redis' DialerRetries (five dials 100 ms apart)
 //     never apply, and a call to a server that refuses connections fails
 //     at once instead of lasting a Redlock's whole node timeout.
-func redisOptions(addr string) *redis.Options {
+func Options(addr string) *redis.Options {
 	const dialTimeout = time.Second
 	return &redis.Options{
 		Addr:                  addr,
 		DialTimeout:           dialTimeout,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
-		Dialer:                redisDialer(dialTimeout),
+		Dialer:                Dialer(dialTimeout),
 	}
 }
 
-// redisClusterOptions returns redisOptions' defaults for a cluster seeded
+// ClusterOptions returns Options' defaults for a cluster seeded
 // by addrs: each node's client has them.
-func redisClusterOptions(addrs []string) *redis.ClusterOptions {
-	o := redisOptions("")
+func ClusterOptions(addrs []string) *redis.ClusterOptions {
+	o := Options("")
 	return &redis.ClusterOptions{
 		Addrs:                 addrs,
 		DialTimeout:           o.DialTimeout,
@@ -52,7 +55,7 @@ func redisClusterOptions(addrs []string) *redis.ClusterOptions {
 	}
 }
 
-// redisDialer dials as go-redis does by default (TCP keep-alive probes
+// Dialer dials as go-redis does by default (TCP keep-alive probes
 // included), except that a dial that fails returns no error: it returns a
 // failedDial, a connection whose every use fails with the dial's error.
 //
@@ -70,7 +73,7 @@ func redisClusterOptions(addrs []string) *redis.ClusterOptions {
 // a refused connection, which sent nothing, from a lost answer). The
 // cost while Redis is down: each failed dial allocates a connection's
 // buffers for nothing (64 KB, 256 KB in go-redis' pipeline pool).
-func redisDialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func Dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	dial := redis.NewDialer(&redis.Options{DialTimeout: timeout})
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)

@@ -1,8 +1,9 @@
-package main
+package strategies
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,9 +15,9 @@ import (
 	"github.com/flashsale/stock/internal/locking/zklock"
 )
 
-// buildEtcdLocker connects to the etcd cluster of ETCD_ENDPOINTS. The
+// etcdBackend connects to the etcd cluster of ETCD_ENDPOINTS. The
 // session's lease has LOCK_TTL (whole seconds); LOCK_WAIT bounds a wait.
-func buildEtcdLocker(cfg config, renewed func(ok bool)) (lockBackend, error) {
+func etcdBackend(cfg Config, renewed func(ok bool), _ *slog.Logger) (lockBackend, error) {
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.EtcdEndpoints,
 		DialTimeout: 2 * time.Second,
@@ -53,9 +54,9 @@ func buildEtcdLocker(cfg config, renewed func(ok bool)) (lockBackend, error) {
 	}, nil
 }
 
-// buildZKLocker connects to the ZooKeeper ensemble of ZK_SERVERS with a
+// zkBackend connects to the ZooKeeper ensemble of ZK_SERVERS with a
 // session of LOCK_TTL; LOCK_WAIT bounds a wait.
-func buildZKLocker(cfg config) (lockBackend, error) {
+func zkBackend(cfg Config, _ func(ok bool), _ *slog.Logger) (lockBackend, error) {
 	l, err := zklock.New(cfg.ZKServers, zklock.WithSessionTimeout(cfg.LockTTL), zklock.WithWait(cfg.LockWait),
 		// The client logs every reconnection; the lock reports what matters
 		// through its errors and the leases' contexts.
@@ -83,11 +84,11 @@ func buildZKLocker(cfg config) (lockBackend, error) {
 	}, nil
 }
 
-// buildDBLocker opens the lock table in the service's own database
+// dbBackend opens the lock table in the service's own database
 // (DATABASE_URL), on a small pool of its own: LOCK_TTL is the lease,
 // LOCK_RENEW_EVERY the heartbeat (default a third of it), LOCK_WAIT bounds
 // a wait.
-func buildDBLocker(cfg config, renewed func(ok bool)) (lockBackend, error) {
+func dbBackend(cfg Config, renewed func(ok bool), _ *slog.Logger) (lockBackend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	opts := []dblock.Option{dblock.WithTTL(cfg.LockTTL), dblock.WithWait(cfg.LockWait),

@@ -1,10 +1,10 @@
-package main
+package strategies
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,9 +13,8 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/jobs"
-	"github.com/flashsale/stock/internal/metrics"
+	"github.com/flashsale/stock/internal/redisconn"
 	"github.com/flashsale/stock/internal/reservation"
-	"github.com/flashsale/stock/internal/store"
 )
 
 // buildReserve (redis-reserve, redis-watch) connects to the reservation
@@ -25,26 +24,27 @@ import (
 // (RESERVE_RECONCILE_EVERY) is a job of sched: one instance a period runs
 // it. The returned stop function ends the consumer (it finishes the batch
 // in hand), waits for it, and closes the client.
-func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Scheduler, log *slog.Logger) (inventory.Strategy, func(), error) {
+func buildReserve(cfg Config, optimistic bool, deps Deps) (inventory.Strategy, func(), error) {
+	db, m, sched, log := deps.DB, deps.Metrics, deps.Jobs, deps.Log
 	rdb, where := newReserveClient(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("reservation redis %s: %w", where, err)
+		return inventory.Strategy{}, nil, fmt.Errorf("reservation redis %s: %w", where, err)
 	}
 	if err := reservation.CheckMaster(ctx, rdb); err != nil {
 		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("reservation redis: %w", err)
+		return inventory.Strategy{}, nil, fmt.Errorf("reservation redis: %w", err)
 	}
 	if err := reservation.CheckNoEviction(ctx, rdb); err != nil {
 		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("%w (start it with --maxmemory-policy noeviction)", err)
+		return inventory.Strategy{}, nil, fmt.Errorf("%w (start it with --maxmemory-policy noeviction)", err)
 	}
 	if cfg.ReserveDurable {
 		if err := reservation.CheckDurable(ctx, rdb); err != nil {
 			_ = rdb.Close()
-			return nil, nil, fmt.Errorf("%w: start it with --appendonly yes --appendfsync always, or set RESERVE_DURABILITY=none for a demo that may lose orders", err)
+			return inventory.Strategy{}, nil, fmt.Errorf("%w: start it with --appendonly yes --appendfsync always, or set RESERVE_DURABILITY=none for a demo that may lose orders", err)
 		}
 	} else {
 		log.Warn("RESERVE_DURABILITY=none: orders are answered 201 before Redis has them on disk. " +
@@ -52,7 +52,7 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Sc
 	}
 	opts := []reservation.Option{reservation.WithLogger(log), reservation.WithPipelines(cfg.ReservePipelines)}
 	var strategyOpts []inventory.ReservedOption
-	if cfg.Strategy == inventory.NameRedisWatch {
+	if optimistic {
 		// The optimistic variant is bounded like version-cas.
 		opts = append(opts, reservation.WithOptimisticTransactions(cfg.CASMaxAttempts, cfg.CASMaxInFlight))
 		strategyOpts = append(strategyOpts, inventory.WithReservedName(inventory.NameRedisWatch))
@@ -60,7 +60,7 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Sc
 	res := reservation.New(rdb, db, opts...)
 	consumer := res.NewConsumer(db, reservation.WithClaimIdle(cfg.ReserveClaimIdle),
 		reservation.WithConsumerLogger(log), reservation.WithConsumerObserver(m))
-	strategy := inventory.NewReserved(res, db, strategyOpts...)
+	reserved := inventory.NewReserved(res, db, strategyOpts...)
 	runCtx, stopBackground := context.WithCancel(context.Background())
 	var background sync.WaitGroup
 	background.Go(func() {
@@ -70,12 +70,12 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Sc
 	})
 	log.Info("reservation consumer started", "consumer", consumer.Name(), "redis", where)
 	if cfg.ReconcileEvery > 0 {
-		reconciler := res.NewReconciler(strategy, log, m)
+		reconciler := res.NewReconciler(reserved, log, m)
 		if err := sched.Add(jobs.Job{Name: "reconcile", Every: cfg.ReconcileEvery, Run: reconciler.Reconcile}); err != nil {
 			stopBackground()
 			background.Wait()
 			_ = rdb.Close()
-			return nil, nil, err
+			return inventory.Strategy{}, nil, err
 		}
 	}
 	stop := func() {
@@ -83,7 +83,7 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Sc
 		background.Wait()
 		_ = rdb.Close()
 	}
-	return strategy, stop, nil
+	return reserved.Strategy(), stop, nil
 }
 
 // newReserveClient returns the client of the reservation Redis and where
@@ -92,15 +92,29 @@ func buildReserve(cfg config, db store.Store, m *metrics.Metrics, sched *jobs.Sc
 // repeat, and a retried Load is refused or a no-op. Every order holds a
 // connection for one round trip: a pool larger than go-redis' default
 // (10 per CPU) would only queue at Redis instead of here.
-func newReserveClient(cfg config) (rdb redis.UniversalClient, where string) {
+func newReserveClient(cfg Config) (rdb redis.UniversalClient, where string) {
 	if cfg.RedisCluster {
 		// A cluster redirects (MOVED, ASK) before it runs anything, so
 		// following redirections is safe; the client does it.
-		opt := redisClusterOptions(cfg.RedisAddrs)
+		opt := redisconn.ClusterOptions(cfg.RedisAddrs)
 		opt.PoolSize = 64
 		return redis.NewClusterClient(opt), "cluster " + strings.Join(cfg.RedisAddrs, ",")
 	}
-	opt := redisOptions(cfg.RedisAddrs[0])
+	opt := redisconn.Options(cfg.RedisAddrs[0])
 	opt.PoolSize = 64
 	return redis.NewClient(opt), cfg.RedisAddrs[0]
+}
+
+// reserveEntry is redis-reserve's entry (one Lua script per order), or with
+// optimistic redis-watch's (WATCH/MULTI/EXEC, bounded like version-cas by
+// CAS_MAX_ATTEMPTS and CAS_MAX_IN_FLIGHT). RESERVE_PIPELINES is the
+// script's alone: redis-watch's transactions cannot share a pipeline.
+func reserveEntry(optimistic bool) Entry {
+	settings := reserveSettings
+	if !optimistic {
+		settings = append(slices.Clone(settings), "RESERVE_PIPELINES")
+	}
+	return Entry{Settings: settings, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+		return buildReserve(cfg, optimistic, deps)
+	}}
 }

@@ -1,4 +1,4 @@
-package main
+package strategies
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/redisconn"
 	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/testdb"
 	"github.com/flashsale/stock/internal/testredis"
@@ -27,7 +28,7 @@ import (
 // shows nothing.
 func TestOrdersSellWithin100msOfRedisAnsweringAgain(t *testing.T) {
 	srv := testredis.StartDurable(t, "--maxmemory-policy", "noeviction")
-	rdb, _ := newReserveClient(config{RedisAddrs: []string{srv.Addr}})
+	rdb, _ := newReserveClient(Config{RedisAddrs: []string{srv.Addr}})
 	t.Cleanup(func() { _ = rdb.Close() })
 	plain := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = plain.Close() })
@@ -114,7 +115,7 @@ func failDials(t *testing.T, c *redis.Client) {
 // handed to the first command after Redis answers again.
 func TestFailedDialsLeftIdleAreNeverHandedOut(t *testing.T) {
 	srv := testredis.Start(t)
-	c := redis.NewClient(redisOptions(srv.Addr))
+	c := redis.NewClient(redisconn.Options(srv.Addr))
 	t.Cleanup(func() { _ = c.Close() })
 	srv.Stop()
 	for i := 0; c.PoolStats().IdleConns == 0; i++ {

@@ -1,0 +1,43 @@
+package strategies
+
+import (
+	"context"
+
+	"github.com/flashsale/stock/internal/batched"
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// buildRow builds a SQL row strategy: newStrategy's, behind the admission
+// when ADMISSION_LIMIT is set, behind the row gate (ROW_MAX_IN_FLIGHT)
+// when gated. The strategies that queue on the row hold a pooled
+// connection while they wait, and the gate keeps a flood on one SKU from
+// taking the whole pool; it goes in front of the admission, which then
+// sees at most ROW_MAX_IN_FLIGHT of this instance's orders per SKU.
+func buildRow(newStrategy func(Config) inventory.Strategic, gated bool) func(context.Context, Config, Deps) (inventory.Strategy, func(), error) {
+	return func(ctx context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+		s, stop := newStrategy(cfg).Strategy(), noStop
+		if cfg.AdmissionLimit > 0 {
+			var err error
+			if s, stop, err = admit(ctx, cfg, s, deps.Log); err != nil {
+				return inventory.Strategy{}, nil, err
+			}
+		}
+		if !gated {
+			return s, stop, nil
+		}
+		s, err := inventory.LimitRowWork(s, cfg.RowMaxInFlight)
+		if err != nil {
+			stop()
+			return inventory.Strategy{}, nil, err
+		}
+		return s, stop, nil
+	}
+}
+
+// buildBatched builds the group commit. No ROW_MAX_IN_FLIGHT: one
+// transaction per SKU at a time in this process is its own bound.
+func buildBatched(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+	b := batched.New(deps.DB, batched.WithMax(cfg.BatchMax), batched.WithWait(cfg.BatchWait),
+		batched.WithLogger(deps.Log), batched.WithObserver(deps.Metrics))
+	return b.Strategy(), noStop, nil
+}

@@ -1,0 +1,225 @@
+// Package strategies is the registry that builds every strategy: one entry
+// per STRATEGY value says what the strategy is (inventory.StrategyInfo),
+// which settings only it reads, what configuration it refuses, and how it
+// is built from the database and the servers it needs. cmd/stock, the
+// demo, the fault suite, the RSS tool and the tests loop over the entries
+// and never switch on a name: adding a deduct-only strategy is its file
+// and its entry here; a lock backend, its package, its conformance test
+// and its entry (lockEntry).
+package strategies
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/jobs"
+	"github.com/flashsale/stock/internal/metrics"
+	"github.com/flashsale/stock/internal/store"
+)
+
+// Config is what the entries build from: cmd/stock fills it from the
+// environment (the variable of each field is in docs/configuration.md).
+type Config struct {
+	Strategy    string
+	DatabaseURL string
+	// OrderTimeout is an order's deadline (the admission's permits outlive
+	// it).
+	OrderTimeout time.Duration
+	// The SQL row strategies.
+	RowMaxInFlight  int
+	CASMaxAttempts  int
+	CASMaxInFlight  int
+	NaiveRaceWindow time.Duration
+	AdmissionLimit  int
+	// batched.
+	BatchMax  int
+	BatchWait time.Duration
+	// The lock strategies.
+	RedisAddrs      []string
+	EtcdEndpoints   []string
+	ZKServers       []string
+	LockTTL         time.Duration
+	LockWait        time.Duration
+	LockRenewEvery  time.Duration
+	Fencing         bool
+	FreezeHolder    bool
+	SkipPolicyCheck bool
+	// The reservation strategies.
+	RedisCluster     bool
+	ReserveDurable   bool
+	ReserveClaimIdle time.Duration
+	ReservePipelines int
+	ReconcileEvery   time.Duration
+}
+
+// Deps are the running parts an entry builds with.
+type Deps struct {
+	DB      store.Store
+	Metrics *metrics.Metrics
+	// Jobs runs the periodic jobs a strategy adds (the reservation's
+	// reconciler).
+	Jobs *jobs.Scheduler
+	Log  *slog.Logger
+}
+
+// Entry is one strategy of the registry.
+type Entry struct {
+	inventory.StrategyInfo
+	// Settings are the variables only the strategies that list them read
+	// (a setting no entry of the configured strategy lists is refused).
+	Settings []string
+	// Check refuses a configuration the strategy cannot run with; nil
+	// when it takes any.
+	Check func(Config) error
+	// Build builds the strategy from cfg and deps; stop releases what it
+	// holds (clients, listeners) and ends what it runs (a consumer).
+	Build func(ctx context.Context, cfg Config, deps Deps) (s inventory.Strategy, stop func(), err error)
+}
+
+// All returns every entry, in the registry's order (inventory.Strategies).
+func All() []Entry {
+	out := make([]Entry, 0, len(entries))
+	for _, info := range inventory.Strategies() {
+		e, ok := entries[info.Name]
+		if !ok {
+			// TestEveryStrategyHasAnEntry fails first.
+			panic("strategies: no entry for " + info.Name)
+		}
+		e.StrategyInfo = info
+		out = append(out, e)
+	}
+	return out
+}
+
+// Lookup returns the entry of name.
+func Lookup(name string) (Entry, bool) {
+	i := slices.IndexFunc(All(), func(e Entry) bool { return e.Name == name })
+	if i < 0 {
+		return Entry{}, false
+	}
+	return All()[i], true
+}
+
+// Build builds cfg.Strategy.
+func Build(ctx context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+	e, ok := Lookup(cfg.Strategy)
+	if !ok {
+		return inventory.Strategy{}, nil, fmt.Errorf("STRATEGY=%q is unknown; valid: %s", cfg.Strategy, strings.Join(inventory.StrategyNames(), ", "))
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = metrics.New()
+	}
+	s, stop, err := e.Build(ctx, cfg, deps)
+	if err != nil {
+		return inventory.Strategy{}, nil, err
+	}
+	if err := s.Validate(); err != nil {
+		stop()
+		return inventory.Strategy{}, nil, err
+	}
+	return s, stop, nil
+}
+
+// Check refuses a configuration cfg.Strategy cannot run with, and the
+// settings set (by name, as set reports them) that it does not read.
+func Check(cfg Config, set func(setting string) bool) error {
+	e, ok := Lookup(cfg.Strategy)
+	if !ok {
+		return fmt.Errorf("STRATEGY=%q is unknown; valid: %s", cfg.Strategy, strings.Join(inventory.StrategyNames(), ", "))
+	}
+	var errs []string
+	for _, setting := range settings() {
+		if set(setting) && !slices.Contains(e.Settings, setting) {
+			errs = append(errs, fmt.Sprintf("%s applies only to STRATEGY=%s", setting, orList(readers(setting))))
+		}
+	}
+	if e.Check != nil {
+		if err := e.Check(cfg); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// settings lists every setting some entry reads alone, in order.
+func settings() []string {
+	var out []string
+	for _, e := range All() {
+		for _, s := range e.Settings {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// readers lists the strategies that read setting.
+func readers(setting string) []string {
+	var out []string
+	for _, e := range All() {
+		if slices.Contains(e.Settings, setting) {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
+// orList is "a", "a or b", "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// noStop is the stop function of a strategy that holds nothing.
+func noStop() {}
+
+// The settings that only some strategies read, as Check names them: a
+// variable, or a variable with the value that counts (FENCING=on set
+// explicitly, REDIS_MODE=cluster).
+var (
+	sqlSettings     = []string{"ADMISSION_LIMIT", "FENCING=on"}
+	lockSettings    = []string{"FREEZE_HOLDER", "FENCING=off", "FENCING=on"}
+	redisLockExtras = []string{"REDIS_SKIP_POLICY_CHECK"}
+	reserveSettings = []string{"RESERVE_DURABILITY", "RESERVE_CLAIM_IDLE", "RESERVE_RECONCILE_EVERY", "REDIS_MODE=cluster", "FENCING=on"}
+)
+
+// entries are the builders, by name; All joins each with its description.
+var entries = map[string]Entry{
+	inventory.NameNaive: {Settings: append([]string{"NAIVE_RACE_WINDOW"}, sqlSettings...), Build: buildRow(func(cfg Config) inventory.Strategic {
+		return inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow))
+	}, true)},
+	inventory.NameForUpdate: {Settings: sqlSettings, Build: buildRow(func(Config) inventory.Strategic {
+		return inventory.NewForUpdate()
+	}, true)},
+	// version-cas bounds its attempts itself (CAS_MAX_IN_FLIGHT), not with
+	// the row gate.
+	inventory.NameVersionCAS: {Settings: sqlSettings, Build: buildRow(func(cfg Config) inventory.Strategic {
+		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts), inventory.WithMaxInFlight(cfg.CASMaxInFlight))
+	}, false)},
+	inventory.NameConditional: {Settings: sqlSettings, Build: buildRow(func(Config) inventory.Strategic {
+		return inventory.NewConditional()
+	}, true)},
+	inventory.NameBatched:      {Settings: []string{"BATCH_MAX", "BATCH_WAIT", "FENCING=on"}, Build: buildBatched},
+	inventory.NameRedisLock:    redisLockEntry(false),
+	inventory.NameRedlock:      redisLockEntry(true),
+	inventory.NameEtcdLock:     lockEntry(etcdBackend, checkEtcdTTL),
+	inventory.NameZKLock:       lockEntry(zkBackend, nil),
+	inventory.NameDBLock:       lockEntry(dbBackend, nil),
+	inventory.NameRedisReserve: reserveEntry(false),
+	inventory.NameRedisWatch:   reserveEntry(true),
+	inventory.NameLegacyGetset: legacyEntry(),
+}
