@@ -97,44 +97,49 @@ func lockServers(strategy, dir string) (env []string, pids []int, redisAddrs []s
 		redisAddrs = append(redisAddrs, addrs...)
 		return addrs, nil
 	}
-	switch strategy {
-	case inventory.NameRedisLock, inventory.NameLegacyGetset:
-		addrs, err := redisServers(1)
-		if err != nil {
-			return nil, nil, nil, stop, err
+	// What the strategy needs besides the database, as its registry
+	// entry says: a server of each kind, on a free port.
+	info, _ := inventory.LookupStrategy(strategy)
+	for _, need := range info.Needs {
+		switch need {
+		case inventory.ServerRedis:
+			addrs, err := redisServers(1)
+			if err != nil {
+				return nil, nil, nil, stop, err
+			}
+			env = append(env, "REDIS_ADDRS="+addrs[0])
+		case inventory.ServerRedisQuorum:
+			addrs, err := redisServers(5)
+			if err != nil {
+				return nil, nil, nil, stop, err
+			}
+			env = append(env, "REDIS_ADDRS="+strings.Join(addrs, ","))
+		case inventory.ServerDurableRedis:
+			addrs, err := redisServers(1, "--appendonly", "yes", "--appendfsync", "always")
+			if err != nil {
+				return nil, nil, nil, stop, err
+			}
+			env = append(env, "REDIS_ADDRS="+addrs[0])
+		case inventory.ServerEtcd:
+			c, err := testetcd.Spawn(filepath.Join(dir, "etcd"), 1)
+			if err != nil {
+				return nil, nil, nil, stop, err
+			}
+			stops = append(stops, c.Stop)
+			for _, m := range c.Members {
+				pids = append(pids, m.PID())
+			}
+			env = append(env, "ETCD_ENDPOINTS="+strings.Join(c.Endpoints(), ","))
+		case inventory.ServerZooKeeper:
+			// zk-lock keeps a folder and a fence node per SKU in ZooKeeper.
+			s, err := testzk.SpawnSized(filepath.Join(dir, "zookeeper"), 0, "1g")
+			if err != nil {
+				return nil, nil, nil, stop, err
+			}
+			stops = append(stops, s.Stop)
+			pids = append(pids, s.PID())
+			env = append(env, "ZK_SERVERS="+s.Addr)
 		}
-		env = append(env, "REDIS_ADDRS="+addrs[0])
-	case inventory.NameRedlock:
-		addrs, err := redisServers(5)
-		if err != nil {
-			return nil, nil, nil, stop, err
-		}
-		env = append(env, "REDIS_ADDRS="+strings.Join(addrs, ","))
-	case inventory.NameRedisReserve, inventory.NameRedisWatch:
-		addrs, err := redisServers(1, "--appendonly", "yes", "--appendfsync", "always")
-		if err != nil {
-			return nil, nil, nil, stop, err
-		}
-		env = append(env, "REDIS_ADDRS="+addrs[0])
-	case inventory.NameEtcdLock:
-		c, err := testetcd.Spawn(filepath.Join(dir, "etcd"), 1)
-		if err != nil {
-			return nil, nil, nil, stop, err
-		}
-		stops = append(stops, c.Stop)
-		for _, m := range c.Members {
-			pids = append(pids, m.PID())
-		}
-		env = append(env, "ETCD_ENDPOINTS="+strings.Join(c.Endpoints(), ","))
-	case inventory.NameZKLock:
-		// zk-lock keeps a folder and a fence node per SKU in ZooKeeper.
-		s, err := testzk.SpawnSized(filepath.Join(dir, "zookeeper"), 0, "1g")
-		if err != nil {
-			return nil, nil, nil, stop, err
-		}
-		stops = append(stops, s.Stop)
-		pids = append(pids, s.PID())
-		env = append(env, "ZK_SERVERS="+s.Addr)
 	}
 	return env, pids, redisAddrs, stop, nil
 }

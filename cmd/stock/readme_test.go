@@ -172,8 +172,9 @@ func readmeSession(t *testing.T) (script string, shown []string) {
 // instances (conditional with holds, etcd-lock on its own port) and every
 // call, and checks that each answer it prints has the status and the shape
 // the README shows for it ("…" stands for what changes from run to run).
-// Only the instances' addresses are the test's (A, B: free ports; the
-// README's defaults are 8080 and 8081).
+// Only the environment is the test's: the instances' addresses (A, B:
+// free ports; the README's defaults are 8080 and 8081), the database, and
+// the orders' time under the suite's load.
 func TestReadmeSessionRunsAsWritten(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts real processes")
@@ -192,7 +193,11 @@ func TestReadmeSessionRunsAsWritten(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", "set -eu -o pipefail\n"+script)
 	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "A="+freeAddr(t), "B="+freeAddr(t), "DATABASE_URL="+dbURL)
+	// The instances read the environment too: under the suite's load a
+	// first lock from a fresh etcd (a lease and a key, each fsynced) can
+	// take longer than the default 3 s an order may.
+	cmd.Env = append(os.Environ(), "A="+freeAddr(t), "B="+freeAddr(t), "DATABASE_URL="+dbURL,
+		"ORDER_TIMEOUT=20s", "LOCK_WAIT=15s")
 	// Its own process group: whatever the session left running (it ends
 	// with kill, but a failure stops it first) is ended with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

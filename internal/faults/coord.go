@@ -37,7 +37,15 @@ const (
 )
 
 func isCoordination(strategy string) bool {
-	return strategy == inventory.NameEtcdLock || strategy == inventory.NameZKLock
+	k := lockOf(strategy)
+	return k == inventory.LockEtcd || k == inventory.LockZooKeeper
+}
+
+// lockOf is where strategy's lock lives, as its registry entry says ("":
+// none).
+func lockOf(strategy string) inventory.LockKind {
+	info, _ := inventory.LookupStrategy(strategy)
+	return info.Lock
 }
 
 // coordinator is a coordination service the run started (an etcd cluster
@@ -67,7 +75,7 @@ func (r *run) startCoordinator(strategy string) (string, error) {
 		return "", err
 	}
 	start := r.startEtcd
-	if strategy == inventory.NameZKLock {
+	if lockOf(strategy) == inventory.LockZooKeeper {
 		start = r.startZK
 	}
 	co, err := start(1)
@@ -183,11 +191,11 @@ func (c *zkCoord) close() {
 }
 
 // setUpErr turns an instance that refused to start because the binary does
-// not offer the strategy (zk-lock before it is wired in) into
+// not offer the strategy (a binary older than its registry entry) into
 // ErrUnavailable, which skips the run.
 func setUpErr(strategy string, err error) error {
-	if err != nil && strategy == inventory.NameZKLock && strings.Contains(err.Error(), "not wired") {
-		return fmt.Errorf("%w: STRATEGY=%s is not wired into the service yet (its instances exit: %q)", ErrUnavailable, strategy, "zk-lock: not wired yet")
+	if err != nil && strings.Contains(err.Error(), fmt.Sprintf("STRATEGY=%q is unknown", strategy)) {
+		return fmt.Errorf("%w: the service binary does not know STRATEGY=%s: %w", ErrUnavailable, strategy, err)
 	}
 	return err
 }
@@ -201,8 +209,8 @@ type holderState func(ctx context.Context, sku string) (string, error)
 // holderWatch returns the run's holderState, read from the lock service,
 // and what closes it.
 func (r *run) holderWatch(strategy string) (holderState, func(), error) {
-	switch strategy {
-	case inventory.NameEtcdLock:
+	switch lockOf(strategy) {
+	case inventory.LockEtcd:
 		cli, err := clientv3.New(clientv3.Config{Endpoints: r.coord.(*etcdCoord).c.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			return nil, nil, err
@@ -210,7 +218,7 @@ func (r *run) holderWatch(strategy string) (holderState, func(), error) {
 		return func(ctx context.Context, sku string) (string, error) {
 			return etcdHolder(ctx, cli, sku)
 		}, func() { _ = cli.Close() }, nil
-	case inventory.NameZKLock:
+	case inventory.LockZooKeeper:
 		conn, _, err := zk.Connect(r.coord.(*zkCoord).e.Addrs(), 5*time.Second, zk.WithLogger(log.New(io.Discard, "", 0)))
 		if err != nil {
 			return nil, nil, err
@@ -218,9 +226,9 @@ func (r *run) holderWatch(strategy string) (holderState, func(), error) {
 		return func(ctx context.Context, sku string) (string, error) {
 			return zkHolder(conn, sku)
 		}, conn.Close, nil
-	case inventory.NameDBLock:
+	case inventory.LockTable:
 		return r.tableHolderWatch()
-	case inventory.NameLegacyGetset:
+	case inventory.LockGetset:
 		// The old lock's value is its holder's expiry time: a new
 		// holder writes a new one.
 		rc := redis.NewClient(&redis.Options{Addr: r.redis[0].Addr, MaxRetries: -1})
@@ -333,7 +341,8 @@ func (e *Env) CoordinatorLeaderKill(ctx context.Context, strategy string) Result
 	cfg := Config{Engine: "postgres", Strategy: strategy, Safe: true, Instances: 3, Fencing: "on",
 		LockTTL: ttl.String(), OrderTimeout: orderTimeout.String()}
 	name, service := "7-etcd-leader-kill", "etcd cluster"
-	if strategy == inventory.NameZKLock {
+	zookeeper := lockOf(strategy) == inventory.LockZooKeeper
+	if zookeeper {
 		name, service = "7-zk-leader-kill", "ZooKeeper ensemble"
 		cfg.ZKServers = 3
 	} else {
@@ -346,7 +355,7 @@ func (e *Env) CoordinatorLeaderKill(ctx context.Context, strategy string) Result
 	}
 	var co coordinator
 	var err error
-	if strategy == inventory.NameZKLock {
+	if zookeeper {
 		co, err = r.startZK(3)
 	} else {
 		co, err = r.startEtcd(3)

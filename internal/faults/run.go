@@ -262,7 +262,8 @@ type phaseMark struct {
 // isReserved: the strategy counts stock in Redis and writes orders to the
 // database afterwards (redis-reserve, redis-watch).
 func isReserved(strategy string) bool {
-	return strategy == inventory.NameRedisReserve || strategy == inventory.NameRedisWatch
+	info, _ := inventory.LookupStrategy(strategy)
+	return info.Family == inventory.FamilyReserved
 }
 
 // startReservationRedis starts the run's durable Redis for the reserved

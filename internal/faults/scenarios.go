@@ -52,7 +52,8 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 	if e.Short {
 		rate = 200
 	}
-	batched := strategy == inventory.NameBatched
+	info, _ := inventory.LookupStrategy(strategy)
+	batched := info.Family == inventory.FamilyBatched
 	spec := sqlSpec(rate, d)
 	if batched {
 		rate = e.scaleRate(1200, 600)
@@ -65,10 +66,10 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 	}
 	cfg := Config{Engine: engine, Strategy: strategy, Safe: true, Instances: 3, OrderTimeout: "3s"}
 	var env []string
-	switch strategy {
-	case inventory.NameEtcdLock:
+	switch lockOf(strategy) {
+	case inventory.LockEtcd:
 		cfg.EtcdMembers = 1
-	case inventory.NameZKLock:
+	case inventory.LockZooKeeper:
 		cfg.ZKServers = 1
 	}
 	r := e.newRun(1, fmt.Sprintf("1-kill-restart/%s/%s", engine, strategy), title, cfg)
@@ -82,7 +83,7 @@ func (e *Env) KillRestart(ctx context.Context, engine, strategy string) Result {
 		}
 		env = append(env, coEnv, "LOCK_TTL=1s")
 	}
-	if strategy == inventory.NameDBLock {
+	if lockOf(strategy) == inventory.LockTable {
 		// The killed instance's lock rows run out a LOCK_TTL after their
 		// last renewal: 1 s, as for the coordination services' sessions.
 		env = append(env, "LOCK_TTL=1s")

@@ -32,14 +32,14 @@ func (e *Env) PausedHolder(ctx context.Context, strategy, fencing string) Result
 	scenario := 2
 	cfg := Config{Engine: "postgres", Strategy: strategy, Safe: fencing == "on", Instances: 3,
 		Fencing: fencing, OrderTimeout: "5s", StockPerSKU: 500}
-	switch strategy {
-	case inventory.NameRedlock:
+	switch lockOf(strategy) {
+	case inventory.LockRedlock:
 		servers, rate = 3, 200
-	case inventory.NameDBLock:
+	case inventory.LockTable:
 		servers = 0 // the lock lives in the run's own database
-	case inventory.NameEtcdLock:
+	case inventory.LockEtcd:
 		servers, scenario, ttl, cfg.EtcdMembers = 0, 7, time.Second, 1
-	case inventory.NameZKLock:
+	case inventory.LockZooKeeper:
 		servers, scenario, ttl, cfg.ZKServers = 0, 7, time.Second, 1
 	}
 	cfg.RedisServers, cfg.LockTTL = servers, ttl.String()

@@ -37,6 +37,20 @@ const (
 	ServerZooKeeper    Server = "ZooKeeper"
 )
 
+// LockKind is where a lock strategy's lock lives, for the tools that watch
+// or break it (the fault suite reads its holder, kills its servers); "" for
+// a strategy that takes no lock.
+type LockKind string
+
+const (
+	LockRedis     LockKind = "redis"     // a key on one Redis server
+	LockRedlock   LockKind = "redlock"   // keys on a majority of Redis servers
+	LockEtcd      LockKind = "etcd"      // a key per holder, under a session lease
+	LockZooKeeper LockKind = "zookeeper" // an ephemeral sequential node per holder
+	LockTable     LockKind = "table"     // a row of a table in the stock's own database
+	LockGetset    LockKind = "getset"    // the SETNX + GETSET control's key on one Redis
+)
+
 // StrategyInfo is what the project says about one strategy. Every list of
 // strategies (configuration, `stock strategies`, the demo, the report, the
 // tests, the fault suite, the schedule explorer) takes it from Strategies;
@@ -47,6 +61,8 @@ type StrategyInfo struct {
 	Family Family
 	// Needs are the servers it needs beyond the database.
 	Needs []Server
+	// Lock is where its lock lives ("" for a strategy without one).
+	Lock LockKind
 	// Invariant is what makes its write safe, in one sentence; for a
 	// control, why it is not.
 	Invariant string
@@ -162,35 +178,35 @@ var registry = []StrategyInfo{
 		Expect:    "Safe: one conditional UPDATE (or the row lock) per batch. One transaction carries many orders, so on a hot row it should beat every strategy that commits once per order.",
 	},
 	{
-		Name: NameRedisLock, Class: ClassSafe, Family: FamilyLock, Needs: []Server{ServerRedis},
+		Name: NameRedisLock, Lock: LockRedis, Class: ClassSafe, Family: FamilyLock, Needs: []Server{ServerRedis},
 		Invariant: lockedInvariant,
 		Breaks:    lockedBreaks,
 		How:       "A single-node Redis lock taken around the plain read-check-write: one script sets the lock and increments the SKU's fencing counter, a watchdog renews it, and the UPDATE refuses a token no higher than the last one it stored. Orders queue on the lock instead of on the row: a release hands the lock to the oldest waiting instance (pub/sub, no polling), and inside an instance it passes from one order to the next without a Redis call.",
 		Expect:    "Safe thanks to the fencing token. One transaction at a time reaches the hot row, so under a burst it can beat the strategies that queue on the row lock, at the price of a second system to run.",
 	},
 	{
-		Name: NameRedlock, Class: ClassSafe, Family: FamilyLock, Needs: []Server{ServerRedisQuorum},
+		Name: NameRedlock, Lock: LockRedlock, Class: ClassSafe, Family: FamilyLock, Needs: []Server{ServerRedisQuorum},
 		Invariant: lockedInvariant + "; the token keeps growing while a majority of the servers keeps its data",
 		Breaks:    lockedBreaks,
 		How:       "Redlock over five independent Redis servers around the same read-check-write: instances queue at one gate server, then a majority must grant the lock (and take the fencing token) before the transaction runs; the token still guards the row.",
 		Expect:    "Safe thanks to the fencing token, and keeps selling with 2 of 5 servers down. One round to five servers per batch of orders, so close to redis-lock; Redlocks without the gate split their votes on one contended name and collapse.",
 	},
 	{
-		Name: NameEtcdLock, Class: ClassSafe, Family: FamilyLock, Needs: []Server{ServerEtcd},
+		Name: NameEtcdLock, Lock: LockEtcd, Class: ClassSafe, Family: FamilyLock, Needs: []Server{ServerEtcd},
 		Invariant: lockedInvariant + "; tokens grow in hold order from the revision of the request that began each batch of holders",
 		Breaks:    lockedBreaks,
 		How:       "A lock on etcd v3 (a single member here; the same code runs on a three-member cluster) around the same read-check-write. Each instance keeps one session lease; each acquisition writes a key of its own, and the keys queue by etcd's global create revision. Each waiter watches only its predecessor, with a watch that starts when etcd registers it (a read then catches a deletion that came first), so a contended hand-over is not held up by etcd's 100 ms catch-up loop; inside an instance the lock passes first come, first served from one order to the next without queueing in etcd again. The fencing token is a fence base plus the revision at which the instance's batch of holders began, shifted left 16 bits, plus the holder's place in the batch (a local hand-over makes no etcd request), and the UPDATE refuses a token no higher than the last one it stored.",
 		Expect:    "Safe thanks to the fencing token. What consensus buys: on a cluster, a minority of members cannot lose or split the lock. What it costs: every acquisition from etcd is a raft write, committed to disk before it is granted, so expect it behind redis-lock under a burst.",
 	},
 	{
-		Name: NameZKLock, Class: ClassSafe, Family: FamilyLock, Needs: []Server{ServerZooKeeper},
+		Name: NameZKLock, Lock: LockZooKeeper, Class: ClassSafe, Family: FamilyLock, Needs: []Server{ServerZooKeeper},
 		Invariant: lockedInvariant + "; a lost session ends the lease at once, and tokens grow from the zxid of each batch's token write",
 		Breaks:    lockedBreaks,
 		How:       "ZooKeeper's lock recipe around the same read-check-write: each acquisition creates an ephemeral sequential node with a protected name (a GUID prefix, so a create whose answer was lost is found again, not orphaned); the lowest number holds, and each waiter watches only its predecessor, so a release wakes one waiter, not the herd. The session's end frees the lock: SUSPENDED (connection lost) stops new writes at once, EXPIRED means the lock is lost. The fencing token comes from the zxid of the write that began the instance's batch of holders, shifted left 16 bits, plus the holder's place in the batch: inside an instance the lock passes first come, first served from one order to the next without a ZooKeeper request.",
 		Expect:    "Safe thanks to the fencing token. Like etcd, a quorum of servers decides, so a minority cannot lose or split the lock; every acquisition from ZooKeeper is a quorum write, so expect it behind redis-lock under a burst. LOCK_TTL is the session timeout: how long a crashed instance holds a SKU.",
 	},
 	{
-		Name: NameDBLock, Class: ClassSafe, Family: FamilyLock,
+		Name: NameDBLock, Lock: LockTable, Class: ClassSafe, Family: FamilyLock,
 		Invariant: lockedInvariant + "; the lease is judged by the database's clock and the lock row's counter is the token",
 		Breaks:    lockedBreaks,
 		How:       "A lock kept in a table of the stock's own database around the same read-check-write: one conditional statement takes the SKU's lock row if it is free or its lease has run out on the database's clock; a heartbeat renews the lease; release clears only the owner's own row; the row's counter is the fencing token, checked by the UPDATE. One waiter per instance polls the table every 1-5 ms; the others queue in the instance and get the lock handed over with the next token.",
@@ -211,7 +227,7 @@ var registry = []StrategyInfo{
 		Expect:    "Safe: EXEC applies only what was checked against an unchanged sale. Three round trips per attempt, and on one hot SKU all but one of the attempts that run together lose: expect it well behind the script, which is what optimistic retries cost under a burst.",
 	},
 	{
-		Name: NameLegacyGetset, Class: ClassControl, Family: FamilyLock, Needs: []Server{ServerRedis},
+		Name: NameLegacyGetset, Lock: LockGetset, Class: ClassControl, Family: FamilyLock, Needs: []Server{ServerRedis},
 		Invariant: "none that holds: SETNX + GETSET with no owner, no renewal, no loss signal and no token, expiry judged by each instance's clock",
 		Breaks:    "a holder paused past its expiry wakes after another took the lock and writes what it read before: two holders, −1; a late release deletes the successor's lock",
 		How:       "The lock of the old articles around the same read-check-write, without fencing: SETNX key <expiry time>; when taken, GET it and, if that time has passed, GETSET a new one and compare; DEL to release. No owner, no renewal, no loss signal, no token; expiry judged by each instance's clock; waiters poll every 1–10 ms.",

@@ -189,6 +189,13 @@ type ratioRow struct {
 	ProblemsRef int
 }
 
+// The ratio burst compares these two: the Redis counter with its script
+// against the database's one-statement deduction.
+const (
+	RatioNumerator   = inventory.NameRedisReserve
+	RatioDenominator = inventory.NameConditional
+)
+
 // RatioPairs are the ratio burst's rounds of backend, paired by round:
 // numerator (redis-reserve) and denominator (conditional).
 func (r *Report) RatioPairs(backend string) (num, den []GoBurst) {
@@ -200,9 +207,9 @@ func (r *Report) RatioPairs(backend string) (num, den []GoBurst) {
 		}
 		p := byRound[g.Round]
 		switch g.Strategy {
-		case inventory.NameRedisReserve:
+		case RatioNumerator:
 			p[0] = g
-		case inventory.NameConditional:
+		case RatioDenominator:
 			p[1] = g
 		}
 		byRound[g.Round] = p
