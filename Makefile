@@ -18,7 +18,7 @@ help: ## this list
 
 # scripts/demo.sh brings up what is missing itself (docker compose where a
 # Docker engine answers, else scripts/ensure-services.sh), builds, and runs
-# cmd/demo.
+# lab/cmd/demo.
 demo: ## set up the servers, build, run the comparison: reports/latest/index.html
 	@bash scripts/demo.sh
 
@@ -29,7 +29,7 @@ test: services vet unit fuzz ## set up the servers and run the whole suite (-rac
 
 build: ## build bin/stock and bin/servers
 	$(GO) build -o $(BIN) ./cmd/stock
-	$(GO) build -o bin/servers ./cmd/servers
+	$(GO) build -o bin/servers ./lab/cmd/servers
 
 services: ## install and start what is missing: PostgreSQL, MariaDB, Redis; install etcd, ZooKeeper, Chromium
 	@bash scripts/ensure-services.sh
@@ -37,7 +37,7 @@ services: ## install and start what is missing: PostgreSQL, MariaDB, Redis; inst
 # In the foreground: Ctrl-C stops what it started. Ports already taken are
 # left to whoever answers there.
 servers: services ## run etcd, ZooKeeper and the Redis servers the strategies need, on their default addresses
-	$(GO) run ./cmd/servers
+	$(GO) run ./lab/cmd/servers
 
 # Both modules must be tidy: go.mod and go.sum exactly as `go mod tidy`
 # writes them (-diff prints what it would change and fails).
@@ -70,7 +70,7 @@ fuzz: ## fuzz the order handler and the JSON string writer for FUZZTIME (default
 	$(GO) test -run '^$$' -fuzz '^FuzzStartSale$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
 
-# The schedule explorer (internal/explore) with a budget 20 times that of
+# The schedule explorer (lab/explore) with a budget 20 times that of
 # make test: about 5 minutes here, exhaustive for 3 buyers of every strategy
 # but version-cas and the lock strategies. EXPLORE_SEED=<n> replays a sample;
 # EXPLORE_STRATEGY=<name> runs one strategy. Then the lifecycle's races
@@ -78,10 +78,10 @@ fuzz: ## fuzz the order handler and the JSON string writer for FUZZTIME (default
 # unit, one buyer twice under PER_USER_LIMIT=1) at 5 times make test's
 # budget (EXPLORE_LIFECYCLE_SCALE): about 5 minutes more.
 explore: services ## every schedule of 2-3 buyers per strategy, 20x make test's budget; the lifecycle's races, 5x
-	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run 'TestEverySchedule$$' -v ./internal/explore/
-	EXPLORE_SCALE=$${EXPLORE_LIFECYCLE_SCALE:-5} $(GO) test -race -count=1 -timeout 90m -run 'TestEveryLifecycleSchedule$$' -v ./internal/explore/
+	EXPLORE_SCALE=$${EXPLORE_SCALE:-20} $(GO) test -race -count=1 -timeout 90m -run 'TestEverySchedule$$' -v ./lab/explore/
+	EXPLORE_SCALE=$${EXPLORE_LIFECYCLE_SCALE:-5} $(GO) test -race -count=1 -timeout 90m -run 'TestEveryLifecycleSchedule$$' -v ./lab/explore/
 
-# The fault scenarios (internal/faults, cmd/faults): kill -9, paused lock
+# The fault scenarios (lab/faults, lab/cmd/faults): kill -9, paused lock
 # holders, lost Redis servers, a crashed database, retried idempotent orders,
 # killed etcd/ZooKeeper leaders, the Redis reservation's Redis restarted and
 # its database crashed, each against three instances under load (about 11
@@ -89,13 +89,13 @@ explore: services ## every schedule of 2-3 buyers per strategy, 20x make test's 
 # instance kill with 10,000 SKUs on sale, a few of them hot (scenario 9),
 # and the restart table, first 201 after a Redis restart with 200, 2,000
 # and 10,000 SKUs (scenario 10): about 14 minutes more here
-# (`go run ./cmd/faults -bin bin/stock -scenarios 9,10` runs those alone).
+# (`go run ./lab/cmd/faults -bin bin/stock -scenarios 9,10` runs those alone).
 # Writes reports/faults/<timestamp>/faults.{md,json} and
 # reports/faults/latest, and fails when a safe configuration oversold or
 # lost data. `make test` runs short forms (TestShortFaults,
 # TestShortCatalogFaults).
 faults: services build ## the fault scenarios against real servers (about 30 minutes)
-	$(GO) run ./cmd/faults -bin $(BIN)
+	$(GO) run ./lab/cmd/faults -bin $(BIN)
 
 # About 4 minutes the first time.
 k6: ## build the pinned k6 (loadtest/go.mod) into the go build cache

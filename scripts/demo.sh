@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make demo: bring up what is missing, build, and run the comparison of the
-# anti-oversell strategies (cmd/demo), which writes reports/<timestamp>/ and
+# anti-oversell strategies (lab/cmd/demo), which writes reports/<timestamp>/ and
 # points reports/latest at it.
 #
 #   make demo                 # about 16 minutes on 2 cores (first k6 build: +4),
@@ -22,7 +22,7 @@
 # ETCD_ENDPOINTS or ZK_SERVERS name servers of your own; a strategy whose
 # server cannot start is skipped with a note in the report. Every setting
 # is an environment variable: see
-# cmd/demo/config.go. TEST_POSTGRES_URL and TEST_MYSQL_URL, as for the tests,
+# lab/cmd/demo/config.go. TEST_POSTGRES_URL and TEST_MYSQL_URL, as for the tests,
 # name servers that need credentials; the demo then uses their stock
 # database.
 set -euo pipefail
@@ -60,7 +60,7 @@ missing=()
 pg_ok || missing+=(postgres)
 my_ok || missing+=(mysql)
 if [ -n "${TEST_POSTGRES_URL:-}${TEST_MYSQL_URL:-}" ]; then
-  # Servers named by the tests' variables (cmd/demo runs on them too):
+  # Servers named by the tests' variables (lab/cmd/demo runs on them too):
   # ensure-services.sh checks that they answer, starts only what is local
   # and missing, and creates the stock database on them.
   bash scripts/ensure-services.sh
@@ -96,17 +96,17 @@ go build -o bin/stock ./cmd/stock
 log "building the pinned k6 (loadtest/go.mod): cached after the first time, which takes about 4 minutes"
 (cd loadtest && go tool -n k6 >/dev/null)
 # STOCK_BIN: the runner uses the binary built above instead of rebuilding.
-STOCK_BIN=bin/stock go run ./cmd/demo "$@"
+STOCK_BIN=bin/stock go run ./lab/cmd/demo "$@"
 
 # PUBLISH=1: publish the report to docs/results/<its timestamp>/, to be
 # committed: its data (results.json.gz, the k6 figures included) and its
 # pages (index.html, report.md, choosing.md) rendered there from it, so that
 # they link only what the copy holds (the runs' folders stay in reports/);
-# the README's table quotes the latest of them. `go run ./cmd/demo render`
+# the README's table quotes the latest of them. `go run ./lab/cmd/demo render`
 # draws a folder's pages again from its data.
 if [ "${PUBLISH:-0}" = 1 ]; then
   run=$(basename "$(readlink -f reports/latest)")
   dest="docs/results/$run"
-  go run ./cmd/demo publish reports/latest "$dest"
+  go run ./lab/cmd/demo publish reports/latest "$dest"
   log "published reports/$run to $dest"
 fi

@@ -140,10 +140,10 @@ ensure_redis
 
 # The coordination services of etcd-lock and zk-lock, from Debian's
 # packages. The tests start private servers from these binaries on free
-# ports (internal/testetcd, internal/testzk); nothing is started here.
+# ports (lab/testetcd, lab/testzk); nothing is started here.
 command -v etcd >/dev/null 2>&1 || { log "installing etcd"; apt_install etcd-server etcd-client; }
 [ -e /usr/share/java/zookeeper.jar ] || { log "installing ZooKeeper"; apt_install zookeeperd; }
-# Chromium, headless, for the report's browser test (internal/report,
+# Chromium, headless, for the report's browser test (lab/report,
 # TestReportReadsInABrowser): Debian's package, never a browser a test tool
 # downloads. The test starts it itself, on file:// pages only.
 command -v chromium >/dev/null 2>&1 || { log "installing Chromium"; apt_install chromium chromium-driver; }

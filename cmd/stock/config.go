@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashsale/stock/internal/envconf"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/strategies"
 )
@@ -127,7 +128,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	env := envconf.New(getenv)
 	str, integer, duration, boolean, bad := env.String, env.Int, env.Duration, env.Bool, env.Bad
 	c := config{
-		Strategy:        str("STRATEGY", inventory.NameConditional),
+		Strategy:        str("STRATEGY", strategies.NameConditional),
 		DatabaseURL:     str("DATABASE_URL", ""),
 		HTTPAddr:        str("HTTP_ADDR", ":8080"),
 		AdminToken:      getenv("ADMIN_TOKEN"),
@@ -165,7 +166,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// indexed query a period.
 		HoldSweepEvery: duration("HOLD_SWEEP_EVERY", time.Second, true),
 		PerUserLimit:   integer("PER_USER_LIMIT", 0, 0, inventory.MaxInitialStock),
-		SoldOutTTL:     duration("SOLD_OUT_TTL", inventory.DefaultSoldOutTTL, true),
+		SoldOutTTL:     duration("SOLD_OUT_TTL", sales.DefaultSoldOutTTL, true),
 		AdmissionLimit: integer("ADMISSION_LIMIT", 0, 0, 1000),
 		JobLock:        str("JOB_LOCK", "table"),
 	}

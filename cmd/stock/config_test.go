@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/strategies"
 )
 
@@ -166,7 +167,7 @@ func TestReservedConfiguration(t *testing.T) {
 		}
 		return m
 	}
-	for _, strategy := range inventory.ReservedStrategyNames {
+	for _, strategy := range strategies.ReservedNames {
 		c, err := loadConfig(env(with("STRATEGY", strategy)))
 		if err != nil || !c.ReserveDurable || c.RedisCluster || c.ReserveClaimIdle != 5*time.Second {
 			t.Errorf("%s defaults: %+v %v", strategy, c, err)
@@ -313,8 +314,8 @@ func TestHoldConfig(t *testing.T) {
 	if err != nil || c.PerUserLimit != 2 || c.HoldTTL != 15*time.Minute {
 		t.Fatalf("PER_USER_LIMIT=2 HOLD_TTL=15m with redis-reserve: %v, %v, %v", c.PerUserLimit, c.HoldTTL, err)
 	}
-	if c.SoldOutTTL != inventory.DefaultSoldOutTTL {
-		t.Errorf("SOLD_OUT_TTL defaults to %v, want %v", c.SoldOutTTL, inventory.DefaultSoldOutTTL)
+	if c.SoldOutTTL != sales.DefaultSoldOutTTL {
+		t.Errorf("SOLD_OUT_TTL defaults to %v, want %v", c.SoldOutTTL, sales.DefaultSoldOutTTL)
 	}
 	if c, err := loadConfig(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "SOLD_OUT_TTL": "0"})); err != nil || c.SoldOutTTL != 0 {
 		t.Errorf("SOLD_OUT_TTL=0 (the mark off): %v, %v", c.SoldOutTTL, err)
@@ -346,7 +347,7 @@ func gatesAtOne(t *testing.T, s inventory.Strategy) bool {
 	entered, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		first <- s.Deduct(context.Background(), "sku", 1, func(context.Context, func(context.Context, inventory.Tx) error) error {
+		first <- s.Deduct(context.Background(), "sku", 1, func(context.Context, func(context.Context, inventory.StockTx) error) error {
 			close(entered)
 			<-release
 			return nil
@@ -362,7 +363,7 @@ func gatesAtOne(t *testing.T, s inventory.Strategy) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	reached := false
-	err := s.Deduct(ctx, "sku", 1, func(context.Context, func(context.Context, inventory.Tx) error) error {
+	err := s.Deduct(ctx, "sku", 1, func(context.Context, func(context.Context, inventory.StockTx) error) error {
 		reached = true
 		return nil
 	})

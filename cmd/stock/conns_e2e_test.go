@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/connlimit"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // connsWait bounds each step of the connection tests: on 127.0.0.1 each

@@ -20,10 +20,11 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testetcd"
-	"github.com/flashsale/stock/internal/testredis"
-	"github.com/flashsale/stock/internal/testzk"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testetcd"
+	"github.com/flashsale/stock/lab/testredis"
+	"github.com/flashsale/stock/lab/testzk"
 )
 
 // binary builds the service once per test run, without the race detector, so
@@ -179,8 +180,8 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 		env            []string
 	}
 	var cases []burstCase
-	for _, strategy := range inventory.StrategyNames() {
-		if strategy == inventory.NameLegacyGetset {
+	for _, strategy := range strategies.Names() {
+		if strategy == strategies.NameLegacyGetset {
 			// A control whose failure needs a pause, a skewed clock or
 			// a late release (TestFencingDemonstration): a burst shows
 			// only how slowly it polls.
@@ -189,7 +190,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 		cases = append(cases, burstCase{strategy, strategy, nil})
 	}
 	// The admission semaphore in front of a SQL strategy, across the three.
-	cases = append(cases, burstCase{"conditional+admission", inventory.NameConditional, []string{"ADMISSION_LIMIT=2"}})
+	cases = append(cases, burstCase{"conditional+admission", strategies.NameConditional, []string{"ADMISSION_LIMIT=2"}})
 	for _, engine := range store.Engines {
 		for _, c := range cases {
 			strategy := c.strategy
@@ -199,10 +200,10 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				// is about selling exactly, and no buyer turned away.
 				env := append([]string{"DATABASE_URL=" + url, "STRATEGY=" + strategy, "DB_MAX_CONNS=10", "ORDER_TIMEOUT=25s",
 					"REDIS_ADDRS=" + redisAddrs, "LOCK_WAIT=25s"}, slices.Concat(coordination, c.env)...)
-				if strategy == inventory.NameNaive {
+				if strategy == strategies.NameNaive {
 					env = append(env, "NAIVE_RACE_WINDOW=5ms")
 				}
-				if slices.Contains(inventory.ReservedStrategyNames, strategy) {
+				if slices.Contains(strategies.ReservedNames, strategy) {
 					env = append(env, "REDIS_ADDRS="+durableRedis)
 				}
 				var instances []*process
@@ -285,7 +286,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				if a.Initial != a.Available+a.Ordered {
 					t.Errorf("not conserved: %+v", a)
 				}
-				if strategy == inventory.NameNaive {
+				if strategy == strategies.NameNaive {
 					if a.Available >= 0 {
 						t.Errorf("naive with a 5ms race window across three instances should oversell; available %d", a.Available)
 					}
@@ -297,7 +298,7 @@ func TestBurstAcrossThreeInstances(t *testing.T) {
 				if other := int64(buyers) - counts[http.StatusCreated] - counts[http.StatusConflict]; other != 0 {
 					t.Errorf("%d answers were neither 201 nor 409: %v", other, counts)
 				}
-				if slices.Contains(inventory.ReservedStrategyNames, strategy) {
+				if slices.Contains(strategies.ReservedNames, strategy) {
 					written := waitDrained(t, instances[2].url, engine, url, "burst")
 					if written.Orders != counts[http.StatusCreated] || written.Available != 0 || !written.Consistent() {
 						t.Errorf("after the drain the database has %+v, want the %d orders answered 201", written, counts[http.StatusCreated])
@@ -374,17 +375,17 @@ func TestFencingDemonstration(t *testing.T) {
 	coordination := coordinationEnv(t)
 	type demo struct{ strategy, fencing string }
 	var demos []demo
-	for _, strategy := range inventory.LockStrategyNames {
+	for _, strategy := range strategies.LockNames {
 		demos = append(demos, demo{strategy, "on"}, demo{strategy, "off"})
 	}
 	// The classic SETNX + GETSET lock of older Redis articles has no token to fence with: the
 	// frozen holder's late write goes through, as with FENCING=off.
-	demos = append(demos, demo{inventory.NameLegacyGetset, "off"})
+	demos = append(demos, demo{strategies.NameLegacyGetset, "off"})
 	for _, d := range demos {
 		strategy, fencing := d.strategy, d.fencing
 		t.Run(strategy+"/fencing-"+fencing, func(t *testing.T) {
 			servers := 1
-			if strategy == inventory.NameRedlock {
+			if strategy == strategies.NameRedlock {
 				servers = 3
 			}
 			redisAddrs := startRedisServers(t, servers)
@@ -392,7 +393,7 @@ func TestFencingDemonstration(t *testing.T) {
 			// coordination services' shortest leases and sessions are
 			// a second.
 			ttl := "300ms"
-			if strategy == inventory.NameEtcdLock || strategy == inventory.NameZKLock {
+			if strategy == strategies.NameEtcdLock || strategy == strategies.NameZKLock {
 				ttl = "1s"
 			}
 			common := append([]string{"DATABASE_URL=" + testdb.URL(t, "postgres"), "STRATEGY=" + strategy,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // metricValue reads one series of an instance's /metrics (0 when absent).

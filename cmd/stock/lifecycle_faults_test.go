@@ -20,8 +20,10 @@ import (
 
 	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // lifecycleAudit is the part of GET /admin/audit/{sku} the lifecycle's
@@ -168,7 +170,7 @@ func killMidSweep(t *testing.T, engine string) {
 		t.Fatal(err)
 	}
 	// Holds that lapse at once: the sweep is what is under test here.
-	placer := inventory.NewService(db, inventory.NewConditional(), inventory.WithHoldTTL(time.Millisecond), inventory.WithPerUserLimit(1))
+	placer := sales.NewService(db, sqlrow.NewConditional(), sales.WithHoldTTL(time.Millisecond), sales.WithPerUserLimit(1))
 	if err := placer.StartSale(ctx, "swept", holds); err != nil {
 		t.Fatal(err)
 	}

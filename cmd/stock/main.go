@@ -22,9 +22,9 @@ import (
 
 	"github.com/flashsale/stock/internal/connlimit"
 	"github.com/flashsale/stock/internal/httpapi"
-	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/metrics"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/strategies"
 )
@@ -50,7 +50,7 @@ func run(args []string) error {
 	}
 	if len(args) > 0 && args[0] == "strategies" {
 		// For scripts: the valid STRATEGY values, one a line.
-		fmt.Println(strings.Join(inventory.StrategyNames(), "\n"))
+		fmt.Println(strings.Join(strategies.Names(), "\n"))
 		return nil
 	}
 	cfg, err := loadConfig(os.Getenv)
@@ -117,10 +117,10 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	defer closeStrategy()
-	svc := inventory.NewService(db, strategy,
-		inventory.WithOrderTimeout(cfg.OrderTimeout), inventory.WithLogger(log), inventory.WithObserver(m),
-		inventory.WithHoldTTL(cfg.HoldTTL), inventory.WithPerUserLimit(int64(cfg.PerUserLimit)),
-		inventory.WithSoldOutTTL(cfg.SoldOutTTL))
+	svc := sales.NewService(db, strategy,
+		sales.WithOrderTimeout(cfg.OrderTimeout), sales.WithLogger(log), sales.WithObserver(m),
+		sales.WithHoldTTL(cfg.HoldTTL), sales.WithPerUserLimit(int64(cfg.PerUserLimit)),
+		sales.WithSoldOutTTL(cfg.SoldOutTTL))
 	if cfg.AuditEvery > 0 {
 		if err := sched.Add(jobs.AuditJob(cfg.AuditEvery, db, svc, log, m)); err != nil {
 			return err

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // TestReadmeNamesEveryStrategy: the README's table of strategies has a row
@@ -28,7 +28,7 @@ func TestReadmeNamesEveryStrategy(t *testing.T) {
 	if n := strings.Count(readme, "\n"); n > 300 {
 		t.Errorf("README.md has %d lines; the front door has at most 300 (the rest belongs in docs/)", n)
 	}
-	for _, s := range inventory.Strategies() {
+	for _, s := range strategies.All() {
 		var row string
 		for line := range strings.Lines(readme) {
 			if strings.HasPrefix(line, "| `"+s.Name+"`") {
@@ -105,7 +105,7 @@ func newestFullRun(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := fmt.Sprintf("%d strategies × 2 backends", len(inventory.Strategies()))
+	full := fmt.Sprintf("%d strategies × 2 backends", len(strategies.All()))
 	newest := ""
 	for _, e := range entries {
 		head, err := os.ReadFile("../../docs/results/" + e.Name() + "/report.md")
@@ -239,7 +239,7 @@ func shapeOf(shown string) *regexp.Regexp {
 
 // TestReadmeQuotesTheRecommendation: the README's "Which to use" lines are
 // docs/choosing.md's summary, line for line (the demo computes it from the
-// run's data; cmd/demo's tests keep that file the newest full run's), and
+// run's data; lab/cmd/demo's tests keep that file the newest full run's), and
 // every situation of it is there.
 func TestReadmeQuotesTheRecommendation(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // TestRedisEvictionPolicy: the service refuses, with one line, to lock on a

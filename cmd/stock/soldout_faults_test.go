@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // soldOutTTL is the instances' SOLD_OUT_TTL in these tests: short, so that

@@ -1,5 +1,5 @@
-// Package batched is the batched strategy (STRATEGY=batched, named
-// inventory.NameBatched): group commit. Each instance takes the concurrent
+// Package batched is the batched strategy (STRATEGY=batched): group
+// commit. Each instance takes the concurrent
 // orders of one SKU together, one transaction per batch. It owns its orders
 // (inventory.Strategy's TakeOrder): it checks their idempotency keys, deducts and
 // records them itself, through the Store it declares here, which the
@@ -21,6 +21,9 @@ import (
 	"github.com/flashsale/stock/internal/backoff"
 	"github.com/flashsale/stock/internal/inventory"
 )
+
+// Name is the strategy's STRATEGY value.
+const Name = "batched"
 
 // errKeyTaken: a concurrent request committed one of the batch's keys
 // first; the next attempt finds its record and replays it. It never leaves
@@ -61,7 +64,7 @@ func New(store Store, opts ...Option) *Batched {
 // Strategy implements inventory.Strategic: it takes whole orders, a batch
 // of a SKU's at a time.
 func (b *Batched) Strategy() inventory.Strategy {
-	return inventory.Strategy{Name: inventory.NameBatched, TakeOrder: b.TakeOrder}
+	return inventory.Strategy{Name: Name, TakeOrder: b.TakeOrder}
 }
 
 // TakeOrder is the strategy's TakeOrder: it queues o for its SKU's next
@@ -119,7 +122,7 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 			if errors.Is(err, errKeyTaken) {
 				reason = "key_taken"
 			}
-			r.Retried(inventory.NameBatched, reason)
+			r.Retried(Name, reason)
 		}
 		if perr := pause(ctx, backoff.Exponential(attempt, time.Millisecond, 20*time.Millisecond)); perr != nil {
 			err = perr
@@ -138,7 +141,7 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 	}
 	if err != nil {
 		if !errors.Is(err, inventory.ErrUnknownSKU) {
-			b.log.Warn("batch failed", "sku", batch[0].sku, "size", len(batch), "strategy", inventory.NameBatched, "err", err)
+			b.log.Warn("batch failed", "sku", batch[0].sku, "size", len(batch), "strategy", Name, "err", err)
 		}
 		for i := range results {
 			results[i] = batchResult{err: err}
@@ -368,7 +371,7 @@ func surplus(claimed, kept map[string]int64) map[string]int64 {
 // they hold; every buyer's claim is then set to what that plan gives it:
 // the buyers with a row grow, and a new buyer's claim, which only an
 // idempotency key shared with another buyer's order ties to the others'
-// plans, grows or shrinks with it (found by review:
+// plans, grows or shrinks with it (pinned by
 // TestBatchedBuyerWhoseOrderLosesItsKeyKeepsNoUnits,
 // TestBatchedNewBuyerWhoseClaimGrowsIsDecided).
 func claimBuyers(ctx context.Context, tx Tx, batch []*batchOrder, known map[string]inventory.IdempotencyRecord) (int64, map[string]int64, error) {

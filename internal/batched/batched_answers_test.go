@@ -18,8 +18,10 @@ import (
 
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 type orderName struct{}
@@ -89,18 +91,18 @@ type batchRig struct {
 	db    store.Store
 	gs    *gatedBatchStore
 	obs   waitingObserver
-	svc   *inventory.Service
-	plain *inventory.Service
+	svc   *sales.Service
+	plain *sales.Service
 }
 
-func newBatchRig(t *testing.T, engine string, opts ...inventory.ServiceOption) *batchRig {
+func newBatchRig(t *testing.T, engine string, opts ...sales.ServiceOption) *batchRig {
 	db := testdb.New(t, engine, 8)
 	gs := &gatedBatchStore{Store: db, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	obs := waitingObserver{waiting: make(chan string, 100)}
 	return &batchRig{
 		t: t, db: db, gs: gs, obs: obs,
-		svc:   inventory.NewService(db, batched.New(gs, batched.WithQueueObserver(obs)), opts...),
-		plain: inventory.NewService(db, inventory.NewConditional()),
+		svc:   sales.NewService(db, batched.New(gs, batched.WithQueueObserver(obs)), opts...),
+		plain: sales.NewService(db, sqlrow.NewConditional()),
 	}
 }
 
@@ -249,7 +251,7 @@ func TestBatchedLostCommitOfWriteFreeBatchKeepsAnswers(t *testing.T) {
 func TestBatchedPanicAnswersBatchAndFreesSKU(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
-			r := newBatchRig(t, engine, inventory.WithOrderTimeout(300*time.Millisecond))
+			r := newBatchRig(t, engine, sales.WithOrderTimeout(300*time.Millisecond))
 			ctx := context.Background()
 			const sku = "bx-panic"
 			if err := r.svc.StartSale(ctx, sku, 100); err != nil {
@@ -309,8 +311,8 @@ func TestBatchedWaitLeavesTimeToRun(t *testing.T) {
 		t.Run(engine, func(t *testing.T) {
 			db := testdb.New(t, engine, 4)
 			ctx := context.Background()
-			svc := inventory.NewService(db, batched.New(db, batched.WithWait(time.Hour)),
-				inventory.WithOrderTimeout(200*time.Millisecond))
+			svc := sales.NewService(db, batched.New(db, batched.WithWait(time.Hour)),
+				sales.WithOrderTimeout(200*time.Millisecond))
 			if err := svc.StartSale(ctx, "bx-wait", 10); err != nil {
 				t.Fatal(err)
 			}

@@ -9,8 +9,10 @@ import (
 
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // TestBatchedIdempotencyAcrossInstances: two instances with the batched
@@ -23,9 +25,9 @@ func TestBatchedIdempotencyAcrossInstances(t *testing.T) {
 			t.Parallel()
 			db := testdb.New(t, engine, 16)
 			ctx := context.Background()
-			instances := []*inventory.Service{
-				inventory.NewService(db, batched.New(db)),
-				inventory.NewService(db, batched.New(db)),
+			instances := []*sales.Service{
+				sales.NewService(db, batched.New(db)),
+				sales.NewService(db, batched.New(db)),
 			}
 			const sku, keys, tries = "idem", 20, 6
 			if err := instances[0].StartSale(ctx, sku, 1000); err != nil {
@@ -91,11 +93,11 @@ func TestBatchedNextToOtherStrategies(t *testing.T) {
 			t.Parallel()
 			db := testdb.New(t, engine, 16)
 			ctx := context.Background()
-			instances := []*inventory.Service{
-				inventory.NewService(db, batched.New(db)),
-				inventory.NewService(db, inventory.NewConditional()),
-				inventory.NewService(db, batched.New(db)),
-				inventory.NewService(db, inventory.NewForUpdate()),
+			instances := []*sales.Service{
+				sales.NewService(db, batched.New(db)),
+				sales.NewService(db, sqlrow.NewConditional()),
+				sales.NewService(db, batched.New(db)),
+				sales.NewService(db, sqlrow.NewForUpdate()),
 			}
 			const sku, initial, buyers = "mixed", 50, 200
 			if err := instances[0].StartSale(ctx, sku, initial); err != nil {
@@ -179,7 +181,7 @@ func TestBatchedFailures(t *testing.T) {
 			db := testdb.New(t, engine, 4)
 			ctx := context.Background()
 			fake := &scriptedBatchStore{Store: db}
-			svc := inventory.NewService(db, batched.New(fake, batched.WithTxAttempts(3)))
+			svc := sales.NewService(db, batched.New(fake, batched.WithTxAttempts(3)))
 			if err := svc.StartSale(ctx, "s-1", 5); err != nil {
 				t.Fatal(err)
 			}

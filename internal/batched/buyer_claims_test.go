@@ -11,8 +11,9 @@ import (
 
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // These tests drive the buyers' claims of a batch (PER_USER_LIMIT) on the
@@ -20,9 +21,9 @@ import (
 // fixes: a gate holds a first batch's transaction while the orders of the
 // batch under test queue behind it, one at a time, in the order given.
 
-// reviewWait bounds every wait of these tests for something that should
+// settleWait bounds every wait of these tests for something that should
 // happen at once; it is a failure bound, never a synchronisation.
-const reviewWait = 20 * time.Second
+const settleWait = 20 * time.Second
 
 // orderTag names an order in its context, so the queue observer can tell
 // the test that it waits in its SKU's queue.
@@ -145,7 +146,7 @@ type claimRig struct {
 	gated *gatedStore
 	watch *queueWatch
 	sizes *batchSizes
-	svc   *inventory.Service
+	svc   *sales.Service
 }
 
 func newClaimRig(t *testing.T, engine string, limit int64) *claimRig {
@@ -157,7 +158,7 @@ func newClaimRig(t *testing.T, engine string, limit int64) *claimRig {
 func newClaimRigOn(db store.Store, limit int64) *claimRig {
 	r := &claimRig{db: db, gated: &gatedStore{Store: db}, watch: newQueueWatch(), sizes: &batchSizes{}}
 	strategy := batched.New(r.gated, batched.WithQueueObserver(r.watch), batched.WithObserver(r.sizes))
-	r.svc = inventory.NewService(db, strategy, inventory.WithPerUserLimit(limit), inventory.WithSoldOutTTL(0), inventory.WithOrderTimeout(reviewWait))
+	r.svc = sales.NewService(db, strategy, sales.WithPerUserLimit(limit), sales.WithSoldOutTTL(0), sales.WithOrderTimeout(settleWait))
 	return r
 }
 
@@ -175,7 +176,7 @@ func (r *claimRig) placeInOneBatch(t *testing.T, sku string, reqs []inventory.Re
 	}()
 	select {
 	case <-entered:
-	case <-time.After(reviewWait):
+	case <-time.After(settleWait):
 		t.Fatal("the blocker's batch never began")
 	}
 	answers := make([]chan placed, len(reqs))
@@ -191,7 +192,7 @@ func (r *claimRig) placeInOneBatch(t *testing.T, sku string, reqs []inventory.Re
 			if got != tag {
 				t.Fatalf("%s queued while %s was expected", got, tag)
 			}
-		case <-time.After(reviewWait):
+		case <-time.After(settleWait):
 			t.Fatalf("%s never queued", tag)
 		}
 	}
@@ -204,7 +205,7 @@ func (r *claimRig) placeInOneBatch(t *testing.T, sku string, reqs []inventory.Re
 	for i := range reqs {
 		select {
 		case out[i] = <-answers[i]:
-		case <-time.After(reviewWait):
+		case <-time.After(settleWait):
 			t.Fatalf("order %d never answered", i)
 		}
 	}
@@ -414,7 +415,7 @@ func TestBatchedSameBuyerOnTwoInstancesAtOnce(t *testing.T) {
 					default:
 						t.Errorf("an order of u: %v, want taken or limit reached", p.err)
 					}
-				case <-time.After(reviewWait):
+				case <-time.After(settleWait):
 					t.Fatal("an order never answered")
 				}
 			}

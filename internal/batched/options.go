@@ -17,7 +17,7 @@ type Observer interface {
 // QueueObserver hears of the orders that wait in the process for another
 // order's goroutine: the batch's leader runs the transaction of every order
 // in the batch. A scheduler that lets one order move at a time
-// (internal/explore) needs to know that such an order is not stuck but
+// (lab/explore) needs to know that such an order is not stuck but
 // waiting for another; production passes none.
 type QueueObserver interface {
 	// Joining is called on the order's goroutine before it joins its

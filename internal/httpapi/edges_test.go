@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/sqlrow"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // TestAdminWritesHonourIdempotencyKey: a restock and a sale's start sent
@@ -17,7 +17,7 @@ import (
 func TestAdminWritesHonourIdempotencyKey(t *testing.T) {
 	for _, engine := range []string{"postgres", "mysql"} {
 		t.Run(engine, func(t *testing.T) {
-			in := newInstance(t, testdb.New(t, engine, 4), inventory.NewConditional())
+			in := newInstance(t, testdb.New(t, engine, 4), sqlrow.NewConditional())
 			admin := func(method, path, key, body string) reply {
 				h := in.admin.Clone()
 				h.Set("Content-Type", "application/json")

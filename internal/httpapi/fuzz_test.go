@@ -13,8 +13,11 @@ import (
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // fuzzTarget is the service on a real database of one engine, with one
@@ -23,7 +26,7 @@ type fuzzTarget struct {
 	name    string // engine/strategy
 	engine  string
 	db      store.Store
-	svc     *inventory.Service
+	svc     *sales.Service
 	handler http.Handler
 }
 
@@ -31,24 +34,24 @@ type fuzzTarget struct {
 // (the services of one engine share its database), with s-1 on sale. A
 // missing server skips the fuzz target, and fails it under CI=true
 // (testdb).
-func fuzzTargets(f *testing.F, stock int64, strategies []string, opts ...httpapi.Option) []fuzzTarget {
+func fuzzTargets(f *testing.F, stock int64, names []string, opts ...httpapi.Option) []fuzzTarget {
 	f.Helper()
 	var targets []fuzzTarget
 	for _, engine := range store.Engines {
 		db := testdb.New(f, engine, 4)
-		for i, name := range strategies {
+		for i, name := range names {
 			var strategy inventory.Strategic
 			switch name {
-			case inventory.NameConditional:
-				strategy = inventory.NewConditional()
-			case inventory.NameBatched:
+			case strategies.NameConditional:
+				strategy = sqlrow.NewConditional()
+			case strategies.NameBatched:
 				// Its own path from the handler to SQL: the service hands
 				// it the whole order, and it runs the batch's transaction.
 				strategy = batched.New(db)
 			default:
 				f.Fatalf("no fuzz target for strategy %q", name)
 			}
-			svc := inventory.NewService(db, strategy)
+			svc := sales.NewService(db, strategy)
 			if i == 0 {
 				if err := svc.StartSale(context.Background(), "s-1", stock); err != nil {
 					f.Fatalf("%s: %v", engine, err)
@@ -106,7 +109,7 @@ func FuzzPlaceOrder(f *testing.F) {
 	}
 	f.Add(`{"sku":"s-1","quantity":1,"user_id":"u"}`, "text/plain")
 
-	targets := fuzzTargets(f, inventory.MaxInitialStock, []string{inventory.NameConditional, inventory.NameBatched})
+	targets := fuzzTargets(f, inventory.MaxInitialStock, []string{strategies.NameConditional, strategies.NameBatched})
 	f.Fuzz(func(t *testing.T, body, contentType string) {
 		ctx := context.Background()
 		first := map[string]fuzzTarget{} // by engine: its first target
@@ -189,7 +192,7 @@ func FuzzStartSale(f *testing.F) {
 		f.Add(seed.sku, seed.body)
 	}
 	const stock = 3
-	targets := fuzzTargets(f, stock, []string{inventory.NameConditional}, httpapi.WithAdminToken(adminToken))
+	targets := fuzzTargets(f, stock, []string{strategies.NameConditional}, httpapi.WithAdminToken(adminToken))
 	f.Fuzz(func(t *testing.T, sku, body string) {
 		ctx := context.Background()
 		for _, tg := range targets {

@@ -14,8 +14,11 @@ import (
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 const adminToken = "test-admin-token"
@@ -31,7 +34,7 @@ type instance struct {
 // 127.0.0.1.
 func newInstance(t *testing.T, db store.Store, strategy inventory.Strategic, opts ...httpapi.Option) *instance {
 	t.Helper()
-	svc := inventory.NewService(db, strategy)
+	svc := sales.NewService(db, strategy)
 	srv := httptest.NewServer(httpapi.New(svc, append([]httpapi.Option{httpapi.WithAdminToken(adminToken)}, opts...)...))
 	t.Cleanup(srv.Close)
 	return &instance{url: srv.URL, db: db, admin: http.Header{"Authorization": {"Bearer " + adminToken}}}
@@ -137,7 +140,7 @@ func (in *instance) available(t *testing.T, sku string) float64 {
 }
 
 func TestPlaceOrder(t *testing.T) {
-	in := newInstance(t, testdb.New(t, "postgres", 4), inventory.NewForUpdate())
+	in := newInstance(t, testdb.New(t, "postgres", 4), sqlrow.NewForUpdate())
 	in.startSale(t, "s-1", 10)
 
 	r := in.order(t, `{"sku":"s-1","quantity":2,"user_id":"u-9"}`, nil)
@@ -174,7 +177,7 @@ func TestPlaceOrder(t *testing.T) {
 // TestBadOrdersChangeNothing walks every 4xx cause of the contract and checks
 // that none of them deducts anything.
 func TestBadOrdersChangeNothing(t *testing.T) {
-	in := newInstance(t, testdb.New(t, "postgres", 4), inventory.NewConditional())
+	in := newInstance(t, testdb.New(t, "postgres", 4), sqlrow.NewConditional())
 	in.startSale(t, "s-1", 5)
 	in.startSale(t, "small", 1)
 
@@ -255,7 +258,7 @@ func TestBadOrdersChangeNothing(t *testing.T) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
-	in := newInstance(t, testdb.New(t, "postgres", 4), inventory.NewConditional())
+	in := newInstance(t, testdb.New(t, "postgres", 4), sqlrow.NewConditional())
 	in.startSale(t, "s-1", 10)
 	key := http.Header{"Idempotency-Key": {"key-1"}}
 
@@ -286,7 +289,7 @@ func TestIdempotencyKey(t *testing.T) {
 // transaction per order) and batched (several retries in one batch).
 func TestIdempotencyAcrossInstances(t *testing.T) {
 	for _, engine := range store.Engines {
-		for _, strategy := range []string{inventory.NameForUpdate, inventory.NameBatched} {
+		for _, strategy := range []string{strategies.NameForUpdate, strategies.NameBatched} {
 			t.Run(engine+"/"+strategy, func(t *testing.T) {
 				t.Parallel()
 				url := testdb.URL(t, engine)
@@ -300,8 +303,8 @@ func TestIdempotencyAcrossInstances(t *testing.T) {
 					if err := db.Migrate(context.Background()); err != nil {
 						t.Fatal(err)
 					}
-					var s inventory.Strategic = inventory.NewForUpdate()
-					if strategy == inventory.NameBatched {
+					var s inventory.Strategic = sqlrow.NewForUpdate()
+					if strategy == strategies.NameBatched {
 						s = batched.New(db)
 					}
 					instances = append(instances, newInstance(t, db, s))
@@ -351,11 +354,11 @@ func TestIdempotencyAcrossInstances(t *testing.T) {
 
 func TestAdminRoutes(t *testing.T) {
 	db := testdb.New(t, "postgres", 4)
-	in := newInstance(t, db, inventory.NewConditional())
+	in := newInstance(t, db, sqlrow.NewConditional())
 	body := `{"available":7}`
 
 	t.Run("no token configured", func(t *testing.T) {
-		closed := newInstance(t, db, inventory.NewConditional(), httpapi.WithAdminToken(""))
+		closed := newInstance(t, db, sqlrow.NewConditional(), httpapi.WithAdminToken(""))
 		for _, h := range []http.Header{nil, in.admin} {
 			h = h.Clone()
 			if h == nil {
@@ -444,7 +447,7 @@ func TestAdminRoutes(t *testing.T) {
 
 func TestStockAndProbes(t *testing.T) {
 	db := testdb.New(t, "mysql", 4)
-	in := newInstance(t, db, inventory.NewConditional())
+	in := newInstance(t, db, sqlrow.NewConditional())
 	in.startSale(t, "s-1", 37)
 	r := call(t, http.MethodGet, in.url+"/stock/s-1", nil, "")
 	if r.status != 200 || r.body["sku"] != "s-1" || r.body["available"] != 37.0 || len(r.body) != 2 {
@@ -476,7 +479,7 @@ func TestBackendDown(t *testing.T) {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			db := testdb.New(t, engine, 4)
-			in := newInstance(t, db, inventory.NewForUpdate())
+			in := newInstance(t, db, sqlrow.NewForUpdate())
 			in.startSale(t, "s-1", 5)
 			db.Close()
 

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/httpapi"
-	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // TestGetOrderShowsItToItsBuyerOnly: GET /orders/{id}?user_id=U answers
@@ -20,7 +21,7 @@ import (
 func TestGetOrderShowsItToItsBuyerOnly(t *testing.T) {
 	for _, engine := range []string{"postgres", "mysql"} {
 		t.Run(engine, func(t *testing.T) {
-			in := newInstance(t, testdb.New(t, engine, 4), inventory.NewConditional())
+			in := newInstance(t, testdb.New(t, engine, 4), sqlrow.NewConditional())
 			in.startSale(t, "s-1", 5)
 			placed := in.order(t, `{"sku":"s-1","quantity":2,"user_id":"u-é"}`, nil)
 			if placed.status != http.StatusCreated {
@@ -72,7 +73,7 @@ func TestGetOrderShowsItToItsBuyerOnly(t *testing.T) {
 func newHoldingInstance(t *testing.T, engine string) *instance {
 	t.Helper()
 	db := testdb.New(t, engine, 4)
-	svc := inventory.NewService(db, inventory.NewConditional(), inventory.WithHoldTTL(time.Hour))
+	svc := sales.NewService(db, sqlrow.NewConditional(), sales.WithHoldTTL(time.Hour))
 	srv := httptest.NewServer(httpapi.New(svc, httpapi.WithAdminToken(adminToken)))
 	t.Cleanup(srv.Close)
 	return &instance{url: srv.URL, db: db, admin: http.Header{"Authorization": {"Bearer " + adminToken}}}
@@ -163,7 +164,7 @@ func TestPayAndCancelAHeldOrder(t *testing.T) {
 // TestFinalOrderRoutes: with HOLD_TTL=0 an order is final, and pay and
 // cancel answer 409 final without changing anything.
 func TestFinalOrderRoutes(t *testing.T) {
-	in := newInstance(t, testdb.New(t, "postgres", 4), inventory.NewConditional())
+	in := newInstance(t, testdb.New(t, "postgres", 4), sqlrow.NewConditional())
 	in.startSale(t, "f-1", 2)
 	r := in.order(t, `{"sku":"f-1","quantity":1,"user_id":"u"}`, nil)
 	if r.status != http.StatusCreated || r.body["state"] != "final" {
@@ -184,7 +185,7 @@ func TestFinalOrderRoutes(t *testing.T) {
 // units to the sale in progress and keeps its orders; bad input and a SKU
 // with no sale get a 4xx and change nothing.
 func TestRestockRoute(t *testing.T) {
-	in := newInstance(t, testdb.New(t, "mysql", 4), inventory.NewConditional())
+	in := newInstance(t, testdb.New(t, "mysql", 4), sqlrow.NewConditional())
 	in.startSale(t, "r-1", 1)
 	if r := in.order(t, `{"sku":"r-1","quantity":1,"user_id":"u"}`, nil); r.status != http.StatusCreated {
 		t.Fatalf("order: %d %s", r.status, r.raw)
@@ -228,7 +229,7 @@ func TestRestockRoute(t *testing.T) {
 // with nothing changed, and a window that ends before it starts, or a time
 // that is not RFC 3339, is 400 with no sale started.
 func TestSaleWindowRoute(t *testing.T) {
-	in := newInstance(t, testdb.New(t, "postgres", 4), inventory.NewForUpdate())
+	in := newInstance(t, testdb.New(t, "postgres", 4), sqlrow.NewForUpdate())
 	h := in.admin.Clone()
 	h.Set("Content-Type", "application/json")
 	put := func(sku, body string) reply {

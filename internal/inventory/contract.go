@@ -11,7 +11,7 @@ import (
 // a sold unit is always an order row. A strategy may call it more than once
 // (each call is a new transaction) and may hold something around it, such as
 // a lock.
-type TxRunner func(ctx context.Context, deduct func(ctx context.Context, tx Tx) error) error
+type TxRunner func(ctx context.Context, deduct func(ctx context.Context, tx StockTx) error) error
 
 // Strategy is the strategy contract: what a Service needs of a strategy,
 // in one struct. A strategy either deducts inside the order's transaction

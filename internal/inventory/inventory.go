@@ -1,13 +1,17 @@
-// Package inventory is the domain of the service: SKUs, orders, the errors a
-// caller can get, and the strategies that deduct stock without overselling.
+// Package inventory is the domain of the service: SKUs, orders, sales and
+// their rules, the errors a caller can get, and the ports the rest is built
+// on: the strategy contract (Strategy), the database (Store, Tx) and the
+// observer. It holds no implementation of them.
 //
-// It knows nothing of HTTP or of a particular database. The strategies speak
-// to a database through Store and Tx, which are declared here because this is
-// where they are used; each engine (internal/postgres, internal/mysql) is an
-// adapter that implements them with its own SQL.
+// It knows nothing of HTTP or of a particular database. Each strategy
+// family is a package beside it (internal/sqlrow, internal/batched,
+// internal/locked, internal/reservation), internal/sales runs orders and
+// sales through one, and each engine (internal/postgres, internal/mysql)
+// implements the ports with its own SQL.
 package inventory
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -16,10 +20,23 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/flashsale/stock/internal/backoff"
 )
 
 // Errors a caller of this package can test with errors.Is. Adapters wrap them
 // with %w so the cause stays readable.
+// ErrVersionMoved: the stock row changed between a strategy's read and its
+// write (another order wrote it, or a newer lock holder did), so the write
+// was refused; the strategy reads again. A Deduct returns it from inside
+// the transaction it gives up, and the Service counts it as a retry.
+var ErrVersionMoved = errors.New("stock version moved since the read")
+
+// ErrStaleSale: orders reserved outside the database (the reservation
+// strategies) in a sale of the SKU that has been restarted since; the
+// database refuses to write them into the new one.
+var ErrStaleSale = errors.New("the orders belong to a sale that has been restarted")
+
 var (
 	// ErrInvalid: the request breaks a rule of the domain; nothing changed.
 	ErrInvalid = errors.New("invalid request")
@@ -74,34 +91,6 @@ const (
 	MaxInitialStock = 1_000_000_000
 )
 
-// Order is one accepted purchase: the proof that Quantity units of SKU were
-// deducted (and, once it is cancelled or expired, that they came back).
-type Order struct {
-	ID       string
-	SKU      string
-	Quantity int64
-	UserID   string
-	Strategy string
-	// State is OrderFinal when orders are final at once (HOLD_TTL=0);
-	// otherwise OrderHeld until it is paid, cancelled or expires.
-	State string
-	// ExpiresAt is when a held order lapses, on the database's clock; zero
-	// for a final order (and on a new order's answer: the database sets it).
-	ExpiresAt time.Time
-	// Hold, on a new order only, is how long its units are held for
-	// payment: the store sets expires_at to the database's now() + Hold.
-	Hold time.Duration
-	// Lapsed, on an order read from the store, says that it was held and
-	// its hold had run out by the database's clock at the read.
-	Lapsed bool
-	// Claimed is the units the order added to its buyer's count
-	// (PER_USER_LIMIT): what its cancel or expiry gives back to that
-	// count. 0 for an order taken without a limit, which counts nothing
-	// and gives nothing back, so a count never falls below what the
-	// buyer's counted orders hold whatever limit each instance runs with.
-	Claimed int64
-}
-
 // Request asks for Quantity units of SKU for UserID. IdempotencyKey, when set,
 // makes retries of the same request return the first answer.
 type Request struct {
@@ -125,10 +114,10 @@ func (r Request) Validate() error {
 	return ValidateIdempotencyKey(r.IdempotencyKey)
 }
 
-// fingerprint identifies the content of a request, so a reused idempotency
+// Fingerprint identifies the content of a request, so a reused idempotency
 // key can be told apart from a retry. Lengths are written before strings so
 // that no two different requests share a fingerprint.
-func (r Request) fingerprint() []byte {
+func (r Request) Fingerprint() []byte {
 	h := sha256.New()
 	for _, s := range []string{r.SKU, r.UserID} {
 		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
@@ -377,8 +366,8 @@ func (r SaleRequest) Validate() error {
 	return ValidateIdempotencyKey(r.IdempotencyKey)
 }
 
-// fingerprint identifies the content of the request, as Request's does.
-func (r SaleRequest) fingerprint() []byte {
+// Fingerprint identifies the content of the request, as Request's does.
+func (r SaleRequest) Fingerprint() []byte {
 	h := sha256.New()
 	for _, s := range []string{AdminStart, r.SKU} {
 		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
@@ -417,8 +406,8 @@ func (r RestockRequest) Validate() error {
 	return ValidateIdempotencyKey(r.IdempotencyKey)
 }
 
-// fingerprint identifies the content of the request, as Request's does.
-func (r RestockRequest) fingerprint() []byte {
+// Fingerprint identifies the content of the request, as Request's does.
+func (r RestockRequest) Fingerprint() []byte {
 	h := sha256.New()
 	for _, s := range []string{AdminRestock, r.SKU} {
 		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
@@ -482,4 +471,17 @@ func (e notLanded) Unwrap() []error {
 		}
 	}
 	return causes
+}
+
+// Pause waits d before an order tries again, or less if ctx ends first:
+// then it reports ErrBusy with the context's cause (the order ran out of
+// time waiting its turn, which the client may retry).
+func Pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if err := backoff.Wait(ctx, d); err != nil {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	return nil
 }

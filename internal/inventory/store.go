@@ -54,9 +54,19 @@ type Store interface {
 	Ping(ctx context.Context) error
 }
 
-// Tx is one transaction, as the strategies and the service use it. Each
-// Deduct* method subtracts quantity from available and bumps the version.
+// Tx is one transaction, as the strategies and the service use it: the
+// parts below, each named for who calls it.
 type Tx interface {
+	StockTx
+	OrderTx
+	LifecycleTx
+	AdminTx
+}
+
+// StockTx is the SKU's stock row, as a strategy that deducts (Deduct,
+// through TxRunner) sees it in the order's transaction. Each Deduct*
+// method subtracts quantity from available and bumps the version.
+type StockTx interface {
 	// ReadLevel reads the stock row without locking it (ErrUnknownSKU when
 	// there is none).
 	ReadLevel(ctx context.Context, sku string) (Level, error)
@@ -76,6 +86,11 @@ type Tx interface {
 	// the write was decided on. False means the write was refused: a newer
 	// holder wrote, or the row changed since the read.
 	DeductIfFenced(ctx context.Context, sku string, quantity, token, readVersion int64) (bool, error)
+}
+
+// OrderTx records orders: the Service, and the strategies that take whole
+// orders (batched).
+type OrderTx interface {
 	// InsertOrder records an accepted order (with o.Claimed) and returns
 	// its expiry: o.ExpiresAt when set, else for a held order the
 	// database's now() + o.Hold; zero for a final one.
@@ -95,12 +110,18 @@ type Tx interface {
 	// waits for a concurrent transaction holding the same key and reports
 	// false when that one committed first.
 	InsertIdempotency(ctx context.Context, r IdempotencyRecord) (inserted bool, err error)
+	// ClaimUnits adds quantity to the units userID holds or has paid for
+	// in sku's sale, only if the total stays within limit; false when it
+	// would not. It locks the buyer's row until the transaction ends, so
+	// two orders of one buyer queue on it (PER_USER_LIMIT).
+	ClaimUnits(ctx context.Context, sku, userID string, quantity, limit int64) (bool, error)
+}
 
-	// The order lifecycle (lifecycle.go). Each transition is one
-	// conditional statement on the order row, judged by the database's
-	// clock; the units come back only in the transaction whose transition
-	// changed the row.
-
+// LifecycleTx moves orders out of held and gives their units back
+// (internal/sales's lifecycle). Each transition is one conditional
+// statement on the order row, judged by the database's clock; the units
+// come back only in the transaction whose transition changed the row.
+type LifecycleTx interface {
 	// SettleOrder moves order id of userID out of OrderHeld to to:
 	// OrderPaid or OrderCancelled only while its hold has not lapsed
 	// (expires_at > now()), OrderExpired only once it has. False when the
@@ -116,12 +137,6 @@ type Tx interface {
 	// OrderExpired, skipping rows another transaction has locked, and
 	// returns them (ID, SKU, Quantity).
 	ExpireLapsed(ctx context.Context, limit int) ([]Order, error)
-
-	// ClaimUnits adds quantity to the units userID holds or has paid for
-	// in sku's sale, only if the total stays within limit; false when it
-	// would not. It locks the buyer's row until the transaction ends, so
-	// two orders of one buyer queue on it (PER_USER_LIMIT).
-	ClaimUnits(ctx context.Context, sku, userID string, quantity, limit int64) (bool, error)
 	// ReleaseUnits gives quantity back to userID's count for sku (a
 	// cancel, an expiry); no row, nothing to give back.
 	ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error
@@ -135,6 +150,10 @@ type Tx interface {
 	// (the reservation strategies: ReturnRelay): the mark commits with the
 	// return, so the units reach that store even if this process dies.
 	MarkRelay(ctx context.Context, ids []string) error
+}
+
+// AdminTx is what the admin writes (a restock, an admin key) record.
+type AdminTx interface {
 	// RecordRestock records restock r in the restock's transaction, for
 	// the audit and, when relay is set, for the same relay as returns.
 	RecordRestock(ctx context.Context, r Restock, relay bool) error

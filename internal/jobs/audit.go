@@ -11,7 +11,7 @@ import (
 )
 
 // Auditor audits one SKU: the service's audit, whatever the strategy
-// (inventory.Service.Audit).
+// (sales.Service.Audit).
 type Auditor interface {
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // countingAuditor audits through the database and counts the audits of

@@ -12,9 +12,9 @@ import (
 	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/locking/dblock"
 	"github.com/flashsale/stock/internal/locking/redislock"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testproxy"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testproxy"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 var engines = []string{"postgres", "mysql"}

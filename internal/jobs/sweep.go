@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
 )
 
 // Sweeper expires lapsed holds and returns their units
-// (inventory.Service.ExpireHolds).
+// (sales.Service.ExpireHolds).
 type Sweeper interface {
 	ExpireHolds(ctx context.Context, batch int) (int, error)
 }
@@ -27,7 +27,7 @@ type Sweeper interface {
 func SweepJob(every time.Duration, sweep Sweeper, log *slog.Logger) Job {
 	return Job{Name: "hold-sweep", Every: every, Run: func(ctx context.Context) error {
 		began := time.Now()
-		n, err := sweep.ExpireHolds(ctx, inventory.DefaultSweepBatch)
+		n, err := sweep.ExpireHolds(ctx, sales.DefaultSweepBatch)
 		if n > 0 {
 			log.Info("expired lapsed holds", "orders", n)
 		}

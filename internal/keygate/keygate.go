@@ -1,6 +1,6 @@
 // Package keygate lets at most n callers per key in at once, in one
 // process: the per-SKU bound of the row strategies (inventory.RowGated),
-// of optimistic compare-and-set attempts (inventory.VersionCAS) and of
+// of optimistic compare-and-set attempts (sqlrow.VersionCAS) and of
 // WATCH attempts (reservation's redis-watch).
 //
 // A key's semaphore exists only while someone holds or waits for it, so a

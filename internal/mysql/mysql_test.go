@@ -8,7 +8,7 @@ import (
 
 	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/mysql"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // TestClientFoundRowsIsRefused: with clientFoundRows the server reports the

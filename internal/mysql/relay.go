@@ -130,12 +130,12 @@ func (s *Store) SKUsRelaying(ctx context.Context, limit int) ([]string, error) {
 		LIMIT ?`, limit, limit, limit)
 }
 
-// Restocks implements inventory.SaleRecheck: every restock of the sale.
+// Restocks implements reservation.SaleRecheck: every restock of the sale.
 func (r myRecheck) Restocks(ctx context.Context) ([]inventory.Order, error) {
 	return r.orders(ctx, `SELECT id, '', 0, quantity FROM restocks WHERE sku = ?`)
 }
 
-// ReturnedOrders implements inventory.SaleRecheck: every order of the sale
+// ReturnedOrders implements reservation.SaleRecheck: every order of the sale
 // that gave its units back.
 func (r myRecheck) ReturnedOrders(ctx context.Context) ([]inventory.Order, error) {
 	return r.orders(ctx, `SELECT id, user_id, claimed, quantity FROM orders WHERE sku = ? AND state IN ('cancelled', 'expired')`)

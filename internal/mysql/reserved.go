@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
 )
 
 // PersistReserved writes orders that the redis-reserve strategy accepted in
@@ -120,7 +121,7 @@ func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.O
 // sale's audit (Sale is its number), write orders as PersistReserved does
 // (without comparing numbers), and renumber the sale (its stock and orders
 // stay). ErrUnknownSKU when there is no row.
-func (s *Store) RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r inventory.SaleRecheck) error) error {
+func (s *Store) RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r reservation.SaleRecheck) error) error {
 	return s.inTx(ctx, func(ctx context.Context, t *tx) error {
 		if _, err := t.lockSale(ctx, sku); err != nil {
 			return err

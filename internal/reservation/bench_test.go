@@ -13,9 +13,12 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // BenchmarkReserve: buyers concurrent goroutines place one-unit orders on
@@ -40,10 +43,10 @@ func BenchmarkReserve(b *testing.B) {
 		label     string
 	}
 	variants := []variant{
-		{inventory.NameRedisReserve, 4, inventory.NameRedisReserve},
-		{inventory.NameRedisReserve, 0, inventory.NameRedisReserve + "/pipelines=0"},
-		{inventory.NameRedisWatch, 0, inventory.NameRedisWatch},
-		{inventory.NameConditional, 0, inventory.NameConditional},
+		{strategies.NameRedisReserve, 4, strategies.NameRedisReserve},
+		{strategies.NameRedisReserve, 0, strategies.NameRedisReserve + "/pipelines=0"},
+		{strategies.NameRedisWatch, 0, strategies.NameRedisWatch},
+		{strategies.NameConditional, 0, strategies.NameConditional},
 	}
 	for _, engine := range store.Engines {
 		for _, v := range variants {
@@ -59,18 +62,18 @@ func BenchmarkReserve(b *testing.B) {
 func benchOrders(b *testing.B, engine, name string, pipelines, buyers int) {
 	ctx := context.Background()
 	db := testdb.New(b, engine, 16)
-	gated, err := inventory.LimitRowWork(inventory.NewConditional(), 4)
+	gated, err := sqlrow.LimitRowWork(sqlrow.NewConditional(), 4)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var strategy inventory.Strategic = gated
 	seen := &lags{}
-	reserved := name != inventory.NameConditional
+	reserved := name != strategies.NameConditional
 	if reserved {
 		rdb := redis.NewClient(&redis.Options{Addr: testredis.StartDurable(b).Addr, MaxRetries: -1, PoolSize: 64})
 		b.Cleanup(func() { _ = rdb.Close() })
 		opts := []reservation.Option{reservation.WithPipelines(pipelines)}
-		if name == inventory.NameRedisWatch {
+		if name == strategies.NameRedisWatch {
 			opts = append(opts, reservation.WithOptimisticTransactions(50, 2))
 		}
 		res := reservation.New(rdb, db, opts...)
@@ -79,9 +82,9 @@ func benchOrders(b *testing.B, engine, name string, pipelines, buyers int) {
 		done := make(chan struct{})
 		go func() { defer close(done); _ = consumer.Run(runCtx) }()
 		b.Cleanup(func() { cancel(); <-done })
-		strategy = inventory.NewReserved(res, db, inventory.WithReservedName(name))
+		strategy = reservation.NewReserved(res, db, reservation.WithReservedName(name))
 	}
-	svc := inventory.NewService(db, strategy, inventory.WithOrderTimeout(30*time.Second))
+	svc := sales.NewService(db, strategy, sales.WithOrderTimeout(30*time.Second))
 	if err := svc.StartSale(ctx, "hot", inventory.MaxInitialStock); err != nil {
 		b.Fatal(err)
 	}
@@ -186,7 +189,7 @@ func BenchmarkReserveCluster(b *testing.B) {
 			done := make(chan struct{})
 			go func() { defer close(done); _ = res.NewConsumer(db).Run(runCtx) }()
 			b.Cleanup(func() { cancel(); <-done })
-			svc := inventory.NewService(db, inventory.NewReserved(res, db), inventory.WithOrderTimeout(30*time.Second))
+			svc := sales.NewService(db, reservation.NewReserved(res, db), sales.WithOrderTimeout(30*time.Second))
 			const skus = 64
 			for i := range skus {
 				if err := svc.StartSale(ctx, fmt.Sprintf("s-%d", i), inventory.MaxInitialStock); err != nil {

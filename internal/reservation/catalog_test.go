@@ -14,8 +14,9 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // A catalog on sale: many SKUs, few of them ordered. What a restart of
@@ -31,7 +32,7 @@ type countingLedger struct {
 	checked atomic.Int64
 }
 
-func (l *countingLedger) RecheckSale(ctx context.Context, sku string, check func(context.Context, inventory.SaleRecheck) error) error {
+func (l *countingLedger) RecheckSale(ctx context.Context, sku string, check func(context.Context, reservation.SaleRecheck) error) error {
 	l.checked.Add(1)
 	return l.Store.RecheckSale(ctx, sku, check)
 }
@@ -277,7 +278,7 @@ func TestIdleConsumerSendsNothing(t *testing.T) {
 	crdb.AddHook(sent)
 	t.Cleanup(func() { _ = crdb.Close() })
 	res := reservation.New(crdb, s.db)
-	s.svc = inventory.NewService(s.db, inventory.NewReserved(res, s.db))
+	s.svc = sales.NewService(s.db, reservation.NewReserved(res, s.db))
 	c := res.NewConsumer(s.db, reservation.WithConsumerObserver(s.seen), reservation.WithSweep(time.Hour))
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

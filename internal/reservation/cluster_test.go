@@ -11,9 +11,10 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // TestClusterSellsOnEveryMasterThroughARestart: on a real three-master
@@ -38,7 +39,7 @@ func clusterSale(t *testing.T, engine string) {
 	cc := cluster.Client(t)
 	db := testdb.New(t, engine, 8)
 	res := reservation.New(cc, db)
-	svc := inventory.NewService(db, inventory.NewReserved(res, db), inventory.WithOrderTimeout(5*time.Second))
+	svc := sales.NewService(db, reservation.NewReserved(res, db), sales.WithOrderTimeout(5*time.Second))
 	seen := newWritten()
 	for range 3 {
 		c := res.NewConsumer(db, reservation.WithConsumerObserver(seen), reservation.WithClaimIdle(time.Second))
@@ -140,7 +141,7 @@ func clusterSale(t *testing.T, engine string) {
 
 // waitPendingZero waits, at each batch the consumers write, until sku's
 // audit has nothing pending; it fails after 30 seconds.
-func waitPendingZero(t *testing.T, svc *inventory.Service, seen *written, sku string) inventory.Audit {
+func waitPendingZero(t *testing.T, svc *sales.Service, seen *written, sku string) inventory.Audit {
 	t.Helper()
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // What the coalescer's pipelines carry and how long they hold their
@@ -221,7 +221,7 @@ func reserveAsync(st *Store, sku, id string, timeout time.Duration) chan error {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		_, err := st.Reserve(ctx, inventory.Reservation{Order: inventory.Order{ID: id, SKU: sku, Quantity: 1, UserID: "u", Strategy: "redis-reserve"}})
+		_, err := st.Reserve(ctx, Reservation{Order: inventory.Order{ID: id, SKU: sku, Quantity: 1, UserID: "u", Strategy: "redis-reserve"}})
 		res <- err
 	}()
 	return res

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 )
 
 // TestWatchRetryAfterALostExecAnswerCarriesTheHoldsExpiry: claim 5 on
@@ -37,8 +38,8 @@ func TestWatchRetryAfterALostExecAnswerCarriesTheHoldsExpiry(t *testing.T) {
 	var hook atomic.Pointer[func()]
 	lossy := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, Dialer: lossyExecDialer(&hook)})
 	t.Cleanup(func() { _ = lossy.Close() })
-	svc := inventory.NewService(s.db, inventory.NewReserved(reservation.New(lossy, s.db, m.opts...), s.db, inventory.WithReservedName(m.name)),
-		inventory.WithHoldTTL(time.Minute))
+	svc := sales.NewService(s.db, reservation.NewReserved(reservation.New(lossy, s.db, m.opts...), s.db, reservation.WithReservedName(m.name)),
+		sales.WithHoldTTL(time.Minute))
 	s.consume(s.db)
 
 	if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "warm"}); err != nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 )
 
 // TestReplayOfAHeldOrderAnswersItAsStored: claim 5 for a retry with the
@@ -23,7 +25,7 @@ func TestReplayOfAHeldOrderAnswersItAsStored(t *testing.T) {
 	ctx := context.Background()
 	const sku = "replay-held"
 	s.start(sku, 5)
-	svc := inventory.NewService(s.db, inventory.NewReserved(s.res, s.db), inventory.WithHoldTTL(time.Minute))
+	svc := sales.NewService(s.db, reservation.NewReserved(s.res, s.db), sales.WithHoldTTL(time.Minute))
 	s.consume(s.db)
 	req := inventory.Request{SKU: sku, Quantity: 1, UserID: "b", IdempotencyKey: "replay-held-1"}
 	first, err := svc.PlaceOrder(ctx, req)

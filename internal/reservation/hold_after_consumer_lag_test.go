@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 )
 
 // TestHeldOrderCanBePaidAfterTheConsumerCatchesUp: claim 5's second half
@@ -27,7 +29,7 @@ func TestHeldOrderCanBePaidAfterTheConsumerCatchesUp(t *testing.T) {
 	ctx := context.Background()
 	const sku = "lagged-hold"
 	s.start(sku, 5)
-	svc := inventory.NewService(s.db, inventory.NewReserved(s.res, s.db), inventory.WithHoldTTL(2*time.Second))
+	svc := sales.NewService(s.db, reservation.NewReserved(s.res, s.db), sales.WithHoldTTL(2*time.Second))
 	placed, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "b"})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/store"
 )
 
@@ -28,7 +29,7 @@ func TestHeldOrdersReachTheDatabaseHeld(t *testing.T) {
 				final := inventory.Order{ID: "0b7c1a3e-3f4e-4f57-9a58-0c8d2b8e1f02", SKU: "held", Quantity: 1, UserID: "other", Strategy: m.name}
 				before := time.Now()
 				for _, o := range []inventory.Order{held, final} {
-					if _, err := s.res.Reserve(ctx, inventory.Reservation{Order: o}); err != nil {
+					if _, err := s.res.Reserve(ctx, reservation.Reservation{Order: o}); err != nil {
 						t.Fatal(err)
 					}
 				}

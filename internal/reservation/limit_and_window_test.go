@@ -22,8 +22,11 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // redisNow reads Redis's clock (TIME), the clock the windows are checked on.
@@ -67,7 +70,7 @@ func entryMillis(t *testing.T, m redis.XMessage) int64 {
 func TestWindowEndedAtOrBeforeUnixEpochStillSells(t *testing.T) {
 	t.Run("for-update (the SQL reference)", func(t *testing.T) {
 		db := testdb.New(t, "postgres", 4)
-		svc := inventory.NewService(db, inventory.NewForUpdate())
+		svc := sales.NewService(db, sqlrow.NewForUpdate())
 		ctx := context.Background()
 		if err := svc.StartSaleWindow(ctx, "epoch-end", 10, inventory.SaleWindow{EndsAt: time.Unix(0, 0).UTC()}); err != nil {
 			t.Fatal(err)
@@ -269,18 +272,18 @@ func TestLostAnswersAreCountedOnce(t *testing.T) {
 				reserve := func(id string, q int64) error {
 					ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 					defer cancel()
-					_, err := st.Reserve(ctx, inventory.Reservation{Order: inventory.Order{ID: id, SKU: sku, Quantity: q, UserID: "u", Strategy: m.name}, PerUserLimit: 3})
+					_, err := st.Reserve(ctx, reservation.Reservation{Order: inventory.Order{ID: id, SKU: sku, Quantity: q, UserID: "u", Strategy: m.name}, PerUserLimit: 3})
 					return err
 				}
 				name := "evalsha"
-				if m.name == inventory.NameRedisWatch {
+				if m.name == strategies.NameRedisWatch {
 					name = "exec"
 				}
 				if err := reserve("warm", 1); err != nil { // connections and script loaded
 					t.Fatal(err)
 				}
 				before := cmds.of(name)
-				if m.name == inventory.NameRedisWatch {
+				if m.name == strategies.NameRedisWatch {
 					// Stop Redis right as EXEC goes out: its answer is
 					// lost, the retries WATCH again on new connections.
 					var once sync.Once
@@ -293,7 +296,7 @@ func TestLostAnswersAreCountedOnce(t *testing.T) {
 				}
 				done := make(chan error, 1)
 				go func() { done <- reserve("lost-1", 2) }()
-				if m.name == inventory.NameRedisWatch {
+				if m.name == strategies.NameRedisWatch {
 					cmds.waitCommand(t, "watch", 4)
 				} else {
 					cmds.waitCommand(t, name, before+3)
@@ -345,7 +348,7 @@ func TestMixedInstancesNeverPassTheLimit(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = rdb.Close() })
 		stores = append(stores, reservation.New(rdb, nil, opts...))
-		names = append(names, []string{inventory.NameRedisReserve, inventory.NameRedisReserve, inventory.NameRedisWatch}[i])
+		names = append(names, []string{strategies.NameRedisReserve, strategies.NameRedisReserve, strategies.NameRedisWatch}[i])
 	}
 	sku := "mixed"
 	if err := stores[0].Load(ctx, sku, stock, 1<<20, inventory.SaleWindow{}); err != nil {
@@ -367,7 +370,7 @@ func TestMixedInstancesNeverPassTheLimit(t *testing.T) {
 				}
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
-				got, err := st.Reserve(cctx, inventory.Reservation{
+				got, err := st.Reserve(cctx, reservation.Reservation{
 					Order: inventory.Order{ID: id, SKU: sku, Quantity: q, UserID: fmt.Sprintf("b%d", b), Strategy: names[(b+i)%len(stores)]},
 					Key:   key, Fingerprint: []byte(key), PerUserLimit: limit})
 				switch {
@@ -425,8 +428,8 @@ func TestLimitHoldsThroughAKillAndRestart(t *testing.T) {
 	db := testdb.New(t, "postgres", 8)
 	ctx := context.Background()
 	var stores []*reservation.Store
-	var svc *inventory.Service
-	names := []string{inventory.NameRedisReserve, inventory.NameRedisWatch}
+	var svc *sales.Service
+	names := []string{strategies.NameRedisReserve, strategies.NameRedisWatch}
 	for i, opts := range [][]reservation.Option{{reservation.WithPipelines(4)}, {reservation.WithOptimisticTransactions(100, 0)}} {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = rdb.Close() })
@@ -437,7 +440,7 @@ func TestLimitHoldsThroughAKillAndRestart(t *testing.T) {
 		go func() { defer close(done); _ = st.NewConsumer(db).Run(cctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 		if i == 0 {
-			svc = inventory.NewService(db, inventory.NewReserved(st, db))
+			svc = sales.NewService(db, reservation.NewReserved(st, db))
 		}
 	}
 	sku := "killed"
@@ -459,7 +462,7 @@ func TestLimitHoldsThroughAKillAndRestart(t *testing.T) {
 				for range tries {
 					tr := try{id: uuid.NewString(), user: fmt.Sprintf("b%d", b), q: int64(1 + rand.IntN(2))}
 					cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-					_, tr.err = st.Reserve(cctx, inventory.Reservation{
+					_, tr.err = st.Reserve(cctx, reservation.Reservation{
 						Order:        inventory.Order{ID: tr.id, SKU: sku, Quantity: tr.q, UserID: tr.user, Strategy: names[i]},
 						PerUserLimit: limit})
 					cancel()
@@ -555,7 +558,7 @@ func TestWindowClosesUpToAMillisecondEarly(t *testing.T) {
 			_, err := s.order(sku, 1, "last-call", "")
 			after := redisNow(t, s.rdb)
 			switch {
-			case errors.Is(err, inventory.ErrSaleEnded) && m.name == inventory.NameRedisWatch && !after.Before(ends.Add(-time.Millisecond)):
+			case errors.Is(err, inventory.ErrSaleEnded) && m.name == strategies.NameRedisWatch && !after.Before(ends.Add(-time.Millisecond)):
 				// redis-watch's open key expires in whole milliseconds,
 				// rounded down: it closes up to a millisecond early by
 				// design, so that a late EXEC never sells after the end.
@@ -644,7 +647,7 @@ func TestClusterLimitThroughAMasterRestart(t *testing.T) {
 	cluster := testredis.StartCluster(t, 3)
 	db := testdb.New(t, "postgres", 8)
 	var stores []*reservation.Store
-	names := []string{inventory.NameRedisReserve, inventory.NameRedisWatch}
+	names := []string{strategies.NameRedisReserve, strategies.NameRedisWatch}
 	seen := newWritten()
 	for _, opts := range [][]reservation.Option{{reservation.WithPipelines(4)}, {reservation.WithOptimisticTransactions(100, 0)}} {
 		st := reservation.New(cluster.Client(t), db, opts...)
@@ -655,7 +658,7 @@ func TestClusterLimitThroughAMasterRestart(t *testing.T) {
 		go func() { defer close(done); _ = c.Run(cctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	svc := inventory.NewService(db, inventory.NewReserved(stores[0], db))
+	svc := sales.NewService(db, reservation.NewReserved(stores[0], db))
 	for i := range skus {
 		if err := svc.StartSale(ctx, fmt.Sprintf("cl-%d", i), 1000); err != nil {
 			t.Fatal(err)
@@ -676,7 +679,7 @@ func TestClusterLimitThroughAMasterRestart(t *testing.T) {
 					for range tries {
 						tr := try{id: uuid.NewString(), sku: fmt.Sprintf("cl-%d", k), user: fmt.Sprintf("b%d", b)}
 						cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-						_, tr.err = st.Reserve(cctx, inventory.Reservation{
+						_, tr.err = st.Reserve(cctx, reservation.Reservation{
 							Order:        inventory.Order{ID: tr.id, SKU: tr.sku, Quantity: 1, UserID: tr.user, Strategy: names[i]},
 							PerUserLimit: limit})
 						cancel()
@@ -755,7 +758,7 @@ func TestReplaysAtTheLimitAndAfterTheEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		reserve := func(id, key string, q int64) (string, error) {
-			taken, err := st.Reserve(ctx, inventory.Reservation{Order: inventory.Order{ID: id, SKU: sku, Quantity: q, UserID: "u", Strategy: m.name},
+			taken, err := st.Reserve(ctx, reservation.Reservation{Order: inventory.Order{ID: id, SKU: sku, Quantity: q, UserID: "u", Strategy: m.name},
 				Key: key, Fingerprint: []byte(fmt.Sprint("fp-", q)), PerUserLimit: 2})
 			return taken.OrderID, err
 		}

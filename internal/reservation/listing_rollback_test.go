@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
 )
 
@@ -36,7 +35,7 @@ func TestSaleOpenedAcrossARedisRollbackIsListed(t *testing.T) {
 
 	gate := &gatedSales{Store: s.db, started: make(chan int64), release: make(chan struct{})}
 	started := make(chan error, 1)
-	go func() { started <- inventory.NewReserved(s.res, gate).StartSale(ctx, sku, 5) }()
+	go func() { started <- reservation.NewReserved(s.res, gate).StartSale(ctx, sku, 5) }()
 	epoch := <-gate.started // listed and closed in Redis, committed in the database; Load pending
 	if _, err := s.rdb.ZScore(ctx, catalogKey, sku).Result(); err != nil {
 		t.Fatalf("the SKU is not listed after StartSale's Close: %v", err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
 )
 
@@ -52,7 +51,7 @@ func TestSaleIsListedBeforeItOpens(t *testing.T) {
 	adminRDB := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	adminRDB.AddHook(gate)
 	t.Cleanup(func() { _ = adminRDB.Close() })
-	admin := inventory.NewReserved(reservation.New(adminRDB, s.db), s.db)
+	admin := reservation.NewReserved(reservation.New(adminRDB, s.db), s.db)
 	started := make(chan error, 1)
 	go func() { started <- admin.StartSale(context.Background(), sku, 5) }()
 	<-gate.reached
@@ -119,7 +118,7 @@ func TestFailedListingLeavesTheSaleClosed(t *testing.T) {
 	adminRDB := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	adminRDB.AddHook(failZAdd{})
 	t.Cleanup(func() { _ = adminRDB.Close() })
-	startErr := inventory.NewReserved(reservation.New(adminRDB, s.db), s.db).StartSale(ctx, sku, 5)
+	startErr := reservation.NewReserved(reservation.New(adminRDB, s.db), s.db).StartSale(ctx, sku, 5)
 	if startErr == nil {
 		t.Fatal("StartSale succeeded although the listing failed")
 	}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // TestRedisRestoredWhileRunningIsClosedByTheReconciler: an older copy of
@@ -88,7 +88,7 @@ func restoredWhileRunning(t *testing.T, s *sale, backup func(sku string) (restor
 	tally, _ := s.res.Tally(ctx, sku)
 	t.Logf("Redis after the restore: %+v", tally)
 	got := &reconciled{}
-	rec := s.res.NewReconciler(inventory.NewReserved(s.res, s.db), slog.New(slog.DiscardHandler), got)
+	rec := s.res.NewReconciler(reservation.NewReserved(s.res, s.db), slog.New(slog.DiscardHandler), got)
 	if err := rec.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func restoredWhileRunning(t *testing.T, s *sale, backup func(sku string) (restor
 		t.Fatalf("order %s answered 201 after an older copy was restored into the running Redis (order %s had taken those 5 units); the database: %d orders for %d units of a %d-unit sale (available %d)",
 			b.ID, a.ID, db.Orders, db.Ordered, db.Initial, db.Available)
 	}
-	if !errors.Is(err, inventory.ErrSaleNotLoaded) {
+	if !errors.Is(err, reservation.ErrSaleNotLoaded) {
 		t.Fatalf("after the restore: %v, want 503 (the sale closed)", err)
 	}
 }
@@ -150,7 +150,7 @@ func newSaleOn(t *testing.T, srv *testredis.Server, m mode) *sale {
 	db := testdb.New(t, "postgres", 8)
 	res := reservation.New(rdb, db, m.opts...)
 	return &sale{t: t, redis: srv, rdb: rdb, db: db, res: res,
-		svc: inventory.NewService(db, inventory.NewReserved(res, db, inventory.WithReservedName(m.name))), seen: newWritten()}
+		svc: sales.NewService(db, reservation.NewReserved(res, db, reservation.WithReservedName(m.name))), seen: newWritten()}
 }
 
 // replID reads the server's master_replid.

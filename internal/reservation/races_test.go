@@ -15,10 +15,11 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
 )
 
-// gatedSales is the real database as inventory.EpochSales, except that
+// gatedSales is the real database as reservation.EpochSales, except that
 // StartSaleWith reports the epoch it committed and then waits for release
 // before it returns, and Audit (when auditRead is set) reports its read and
 // waits for auditRelease: a test holds a StartSale or an Audit between its
@@ -107,8 +108,8 @@ func TestRacingStartSalesNeverReopenAnOlderSale(t *testing.T) {
 
 	gateA := &gatedSales{Store: s.db, started: make(chan int64), release: make(chan struct{})}
 	gateB := &gatedSales{Store: s.db, started: make(chan int64), release: make(chan struct{})}
-	adminA := inventory.NewReserved(s.res, gateA)
-	adminB := inventory.NewReserved(s.res, gateB)
+	adminA := reservation.NewReserved(s.res, gateA)
+	adminB := reservation.NewReserved(s.res, gateB)
 
 	doneA := make(chan error, 1)
 	go func() { doneA <- adminA.StartSale(context.Background(), sku, 10) }()
@@ -215,7 +216,7 @@ func TestRefusedRetryAfterALostAnswerIsOutcomeUnknown(t *testing.T) {
 	var hook atomic.Pointer[func()]
 	lossy := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, Dialer: lossyDialer(&hook)})
 	t.Cleanup(func() { _ = lossy.Close() })
-	svc := inventory.NewService(s.db, inventory.NewReserved(reservation.New(lossy, s.db), s.db))
+	svc := sales.NewService(s.db, reservation.NewReserved(reservation.New(lossy, s.db), s.db))
 
 	// The reserve script is loaded (Redis checked) before the answer is
 	// lost: the first reply read below is the script's.
@@ -226,7 +227,7 @@ func TestRefusedRetryAfterALostAnswerIsOutcomeUnknown(t *testing.T) {
 
 	var startErr error
 	restart := func() {
-		startErr = inventory.NewReserved(s.res, cancellingSales{s.db}).StartSale(context.Background(), sku, 5)
+		startErr = reservation.NewReserved(s.res, cancellingSales{s.db}).StartSale(context.Background(), sku, 5)
 	}
 	hook.Store(&restart)
 	_, err := svc.PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: 2, UserID: "buyer"})
@@ -265,7 +266,7 @@ func TestAuditAcrossASaleRestartIsNoDrift(t *testing.T) {
 	s.drained(sku, 1)
 
 	gate := &gatedSales{Store: s.db, auditRead: make(chan struct{}), auditRelease: make(chan struct{})}
-	auditor := inventory.NewReserved(s.res, gate)
+	auditor := reservation.NewReserved(s.res, gate)
 	type result struct {
 		a   inventory.Audit
 		err error
@@ -323,7 +324,7 @@ func redisBackFromAnOlderCopyFailsClosed(t *testing.T, m mode) {
 		db := s.drained(sku, 2)
 		t.Fatalf("after a Redis rollback order %s was answered 201; the database: %+v", o.ID, db)
 	}
-	if !errors.Is(err, inventory.ErrSaleNotLoaded) {
+	if !errors.Is(err, reservation.ErrSaleNotLoaded) {
 		t.Fatalf("after the rollback: %v, want 503 (the sale closed)", err)
 	}
 	s.start(sku, 5)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
 )
 
@@ -26,9 +27,9 @@ type failingCommitLedger struct {
 
 var errCommitLost = errors.New("injected: the recheck's commit failed (connection to the database lost)")
 
-func (l *failingCommitLedger) RecheckSale(ctx context.Context, sku string, check func(context.Context, inventory.SaleRecheck) error) error {
+func (l *failingCommitLedger) RecheckSale(ctx context.Context, sku string, check func(context.Context, reservation.SaleRecheck) error) error {
 	inject := l.fail.Swap(false)
-	return l.Store.RecheckSale(ctx, sku, func(ctx context.Context, r inventory.SaleRecheck) error {
+	return l.Store.RecheckSale(ctx, sku, func(ctx context.Context, r reservation.SaleRecheck) error {
 		if err := check(ctx, r); err != nil {
 			return err
 		}
@@ -43,7 +44,7 @@ func (l *failingCommitLedger) RecheckSale(ctx context.Context, sku string, check
 // withLedger rebuilds s's Store and Service over ledger.
 func withLedger(s *sale, m mode, ledger reservation.Ledger) {
 	s.res = reservation.New(s.rdb, ledger, m.opts...)
-	s.svc = inventory.NewService(s.db, inventory.NewReserved(s.res, s.db, inventory.WithReservedName(m.name)))
+	s.svc = sales.NewService(s.db, reservation.NewReserved(s.res, s.db, reservation.WithReservedName(m.name)))
 }
 
 // TestFailedCheckThenCheckKeepsTheOrders: a check whose database commit

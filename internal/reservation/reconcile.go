@@ -13,7 +13,7 @@ import (
 
 // Auditor is what the reconciler needs from the domain: the audit of a SKU
 // that compares Redis's tally, the stream and the database
-// (inventory.Reserved).
+// (Reserved).
 type Auditor interface {
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
 }
@@ -81,7 +81,7 @@ func (r *Reconciler) Reconcile(ctx context.Context) error {
 	for _, sku := range skus {
 		a, err := r.audit.Audit(ctx, sku)
 		switch {
-		case errors.Is(err, inventory.ErrUnknownSKU), errors.Is(err, inventory.ErrSaleNotLoaded):
+		case errors.Is(err, inventory.ErrUnknownSKU), errors.Is(err, ErrSaleNotLoaded):
 			continue // no sale, or closed: nothing to compare
 		case err != nil:
 			r.log.Warn("reconciler: audit failed", "sku", sku, "err", err)

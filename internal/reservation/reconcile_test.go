@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
 )
 
 // reconciled records what a reconciler reported.
@@ -35,7 +35,7 @@ func TestReconcilerFindsDrift(t *testing.T) {
 	s.seen.waitFor(t, 1)
 
 	got := &reconciled{}
-	r := s.res.NewReconciler(inventory.NewReserved(s.res, s.db), slog.New(slog.DiscardHandler), got)
+	r := s.res.NewReconciler(reservation.NewReserved(s.res, s.db), slog.New(slog.DiscardHandler), got)
 	if err := r.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}

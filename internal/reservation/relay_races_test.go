@@ -21,9 +21,10 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/postgres"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // queryGate holds, once armed, the first query whose SQL contains every
@@ -157,8 +158,8 @@ func TestRelayOfAnOlderSaleNumberDropsTheNewSalesReturn(t *testing.T) {
 		hook := &failReturns{}
 		s.rdb.AddHook(hook)
 		// A buyer may hold 1 unit: X's buyer may buy again once X is cancelled.
-		s.svc = inventory.NewService(s.db, inventory.NewReserved(s.res, s.db, inventory.WithReservedName(m.name)),
-			inventory.WithHoldTTL(time.Hour), inventory.WithOrderTimeout(10*time.Second), inventory.WithPerUserLimit(1))
+		s.svc = sales.NewService(s.db, reservation.NewReserved(s.res, s.db, reservation.WithReservedName(m.name)),
+			sales.WithHoldTTL(time.Hour), sales.WithOrderTimeout(10*time.Second), sales.WithPerUserLimit(1))
 		s.consume(s.db)
 		ctx := context.Background()
 		const sku = "relay-new-sale"
@@ -166,7 +167,7 @@ func TestRelayOfAnOlderSaleNumberDropsTheNewSalesReturn(t *testing.T) {
 
 		// Instance 2's relay of the SKU, stopped before its read.
 		gate.armed.Store(true)
-		instance2 := inventory.NewReserved(s.res, traced, inventory.WithReservedName(m.name))
+		instance2 := reservation.NewReserved(s.res, traced, reservation.WithReservedName(m.name))
 		relayed := make(chan error, 1)
 		go func() {
 			_, err := instance2.RelayReturns(ctx, sku)
@@ -235,7 +236,7 @@ func TestRelayOfAnOlderSaleNumberDropsTheNewSalesReturn(t *testing.T) {
 func relayWithLostCommit(t *testing.T, url string, traced store.Store, gate *queryGate, res *reservation.Store, m mode, sku string) {
 	t.Helper()
 	ctx := context.Background()
-	instance2 := inventory.NewReserved(res, traced, inventory.WithReservedName(m.name))
+	instance2 := reservation.NewReserved(res, traced, reservation.WithReservedName(m.name))
 	gate.armed.Store(true)
 	relayed := make(chan error, 1)
 	go func() {
@@ -406,7 +407,7 @@ func TestReturnOfAnOrderAnOlderCopyLacksClosesTheSale(t *testing.T) {
 		if err == nil {
 			t.Fatal("an order was taken from a Redis that lost order X (X's unit would be sold twice, or given back to it)")
 		}
-		if !errors.Is(err, inventory.ErrSaleNotLoaded) && !errors.Is(err, inventory.ErrUnavailable) {
+		if !errors.Is(err, reservation.ErrSaleNotLoaded) && !errors.Is(err, inventory.ErrUnavailable) {
 			t.Fatalf("after the older copy: %v, want 503 (the sale closed)", err)
 		}
 		if db, err := s.db.Audit(ctx, sku); err != nil || db.RelayingOrders != 0 {
@@ -657,8 +658,8 @@ func (h *countReturns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestHungRedisDoesNotStarvePays(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		s := newSaleIn(t, "postgres", m) // a pool of 8 connections
-		s.svc = inventory.NewService(s.db, inventory.NewReserved(s.res, s.db, inventory.WithReservedName(m.name)),
-			inventory.WithHoldTTL(time.Hour), inventory.WithOrderTimeout(2*time.Second))
+		s.svc = sales.NewService(s.db, reservation.NewReserved(s.res, s.db, reservation.WithReservedName(m.name)),
+			sales.WithHoldTTL(time.Hour), sales.WithOrderTimeout(2*time.Second))
 		hook := &countReturns{sent: make(chan struct{}, 64)}
 		s.rdb.AddHook(hook)
 		s.consume(s.db)

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
 )
 
 // holding makes the sale's service take orders held for an hour.
 func (s *sale) holding(m mode) {
-	s.svc = inventory.NewService(s.db, inventory.NewReserved(s.res, s.db, inventory.WithReservedName(m.name)),
-		inventory.WithHoldTTL(time.Hour), inventory.WithOrderTimeout(10*time.Second))
+	s.svc = sales.NewService(s.db, reservation.NewReserved(s.res, s.db, reservation.WithReservedName(m.name)),
+		sales.WithHoldTTL(time.Hour), sales.WithOrderTimeout(10*time.Second))
 }
 
 // quiet waits (10 s at most) until nothing of the SKU is in flight: every

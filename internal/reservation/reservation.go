@@ -3,7 +3,7 @@
 // that checks the sale, the idempotency key and the stock, decrements it and
 // appends the order to the SKU's stream; a Consumer in every instance then
 // writes the streamed orders to the database and removes them. The domain's
-// side (inventory.Reserved) declares what it needs; Store implements it.
+// side (Reserved) declares what it needs; Store implements it.
 //
 // Durability: an answer is sent only after Redis replied, and a Redis with
 // appendonly yes and appendfsync always writes and fsyncs its AOF before it
@@ -38,9 +38,9 @@ const Group = "persist"
 // Ledger is what a Store needs from the database to check a Redis whose
 // data may have changed under it (a restart, a failover): one transaction
 // with the SKU's stock row locked, to write the orders still in its stream,
-// compare, and renumber the sale (inventory.SaleRecheck).
+// compare, and renumber the sale (SaleRecheck).
 type Ledger interface {
-	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r inventory.SaleRecheck) error) error
+	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r SaleRecheck) error) error
 }
 
 // A sale's number (sale_epoch) is the sale's own number times saleStride
@@ -51,7 +51,7 @@ const saleStride = 1 << 20
 
 func sameSale(a, b int64) bool { return a/saleStride == b/saleStride }
 
-// Store is inventory.Reservations on one Redis server or one Redis Cluster.
+// Store is Reservations on one Redis server or one Redis Cluster.
 type Store struct {
 	rdb       redis.UniversalClient
 	ledger    Ledger
@@ -86,7 +86,7 @@ type Store struct {
 	pipelines *coalescer
 }
 
-var _ inventory.Reservations = (*Store)(nil)
+var _ Reservations = (*Store)(nil)
 
 // Option configures New.
 type Option func(*Store)
@@ -154,14 +154,14 @@ func (s *Store) placedKey(sku, orderID string) string {
 // (Consumer.sweep). It is not in any SKU's slot.
 func (s *Store) catalogKey() string { return s.prefix + "reserve:catalog" }
 
-// Reserve implements inventory.Reservations. A call whose answer is lost
+// Reserve implements Reservations. A call whose answer is lost
 // (a broken connection, a timeout) is run again until the order's deadline:
 // the script keeps the answer of the order id it took, so a second run
 // returns it instead of taking the stock twice. When no answer comes before
 // the deadline the outcome is unknown (inventory.ErrOutcomeUnknown, a 503):
 // the order may have been taken, and a retry with its Idempotency-Key
 // finds it.
-func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (inventory.Taken, error) {
+func (s *Store) Reserve(ctx context.Context, r Reservation) (Taken, error) {
 	keys := s.reserveKeys(r.Order.SKU, r.Order.ID)
 	args := []any{r.Order.ID, r.Order.Quantity, r.Order.UserID, r.Key, hex.EncodeToString(r.Fingerprint), s.answerTTL.Milliseconds(), r.Order.Strategy, r.PerUserLimit, r.Order.Hold.Milliseconds()}
 	// mayHaveRun: an earlier attempt may have reached Redis and taken the
@@ -180,7 +180,7 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (inventory
 		if err == nil {
 			taken, aerr := s.answer(r, reply)
 			if aerr != nil && mayHaveRun {
-				return inventory.Taken{}, fmt.Errorf("%w: an earlier attempt's answer was lost, and the retry was refused: %w", inventory.ErrOutcomeUnknown, aerr)
+				return Taken{}, fmt.Errorf("%w: an earlier attempt's answer was lost, and the retry was refused: %w", inventory.ErrOutcomeUnknown, aerr)
 			}
 			return taken, aerr
 		}
@@ -189,7 +189,7 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (inventory
 			// Refused by the instance's sold-out mark, nothing sent, and
 			// no earlier attempt may have run (the mark is not asked
 			// then, below).
-			return inventory.Taken{}, marked.err
+			return Taken{}, marked.err
 		}
 		if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
 			// go-redis' cluster client sends a command again by itself
@@ -207,12 +207,12 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (inventory
 			errors.As(err, &unchecked) || errors.Is(err, errNotSent)
 		switch {
 		case refused && mayHaveRun:
-			return inventory.Taken{}, fmt.Errorf("%w: an earlier attempt's answer was lost, and Redis refused the retry: %w", inventory.ErrOutcomeUnknown, err)
+			return Taken{}, fmt.Errorf("%w: an earlier attempt's answer was lost, and Redis refused the retry: %w", inventory.ErrOutcomeUnknown, err)
 		case refused:
 			// The server refused the script (out of memory, a read-only
 			// replica) or the connection, or a restarted server could not
 			// be checked: the script took nothing.
-			return inventory.Taken{}, fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
+			return Taken{}, fmt.Errorf("%w: reserve in Redis: %w", inventory.ErrUnavailable, err)
 		}
 		mayHaveRun = true
 		// An earlier attempt may have taken the order: the retry asks
@@ -227,7 +227,7 @@ func (s *Store) Reserve(ctx context.Context, r inventory.Reservation) (inventory
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return inventory.Taken{}, fmt.Errorf("%w: no answer from Redis before the order's deadline: %w", inventory.ErrOutcomeUnknown, errors.Join(err, context.Cause(ctx)))
+			return Taken{}, fmt.Errorf("%w: no answer from Redis before the order's deadline: %w", inventory.ErrOutcomeUnknown, errors.Join(err, context.Cause(ctx)))
 		}
 	}
 }
@@ -350,7 +350,7 @@ func (s *Store) checkSale(ctx context.Context, sku, force string) error {
 	k := s.keys(sku)
 	token := uuid.NewString()
 	var to int64
-	err := s.ledger.RecheckSale(ctx, sku, func(ctx context.Context, r inventory.SaleRecheck) error {
+	err := s.ledger.RecheckSale(ctx, sku, func(ctx context.Context, r SaleRecheck) error {
 		// First, no more orders of this sale until the check ends: on a
 		// cluster a restart of one master makes every SKU be checked,
 		// and the other masters' SKUs would otherwise keep selling under
@@ -427,11 +427,11 @@ func (s *Store) checkSale(ctx context.Context, sku, force string) error {
 
 // closeLost closes a sale whose Redis lost acknowledged orders or holds
 // another sale than the database: 503 until it is started again.
-func (s *Store) closeLost(ctx context.Context, sku string, to int64, t inventory.Tally, written inventory.Audit) error {
+func (s *Store) closeLost(ctx context.Context, sku string, to int64, t Tally, written inventory.Audit) error {
 	s.log.Error("redis has lost orders it had accepted, or holds another sale (it came back from an older copy of its data): the sale is closed until it is started again",
 		"sku", sku, "redis_sale", t.Epoch, "redis_orders", t.Orders, "redis_ordered", t.Ordered,
 		"database_sale", written.Sale, "database_orders", written.Orders, "database_ordered", written.Ordered)
-	var behind *inventory.SaleNumberBehind
+	var behind *SaleNumberBehind
 	if err := s.Close(ctx, sku, to); err != nil && !errors.As(err, &behind) {
 		return err // (behind or not, the sale is closed)
 	}
@@ -483,7 +483,7 @@ func isNoScript(err error) bool {
 // answer turns the script's reply into the order taken or the domain's
 // error. A taken order's reply carries its stream entry's id, Redis's
 // time of the order in milliseconds ("" from an older script's run).
-func (s *Store) answer(r inventory.Reservation, reply []string) (inventory.Taken, error) {
+func (s *Store) answer(r Reservation, reply []string) (Taken, error) {
 	switch {
 	case len(reply) >= 2 && reply[0] == "ok":
 		s.touch(r.Order.SKU)
@@ -491,15 +491,15 @@ func (s *Store) answer(r inventory.Reservation, reply []string) (inventory.Taken
 		case s.wake <- struct{}{}:
 		default:
 		}
-		taken := inventory.Taken{OrderID: reply[1]}
+		taken := Taken{OrderID: reply[1]}
 		if len(reply) == 3 {
 			taken.At = entryTime(reply[2])
 		}
 		return taken, nil
 	case len(reply) == 2 && reply[0] == "replay":
-		return inventory.Taken{OrderID: reply[1]}, nil
+		return Taken{OrderID: reply[1]}, nil
 	}
-	return inventory.Taken{}, s.refusal(r, reply)
+	return Taken{}, s.refusal(r, reply)
 }
 
 // entryTime is the time in a stream entry's id ("<ms>-<seq>"), zero when
@@ -513,7 +513,7 @@ func entryTime(id string) time.Time {
 }
 
 // refusal is the domain's error for a reply that takes no order.
-func (s *Store) refusal(r inventory.Reservation, reply []string) error {
+func (s *Store) refusal(r Reservation, reply []string) error {
 	switch {
 	case len(reply) == 1 && reply[0] == "conflict":
 		return fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, r.Key)
@@ -528,7 +528,7 @@ func (s *Store) refusal(r inventory.Reservation, reply []string) error {
 	case len(reply) == 1 && reply[0] == "busy":
 		return fmt.Errorf("%w: every optimistic attempt on %q lost its race", inventory.ErrBusy, r.Order.SKU)
 	case len(reply) == 1 && reply[0] == "unloaded":
-		return fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, r.Order.SKU)
+		return fmt.Errorf("%w: %q", ErrSaleNotLoaded, r.Order.SKU)
 	}
 	return fmt.Errorf("%w: unexpected reply from the reserve script: %q", inventory.ErrUnavailable, reply)
 }
@@ -579,7 +579,7 @@ func (s *Store) takeTouched() []string {
 	return skus
 }
 
-// Close implements inventory.Reservations. It lists the SKU in the catalog
+// Close implements Reservations. It lists the SKU in the catalog
 // first: a sale must never be open in Redis without being listed, or a
 // stream whose instance died before its consumer read it would be found
 // by no sweep (found by review, with the listing after the load).
@@ -590,7 +590,7 @@ func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
 	k := s.keys(sku)
 	seen, err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Int64()
 	if err == nil && seen >= epoch {
-		return &inventory.SaleNumberBehind{Seen: seen}
+		return &SaleNumberBehind{Seen: seen}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
@@ -606,7 +606,7 @@ func (s *Store) list(ctx context.Context, sku string, epoch int64) error {
 	return nil
 }
 
-// Load implements inventory.Reservations. It lists the SKU in the catalog
+// Load implements Reservations. It lists the SKU in the catalog
 // again first (Close did, but a Redis that came back from an older copy
 // since may have lost the listing; found by review): a sale is never open
 // unlisted.
@@ -614,7 +614,7 @@ func (s *Store) Load(ctx context.Context, sku string, n, epoch int64, w inventor
 	return s.load(ctx, sku, n, epoch, w, "")
 }
 
-// Resume implements inventory.Reservations: Load, only on a server that
+// Resume implements Reservations: Load, only on a server that
 // holds sale epoch's announcement (Close) and no sale since.
 func (s *Store) Resume(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error {
 	return s.load(ctx, sku, n, epoch, w, "resume")
@@ -627,7 +627,7 @@ func (s *Store) load(ctx context.Context, sku string, n, epoch int64, w inventor
 	k := s.keys(sku)
 	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers, k.returned, k.open, k.restocks}, epoch, n, Group, windowBound(w.StartsAt), windowBound(w.EndsAt), mode).Err(); err != nil {
 		if strings.HasPrefix(err.Error(), "LOST") {
-			return fmt.Errorf("%w: %q: Redis lost the start of its sale, and with it maybe orders the sale took; start a new sale: %w", inventory.ErrSaleNotLoaded, sku, err)
+			return fmt.Errorf("%w: %q: Redis lost the start of its sale, and with it maybe orders the sale took; start a new sale: %w", ErrSaleNotLoaded, sku, err)
 		}
 		if strings.HasPrefix(err.Error(), "STALE") {
 			// A newer sale was started meanwhile: this one is over.
@@ -650,7 +650,7 @@ func windowBound(t time.Time) string {
 	return strconv.FormatInt(t.UnixMicro(), 10)
 }
 
-// Return implements inventory.Reservations: returnScript, after a check of
+// Return implements Reservations: returnScript, after a check of
 // the sale when the server's data may have changed (as runReserve does).
 // ErrStaleSale when the sale is another than the returns', ErrSaleNotLoaded
 // when Redis has no sale, ErrBusy while a check runs.
@@ -658,7 +658,7 @@ func (s *Store) Return(ctx context.Context, sku string, epoch int64, returns []i
 	return s.giveBack(ctx, sku, epoch, kindReturn, returns)
 }
 
-// Restock implements inventory.Reservations: returnScript for restocks,
+// Restock implements Reservations: returnScript for restocks,
 // as Return.
 func (s *Store) Restock(ctx context.Context, sku string, epoch int64, restocks []inventory.Order) error {
 	return s.giveBack(ctx, sku, epoch, kindRestock, restocks)
@@ -690,7 +690,7 @@ func (s *Store) giveBack(ctx context.Context, sku string, epoch int64, kind stri
 		case answer == "other":
 			return fmt.Errorf("%w: Redis holds another sale of %q than sale %d of the %s", inventory.ErrStaleSale, sku, epoch, kind)
 		case answer == "unloaded":
-			return fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, sku)
+			return fmt.Errorf("%w: %q", ErrSaleNotLoaded, sku)
 		case answer == "unchecked" && !checked:
 			if err := s.recheck(ctx, sku); err != nil {
 				return err
@@ -726,7 +726,7 @@ func (s *Store) runReturn(ctx context.Context, sku string, epoch int64, token, k
 // Redis has taken back already, so a Redis that came back from an older
 // copy of its data gets back what it lost and nothing twice. It runs after
 // the check found that Redis took every order the database has.
-func (s *Store) returnAgain(ctx context.Context, sku string, epoch int64, token string, r inventory.SaleRecheck) error {
+func (s *Store) returnAgain(ctx context.Context, sku string, epoch int64, token string, r SaleRecheck) error {
 	returned, err := r.ReturnedOrders(ctx)
 	if err != nil {
 		return err
@@ -762,24 +762,24 @@ func (s *Store) returnAgain(ctx context.Context, sku string, epoch int64, token 
 	return nil
 }
 
-// Tally implements inventory.Reservations.
-func (s *Store) Tally(ctx context.Context, sku string) (inventory.Tally, error) {
+// Tally implements Reservations.
+func (s *Store) Tally(ctx context.Context, sku string) (Tally, error) {
 	k := s.keys(sku)
 	v, err := tallyScript.Run(ctx, s.rdb, []string{k.sale, k.orders}).Int64Slice()
 	if err != nil {
-		return inventory.Tally{}, fmt.Errorf("%w: tally %q in Redis: %w", inventory.ErrUnavailable, sku, err)
+		return Tally{}, fmt.Errorf("%w: tally %q in Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
 	if len(v) == 0 {
-		return inventory.Tally{}, fmt.Errorf("%w: %q", inventory.ErrSaleNotLoaded, sku)
+		return Tally{}, fmt.Errorf("%w: %q", ErrSaleNotLoaded, sku)
 	}
-	return inventory.Tally{
+	return Tally{
 		Epoch: v[0], Initial: v[1], Available: v[2], Ordered: v[3], Orders: v[4],
 		Pending: v[5], Lag: time.Duration(v[6]) * time.Millisecond,
 		Returned: v[7], Returns: v[8], Restocked: v[9],
 	}, nil
 }
 
-// Ping implements inventory.Reservations.
+// Ping implements Reservations.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("%w: Redis: %w", inventory.ErrUnavailable, err)

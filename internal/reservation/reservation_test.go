@@ -12,9 +12,11 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // sale is one test's service over a durable private Redis and a database of
@@ -25,7 +27,7 @@ type sale struct {
 	rdb   *redis.Client
 	db    store.Store
 	res   *reservation.Store
-	svc   *inventory.Service
+	svc   *sales.Service
 	seen  *written
 }
 
@@ -37,8 +39,8 @@ type mode struct {
 }
 
 var modes = []mode{
-	{inventory.NameRedisReserve, nil},
-	{inventory.NameRedisWatch, []reservation.Option{reservation.WithOptimisticTransactions(50, 2)}},
+	{strategies.NameRedisReserve, nil},
+	{strategies.NameRedisWatch, []reservation.Option{reservation.WithOptimisticTransactions(50, 2)}},
 }
 
 // forEachMode runs f as a subtest for each mode.
@@ -59,7 +61,7 @@ func newSaleIn(t *testing.T, engine string, m mode) *sale {
 	db := testdb.New(t, engine, 8)
 	res := reservation.New(rdb, db, m.opts...)
 	return &sale{t: t, redis: srv, rdb: rdb, db: db, res: res,
-		svc: inventory.NewService(db, inventory.NewReserved(res, db, inventory.WithReservedName(m.name))), seen: newWritten()}
+		svc: sales.NewService(db, reservation.NewReserved(res, db, reservation.WithReservedName(m.name))), seen: newWritten()}
 }
 
 // consume runs a consumer until the test ends; its batches are counted in
@@ -303,7 +305,7 @@ func TestLostAnswerTakesStockOnce(t *testing.T) {
 func lostAnswerTakesStockOnce(t *testing.T, m mode) {
 	s := newSaleIn(t, "postgres", m)
 	s.start("lost", 5)
-	r := inventory.Reservation{Order: inventory.Order{ID: "0193e7a4-0000-7000-8000-000000000001", SKU: "lost", Quantity: 2, UserID: "u", Strategy: inventory.NameRedisReserve}}
+	r := reservation.Reservation{Order: inventory.Order{ID: "0193e7a4-0000-7000-8000-000000000001", SKU: "lost", Quantity: 2, UserID: "u", Strategy: strategies.NameRedisReserve}}
 	for range 2 {
 		taken, err := s.res.Reserve(context.Background(), r)
 		if err != nil || taken.OrderID != r.Order.ID {
@@ -333,8 +335,8 @@ func TestReplayWritesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			orders := []inventory.Order{
-				{ID: "0193e7a4-0000-7000-8000-000000000001", SKU: "replay", Quantity: 2, UserID: "a", Strategy: inventory.NameRedisReserve},
-				{ID: "0193e7a4-0000-7000-8000-000000000002", SKU: "replay", Quantity: 3, UserID: "b", Strategy: inventory.NameRedisReserve},
+				{ID: "0193e7a4-0000-7000-8000-000000000001", SKU: "replay", Quantity: 2, UserID: "a", Strategy: strategies.NameRedisReserve},
+				{ID: "0193e7a4-0000-7000-8000-000000000002", SKU: "replay", Quantity: 3, UserID: "b", Strategy: strategies.NameRedisReserve},
 			}
 			keys := []inventory.IdempotencyRecord{{Key: "k", SKU: "replay", RequestHash: []byte{1}, OrderID: orders[1].ID}}
 			for i, want := range []int{2, 0} {
@@ -344,7 +346,7 @@ func TestReplayWritesNothing(t *testing.T) {
 				}
 			}
 			// A delivery that overlaps the first: only the new order.
-			more := append(orders, inventory.Order{ID: "0193e7a4-0000-7000-8000-000000000003", SKU: "replay", Quantity: 1, UserID: "c", Strategy: inventory.NameRedisReserve})
+			more := append(orders, inventory.Order{ID: "0193e7a4-0000-7000-8000-000000000003", SKU: "replay", Quantity: 1, UserID: "c", Strategy: strategies.NameRedisReserve})
 			if n, err := db.PersistReserved(ctx, "replay", epoch, more, nil); err != nil || n != 1 {
 				t.Fatalf("overlapping delivery wrote %d (%v), want 1", n, err)
 			}
@@ -391,7 +393,7 @@ func TestRestartedSaleDropsItsOldOrders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := inventory.Order{ID: "0193e7a4-0000-7000-8000-0000000000aa", SKU: "again", Quantity: 1, UserID: "old", Strategy: inventory.NameRedisReserve}
+	old := inventory.Order{ID: "0193e7a4-0000-7000-8000-0000000000aa", SKU: "again", Quantity: 1, UserID: "old", Strategy: strategies.NameRedisReserve}
 	if _, err := s.db.PersistReserved(context.Background(), "again", epochs.Epoch-1, []inventory.Order{old}, nil); !errors.Is(err, inventory.ErrStaleSale) {
 		t.Fatalf("an old sale's order: %v, want ErrStaleSale", err)
 	}
@@ -501,7 +503,7 @@ func TestWipedRedisFailsClosed(t *testing.T) {
 	}
 	s.redis.Wipe(t)
 	_, err = s.order("wipe", 1, "b", "")
-	if !errors.Is(err, inventory.ErrUnavailable) || !errors.Is(err, inventory.ErrSaleNotLoaded) {
+	if !errors.Is(err, inventory.ErrUnavailable) || !errors.Is(err, reservation.ErrSaleNotLoaded) {
 		t.Fatalf("order on a wiped Redis: %v, want 503 (sale not loaded)", err)
 	}
 	if _, err := s.svc.Audit(context.Background(), "wipe"); !errors.Is(err, inventory.ErrUnavailable) {
@@ -546,7 +548,7 @@ func TestLoadIsNotUndoneByARetry(t *testing.T) {
 	if err := s.res.Load(ctx, "load", 10, 7, inventory.SaleWindow{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.res.Reserve(ctx, inventory.Reservation{Order: inventory.Order{ID: "o1", SKU: "load", Quantity: 4, UserID: "u"}}); err != nil {
+	if _, err := s.res.Reserve(ctx, reservation.Reservation{Order: inventory.Order{ID: "o1", SKU: "load", Quantity: 4, UserID: "u"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.res.Load(ctx, "load", 10, 7, inventory.SaleWindow{}); err != nil {

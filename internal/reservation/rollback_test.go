@@ -17,7 +17,8 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // Redis coming back with another history than the one its orders were
@@ -149,7 +150,7 @@ func instance(t *testing.T, base *sale, addr string, seen *written) (*sale, func
 	t.Cleanup(func() { _ = rdb.Close() })
 	res := reservation.New(rdb, base.db)
 	in := &sale{t: t, redis: base.redis, rdb: rdb, db: base.db, res: res,
-		svc: inventory.NewService(base.db, inventory.NewReserved(res, base.db)), seen: seen}
+		svc: sales.NewService(base.db, reservation.NewReserved(res, base.db)), seen: seen}
 	c := res.NewConsumer(base.db, reservation.WithConsumerObserver(seen))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -313,7 +314,7 @@ func TestFailoverBackToALaggingReplicaIsChecked(t *testing.T) {
 		db := c.drained(sku, 4)
 		t.Fatalf("order %s answered 201 on P after the failover back; the database: %+v", o.ID, db)
 	}
-	if !errors.Is(err, inventory.ErrSaleNotLoaded) {
+	if !errors.Is(err, reservation.ErrSaleNotLoaded) {
 		t.Fatalf("order on P after the failover back: %v, want 503 (the sale closed)", err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/backoff"
-	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/keygate"
 )
 
@@ -51,7 +50,7 @@ func WithOptimisticTransactions(attempts, inFlight int) Option {
 
 // reserveWatching answers as the reserve script does; {"busy"} when every
 // attempt lost its race, or the order's deadline came while it waited.
-func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([]string, error) {
+func (s *Store) reserveWatching(ctx context.Context, r Reservation) ([]string, error) {
 	checked := false
 	var waitedSince time.Time
 	for attempt := 0; attempt < s.watchAttempts; attempt++ {
@@ -92,14 +91,14 @@ func (s *Store) reserveWatching(ctx context.Context, r inventory.Reservation) ([
 }
 
 // markRefusal is an attempt refused by the instance's sold-out mark
-// (inventory.Reservation.Mark) before it reached Redis.
+// (Reservation.Mark) before it reached Redis.
 type markRefusal struct{ err error }
 
 func (m markRefusal) Error() string { return m.err.Error() }
 func (m markRefusal) Unwrap() error { return m.err }
 
 // watchOnce is one attempt, once the SKU's gate lets it in.
-func (s *Store) watchOnce(ctx context.Context, r inventory.Reservation) ([]string, error) {
+func (s *Store) watchOnce(ctx context.Context, r Reservation) ([]string, error) {
 	if s.gate != nil {
 		leave, err := s.gate.Enter(ctx, r.Order.SKU)
 		if err != nil {

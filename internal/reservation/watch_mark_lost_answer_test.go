@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
 )
 
 // lossyExecDialer: connections that, once hook is armed, lose the replies of
@@ -75,7 +76,7 @@ func TestWatchRetryAfterALostExecAnswerIsNotSoldOut(t *testing.T) {
 	var hook atomic.Pointer[func()]
 	lossy := redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, Dialer: lossyExecDialer(&hook)})
 	t.Cleanup(func() { _ = lossy.Close() })
-	svc := inventory.NewService(s.db, inventory.NewReserved(reservation.New(lossy, s.db, m.opts...), s.db, inventory.WithReservedName(m.name)))
+	svc := sales.NewService(s.db, reservation.NewReserved(reservation.New(lossy, s.db, m.opts...), s.db, reservation.WithReservedName(m.name)))
 
 	// Warm-up on the lossy instance (the sale is checked under this
 	// server's replication id); one unit is left.

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/strategies"
 )
 
 // errMarked stands for the service's refusal by its sold-out mark.
@@ -42,8 +44,8 @@ func TestWatchAsksTheSoldOutMarkBeforeItsRoundTrip(t *testing.T) {
 	mark := &switchMark{}
 	mark.on.Store(true)
 	order := func(id string, m inventory.SoldOutMark) (string, error) {
-		taken, err := s.res.Reserve(ctx, inventory.Reservation{Mark: m,
-			Order: inventory.Order{ID: id, SKU: "m", Quantity: 1, UserID: "u-" + id, Strategy: inventory.NameRedisWatch}})
+		taken, err := s.res.Reserve(ctx, reservation.Reservation{Mark: m,
+			Order: inventory.Order{ID: id, SKU: "m", Quantity: 1, UserID: "u-" + id, Strategy: strategies.NameRedisWatch}})
 		return taken.OrderID, err
 	}
 	if _, err := order("01000000-0000-7000-8000-000000000001", mark); !errors.Is(err, errMarked) {

@@ -9,7 +9,9 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // promoteAfterRead runs promote once, right after the first pipeline that
@@ -69,7 +71,7 @@ func TestWatchOrderReadOnAReplicaPromotedBeforeExecIsChecked(t *testing.T) {
 	wrdb.AddHook(hook)
 	t.Cleanup(func() { _ = wrdb.Close() })
 	res := reservation.New(wrdb, base.db, reservation.WithOptimisticTransactions(50, 2))
-	svc := inventory.NewService(base.db, inventory.NewReserved(res, base.db, inventory.WithReservedName(inventory.NameRedisWatch)))
+	svc := sales.NewService(base.db, reservation.NewReserved(res, base.db, reservation.WithReservedName(strategies.NameRedisWatch)))
 
 	o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 5, UserID: "on-q"})
 	if !hook.fired {
@@ -108,7 +110,7 @@ func TestWritableReplicaNeverSellsUnchecked(t *testing.T) {
 		_, qc, a := laggingReplica(t, base, sku, "--replica-read-only", "no")
 
 		res := reservation.New(qc, base.db, m.opts...)
-		svc := inventory.NewService(base.db, inventory.NewReserved(res, base.db, inventory.WithReservedName(m.name)))
+		svc := sales.NewService(base.db, reservation.NewReserved(res, base.db, reservation.WithReservedName(m.name)))
 		o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 5, UserID: "on-q"})
 		if err != nil {
 			t.Logf("order on the replica: %v (refused: correct)", err)

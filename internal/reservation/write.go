@@ -232,7 +232,7 @@ func decode(sku string, m redis.XMessage) (reserved, error) {
 		order: inventory.Order{ID: field("id"), SKU: sku, Quantity: q, UserID: field("u"), Strategy: field("s")},
 	}
 	if r.order.Strategy == "" {
-		r.order.Strategy = inventory.NameRedisReserve
+		r.order.Strategy = NameRedisReserve
 	}
 	// An entry of an earlier version has no hold: final.
 	r.order.State = inventory.OrderFinal
@@ -251,7 +251,7 @@ func decode(sku string, m redis.XMessage) (reserved, error) {
 				return reserved{}, fmt.Errorf("time %q", at)
 			}
 		}
-		r.order.ExpiresAt = inventory.HoldEnds(taken, r.order.Hold)
+		r.order.ExpiresAt = HoldEnds(taken, r.order.Hold)
 	}
 	if c := field("c"); c != "" {
 		claimed, err := strconv.ParseInt(c, 10, 64)

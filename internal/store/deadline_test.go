@@ -12,8 +12,11 @@ import (
 
 	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // sessionRecorder wraps a strategy and reports the server session (backend
@@ -36,8 +39,8 @@ func (r sessionRecorder) deduct(inner func(context.Context, string, int64, inven
 }
 
 func (r sessionRecorder) deductRecorded(ctx context.Context, sku string, quantity int64, inTx inventory.TxRunner, inner func(context.Context, string, int64, inventory.TxRunner) error) error {
-	return inner(ctx, sku, quantity, func(ctx context.Context, deduct func(context.Context, inventory.Tx) error) error {
-		return inTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
+	return inner(ctx, sku, quantity, func(ctx context.Context, deduct func(context.Context, inventory.StockTx) error) error {
+		return inTx(ctx, func(ctx context.Context, tx inventory.StockTx) error {
 			id, err := tx.(interface {
 				SessionID(context.Context) (int64, error)
 			}).SessionID(ctx)
@@ -104,8 +107,8 @@ func mysqlLockWaiter(t *testing.T, url string) lockWaiter {
 func TestDeadlineEndsTheServersWait(t *testing.T) {
 	for _, engine := range store.Engines {
 		for name, strategy := range map[string]inventory.Strategic{
-			inventory.NameForUpdate:   inventory.NewForUpdate(),
-			inventory.NameConditional: inventory.NewConditional(),
+			strategies.NameForUpdate:   sqlrow.NewForUpdate(),
+			strategies.NameConditional: sqlrow.NewConditional(),
 		} {
 			t.Run(engine+"/"+name, func(t *testing.T) {
 				t.Parallel()
@@ -129,7 +132,7 @@ func TestDeadlineEndsTheServersWait(t *testing.T) {
 				testdb.HoldRow(t, db, "s-1")
 
 				rec := sessionRecorder{Strategic: strategy, sessions: make(chan int64, 1)}
-				svc := inventory.NewService(db, rec, inventory.WithOrderTimeout(200*time.Millisecond))
+				svc := sales.NewService(db, rec, sales.WithOrderTimeout(200*time.Millisecond))
 				began := time.Now()
 				_, err = svc.PlaceOrder(ctx, inventory.Request{SKU: "s-1", Quantity: 1, UserID: "u"})
 				gaveUp := time.Since(began)

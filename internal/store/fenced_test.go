@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/explore"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locked"
+	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/explore"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // holder is one lock holder's transaction, driven a step at a time: it reads
@@ -247,7 +250,7 @@ func fenceOf(ctx context.Context, t *testing.T, db store.Store, sku string) int6
 // watchdog does when it finds the lock lost.
 type lostLeaseLocker struct{ end context.CancelFunc }
 
-func (l *lostLeaseLocker) Acquire(ctx context.Context, _ string) (inventory.Lease, error) {
+func (l *lostLeaseLocker) Acquire(ctx context.Context, _ string) (locked.Lease, error) {
 	leaseCtx, end := context.WithCancel(ctx)
 	l.end = end
 	return lostLease{ctx: leaseCtx}, nil
@@ -297,7 +300,7 @@ func TestLeaseLostBeforeCommit(t *testing.T) {
 			ctx := context.Background()
 			db := testdb.New(t, engine, 4)
 			l := &lostLeaseLocker{}
-			svc := inventory.NewService(afterInsert{db, func() { l.end() }}, inventory.NewLocked(inventory.NameRedisLock, l))
+			svc := sales.NewService(afterInsert{db, func() { l.end() }}, locked.New(strategies.NameRedisLock, l))
 			if err := svc.StartSale(ctx, "lease-lost", 1); err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/mysql"
 	"github.com/flashsale/stock/internal/postgres"
+	"github.com/flashsale/stock/internal/reservation"
 )
 
 // Store is an inventory.Store (and a batched.Store, for the batched
@@ -28,7 +29,7 @@ type Store interface {
 	RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error)
 	SKUsRelaying(ctx context.Context, limit int) ([]string, error)
 	RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error)
-	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r inventory.SaleRecheck) error) error
+	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r reservation.SaleRecheck) error) error
 	// SKUsAfter lists the SKUs on sale (every one with a stock row) a
 	// page at a time, in order, for the audit job.
 	SKUsAfter(ctx context.Context, after string, limit int) ([]string, error)

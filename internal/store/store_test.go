@@ -8,7 +8,7 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 func TestEngine(t *testing.T) {

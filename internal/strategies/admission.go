@@ -12,6 +12,7 @@ import (
 	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/semaphore"
 	"github.com/flashsale/stock/internal/redisconn"
+	"github.com/flashsale/stock/internal/sqlrow"
 )
 
 // admit puts s behind ADMISSION_LIMIT places per SKU across every
@@ -36,7 +37,7 @@ func admit(ctx context.Context, cfg Config, s inventory.Strategy, log *slog.Logg
 		_ = sem.Close()
 		_ = rdb.Close()
 	}
-	admitted, err := inventory.AdmitThrough(s, inventorylock.Admission(sem))
+	admitted, err := sqlrow.AdmitThrough(s, inventorylock.Admission(sem))
 	if err != nil {
 		stop()
 		return inventory.Strategy{}, nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locked"
 	"github.com/flashsale/stock/internal/locking/getsetlock"
 	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/redislock"
@@ -24,7 +25,7 @@ import (
 // lockBackend is one lock service as the service uses it: the domain's
 // Locker, a readiness check, and what to close at shutdown.
 type lockBackend struct {
-	locker inventory.Locker
+	locker locked.Locker
 	ping   func(context.Context) error
 	close  func()
 }
@@ -37,8 +38,8 @@ type connect func(cfg Config, renewed func(ok bool), log *slog.Logger) (lockBack
 // reaches: the plain read-check-write under the lock, the write fenced
 // (FENCING=off only to demonstrate what fencing prevents). check, when not
 // nil, refuses what the backend cannot run with.
-func lockEntry(connect connect, check func(Config) error) Entry {
-	return Entry{Settings: lockSettings, Check: check, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+func lockEntry(info Info, connect connect, check func(Config) error) Entry {
+	return Entry{Info: info, Settings: lockSettings, Check: check, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
 		backend, err := connect(cfg, deps.Metrics.Renewed, deps.Log)
 		if err != nil {
 			return inventory.Strategy{}, nil, err
@@ -55,27 +56,27 @@ func lockEntry(connect connect, check func(Config) error) Entry {
 // answers whether a SKU exists before its lock is taken; the metrics hear
 // about lock waits and holds.
 func lockedOver(cfg Config, deps Deps, backend lockBackend, fencing bool) inventory.Strategy {
-	lockOpts := []inventory.LockedOption{
-		inventory.WithFencing(fencing),
-		inventory.WithLockObserver(deps.Metrics),
-		inventory.WithSKULookup(func(ctx context.Context, sku string) error {
+	lockOpts := []locked.Option{
+		locked.WithFencing(fencing),
+		locked.WithObserver(deps.Metrics),
+		locked.WithSKULookup(func(ctx context.Context, sku string) error {
 			_, err := deps.DB.Level(ctx, sku)
 			return err
 		}),
-		inventory.WithPing(backend.ping),
+		locked.WithPing(backend.ping),
 	}
 	if cfg.FreezeHolder {
 		deps.Log.Warn("FREEZE_HOLDER=true: the first order will stop this whole process (SIGSTOP) between its read and its write; "+
 			"resume it with kill -CONT", "pid", os.Getpid())
-		lockOpts = append(lockOpts, inventory.WithFreezeAfterRead(func() { freezeSelf(deps.Log) }))
+		lockOpts = append(lockOpts, locked.WithFreezeAfterRead(func() { freezeSelf(deps.Log) }))
 	}
-	return inventory.NewLocked(cfg.Strategy, backend.locker, lockOpts...).Strategy()
+	return locked.New(cfg.Strategy, backend.locker, lockOpts...).Strategy()
 }
 
 // redisLockEntry is redis-lock's entry (the first of REDIS_ADDRS), or with
 // quorum Redlock's (all of them: an odd number of at least 3 independent
 // servers).
-func redisLockEntry(quorum bool) Entry {
+func redisLockEntry(info Info, quorum bool) Entry {
 	var check func(Config) error
 	if quorum {
 		check = func(cfg Config) error {
@@ -85,7 +86,7 @@ func redisLockEntry(quorum bool) Entry {
 			return nil
 		}
 	}
-	e := lockEntry(func(cfg Config, renewed func(ok bool), log *slog.Logger) (lockBackend, error) {
+	e := lockEntry(info, func(cfg Config, renewed func(ok bool), log *slog.Logger) (lockBackend, error) {
 		return redisBackend(cfg, quorum, renewed, log)
 	}, check)
 	e.Settings = append(slices.Clone(e.Settings), redisLockExtras...)
@@ -103,8 +104,8 @@ func checkEtcdTTL(cfg Config) error {
 // legacyEntry is the control lock: SETNX + GETSET on the first Redis, with
 // no token to fence with (its writes are never fenced: what it is here to
 // show).
-func legacyEntry() Entry {
-	return Entry{Settings: append([]string{"FREEZE_HOLDER", "FENCING=off"}, redisLockExtras...), Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+func legacyEntry(info Info) Entry {
+	return Entry{Info: info, Settings: append([]string{"FREEZE_HOLDER", "FENCING=off"}, redisLockExtras...), Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
 		backend, err := legacyBackend(cfg, deps.Log)
 		if err != nil {
 			return inventory.Strategy{}, nil, err
@@ -150,7 +151,7 @@ func redisBackend(cfg Config, quorum bool, renewed func(ok bool), log *slog.Logg
 		}
 		opts = append(opts, redislock.WithRenewEvery(cfg.LockRenewEvery))
 	}
-	var locker inventory.Locker
+	var locker locked.Locker
 	var closeLocker func() error
 	if !quorum {
 		l := redislock.New(clients[0], opts...)

@@ -13,8 +13,9 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/redisconn"
 	"github.com/flashsale/stock/internal/reservation"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // TestOrdersSellWithin100msOfRedisAnsweringAgain: after an outage long
@@ -35,7 +36,7 @@ func TestOrdersSellWithin100msOfRedisAnsweringAgain(t *testing.T) {
 
 	db := testdb.New(t, "postgres", 8)
 	res := reservation.New(rdb, db, reservation.WithPipelines(4))
-	svc := inventory.NewService(db, inventory.NewReserved(res, db))
+	svc := sales.NewService(db, reservation.NewReserved(res, db))
 	ctx := context.Background()
 	if err := svc.StartSale(ctx, "back", 100); err != nil {
 		t.Fatal(err)

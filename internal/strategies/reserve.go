@@ -51,16 +51,16 @@ func buildReserve(cfg Config, optimistic bool, deps Deps) (inventory.Strategy, f
 			"A crash of Redis or of the machine loses them, and the database never sees them. Never use it for a real sale.")
 	}
 	opts := []reservation.Option{reservation.WithLogger(log), reservation.WithPipelines(cfg.ReservePipelines)}
-	var strategyOpts []inventory.ReservedOption
+	var strategyOpts []reservation.ReservedOption
 	if optimistic {
 		// The optimistic variant is bounded like version-cas.
 		opts = append(opts, reservation.WithOptimisticTransactions(cfg.CASMaxAttempts, cfg.CASMaxInFlight))
-		strategyOpts = append(strategyOpts, inventory.WithReservedName(inventory.NameRedisWatch))
+		strategyOpts = append(strategyOpts, reservation.WithReservedName(NameRedisWatch))
 	}
 	res := reservation.New(rdb, db, opts...)
 	consumer := res.NewConsumer(db, reservation.WithClaimIdle(cfg.ReserveClaimIdle),
 		reservation.WithConsumerLogger(log), reservation.WithConsumerObserver(m))
-	reserved := inventory.NewReserved(res, db, strategyOpts...)
+	reserved := reservation.NewReserved(res, db, strategyOpts...)
 	runCtx, stopBackground := context.WithCancel(context.Background())
 	var background sync.WaitGroup
 	background.Go(func() {
@@ -109,12 +109,12 @@ func newReserveClient(cfg Config) (rdb redis.UniversalClient, where string) {
 // optimistic redis-watch's (WATCH/MULTI/EXEC, bounded like version-cas by
 // CAS_MAX_ATTEMPTS and CAS_MAX_IN_FLIGHT). RESERVE_PIPELINES is the
 // script's alone: redis-watch's transactions cannot share a pipeline.
-func reserveEntry(optimistic bool) Entry {
+func reserveEntry(info Info, optimistic bool) Entry {
 	settings := reserveSettings
 	if !optimistic {
 		settings = append(slices.Clone(settings), "RESERVE_PIPELINES")
 	}
-	return Entry{Settings: settings, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+	return Entry{Info: info, Settings: settings, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
 		return buildReserve(cfg, optimistic, deps)
 	}}
 }

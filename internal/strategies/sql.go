@@ -5,7 +5,14 @@ import (
 
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sqlrow"
 )
+
+// rowEntry is the entry of a SQL row strategy (info): built by build from
+// the configuration, by byDefault with its default options (Entry.New).
+func rowEntry(info Info, settings []string, gated bool, build func(Config) inventory.Strategic, byDefault func() inventory.Strategic) Entry {
+	return Entry{Info: info, Settings: settings, Build: buildRow(build, gated), New: byDefault}
+}
 
 // buildRow builds a SQL row strategy: newStrategy's, behind the admission
 // when ADMISSION_LIMIT is set, behind the row gate (ROW_MAX_IN_FLIGHT)
@@ -25,7 +32,7 @@ func buildRow(newStrategy func(Config) inventory.Strategic, gated bool) func(con
 		if !gated {
 			return s, stop, nil
 		}
-		s, err := inventory.LimitRowWork(s, cfg.RowMaxInFlight)
+		s, err := sqlrow.LimitRowWork(s, cfg.RowMaxInFlight)
 		if err != nil {
 			stop()
 			return inventory.Strategy{}, nil, err
@@ -34,10 +41,12 @@ func buildRow(newStrategy func(Config) inventory.Strategic, gated bool) func(con
 	}
 }
 
-// buildBatched builds the group commit. No ROW_MAX_IN_FLIGHT: one
+// batchedEntry is the group commit's entry. No ROW_MAX_IN_FLIGHT: one
 // transaction per SKU at a time in this process is its own bound.
-func buildBatched(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
-	b := batched.New(deps.DB, batched.WithMax(cfg.BatchMax), batched.WithWait(cfg.BatchWait),
-		batched.WithLogger(deps.Log), batched.WithObserver(deps.Metrics))
-	return b.Strategy(), noStop, nil
+func batchedEntry(info Info) Entry {
+	return Entry{Info: info, Settings: []string{"BATCH_MAX", "BATCH_WAIT", "FENCING=on"}, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+		b := batched.New(deps.DB, batched.WithMax(cfg.BatchMax), batched.WithWait(cfg.BatchWait),
+			batched.WithLogger(deps.Log), batched.WithObserver(deps.Metrics))
+		return b.Strategy(), noStop, nil
+	}}
 }

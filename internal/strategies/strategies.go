@@ -1,5 +1,5 @@
 // Package strategies is the registry that builds every strategy: one entry
-// per STRATEGY value says what the strategy is (inventory.StrategyInfo),
+// per STRATEGY value says what the strategy is (Info),
 // which settings only it reads, what configuration it refuses, and how it
 // is built from the database and the servers it needs. cmd/stock, the
 // demo, the fault suite, the RSS tool and the tests loop over the entries
@@ -69,7 +69,13 @@ type Deps struct {
 
 // Entry is one strategy of the registry.
 type Entry struct {
-	inventory.StrategyInfo
+	Info
+	// New builds a strategy that only deducts (a Deduct through the
+	// service's transaction) with its default options, without a server
+	// or a setting: the conformance test and the schedule explorer build
+	// it from here. nil for a strategy that needs wiring (servers, a
+	// store).
+	New func() inventory.Strategic
 	// Settings are the variables only the strategies that list them read
 	// (a setting no entry of the configured strategy lists is refused).
 	Settings []string
@@ -81,35 +87,60 @@ type Entry struct {
 	Build func(ctx context.Context, cfg Config, deps Deps) (s inventory.Strategy, stop func(), err error)
 }
 
-// All returns every entry, in the registry's order (inventory.Strategies).
-func All() []Entry {
-	out := make([]Entry, 0, len(entries))
-	for _, info := range inventory.Strategies() {
-		e, ok := entries[info.Name]
-		if !ok {
-			// TestEveryStrategyHasAnEntry fails first.
-			panic("strategies: no entry for " + info.Name)
-		}
-		e.StrategyInfo = info
-		out = append(out, e)
-	}
-	return out
-}
+// Safe reports whether the strategy is not a control.
+func (s Info) Safe() bool { return s.Class == ClassSafe }
+
+// NeedsServer reports whether the strategy needs srv.
+func (s Info) NeedsServer(srv Server) bool { return slices.Contains(s.Needs, srv) }
+
+// All returns every entry, in the order `stock strategies` lists them.
+func All() []Entry { return slices.Clone(registry) }
 
 // Lookup returns the entry of name.
 func Lookup(name string) (Entry, bool) {
-	i := slices.IndexFunc(All(), func(e Entry) bool { return e.Name == name })
+	i := slices.IndexFunc(registry, func(e Entry) bool { return e.Name == name })
 	if i < 0 {
 		return Entry{}, false
 	}
-	return All()[i], true
+	return registry[i], true
 }
+
+// Names lists every value STRATEGY accepts.
+func Names() []string { return namesWhere(func(Info) bool { return true }) }
+
+// IsControl reports whether name is a registered control.
+func IsControl(name string) bool {
+	e, ok := Lookup(name)
+	return ok && e.Class == ClassControl
+}
+
+func namesWhere(keep func(Info) bool) []string {
+	var names []string
+	for _, e := range registry {
+		if keep(e.Info) {
+			names = append(names, e.Name)
+		}
+	}
+	return names
+}
+
+// The lists by family that the wiring and the tests use.
+var (
+	// SQLNames: one order per transaction, the control included.
+	SQLNames = namesWhere(func(s Info) bool { return s.Family == FamilySQL })
+	// LockNames: the safe strategies that deduct under a distributed lock
+	// with a fencing token (legacy-getset, a lock without one, is not
+	// among them).
+	LockNames = namesWhere(func(s Info) bool { return s.Family == FamilyLock && s.Safe() })
+	// ReservedNames: the stock counted in Redis.
+	ReservedNames = namesWhere(func(s Info) bool { return s.Family == FamilyReserved })
+)
 
 // Build builds cfg.Strategy.
 func Build(ctx context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
 	e, ok := Lookup(cfg.Strategy)
 	if !ok {
-		return inventory.Strategy{}, nil, fmt.Errorf("STRATEGY=%q is unknown; valid: %s", cfg.Strategy, strings.Join(inventory.StrategyNames(), ", "))
+		return inventory.Strategy{}, nil, fmt.Errorf("STRATEGY=%q is unknown; valid: %s", cfg.Strategy, strings.Join(Names(), ", "))
 	}
 	if deps.Log == nil {
 		deps.Log = slog.Default()
@@ -133,7 +164,7 @@ func Build(ctx context.Context, cfg Config, deps Deps) (inventory.Strategy, func
 func Check(cfg Config, set func(setting string) bool) error {
 	e, ok := Lookup(cfg.Strategy)
 	if !ok {
-		return fmt.Errorf("STRATEGY=%q is unknown; valid: %s", cfg.Strategy, strings.Join(inventory.StrategyNames(), ", "))
+		return fmt.Errorf("STRATEGY=%q is unknown; valid: %s", cfg.Strategy, strings.Join(Names(), ", "))
 	}
 	var errs []string
 	for _, setting := range settings() {
@@ -196,30 +227,3 @@ var (
 	redisLockExtras = []string{"REDIS_SKIP_POLICY_CHECK"}
 	reserveSettings = []string{"RESERVE_DURABILITY", "RESERVE_CLAIM_IDLE", "RESERVE_RECONCILE_EVERY", "REDIS_MODE=cluster", "FENCING=on"}
 )
-
-// entries are the builders, by name; All joins each with its description.
-var entries = map[string]Entry{
-	inventory.NameNaive: {Settings: append([]string{"NAIVE_RACE_WINDOW"}, sqlSettings...), Build: buildRow(func(cfg Config) inventory.Strategic {
-		return inventory.NewNaive(inventory.WithRaceWindow(cfg.NaiveRaceWindow))
-	}, true)},
-	inventory.NameForUpdate: {Settings: sqlSettings, Build: buildRow(func(Config) inventory.Strategic {
-		return inventory.NewForUpdate()
-	}, true)},
-	// version-cas bounds its attempts itself (CAS_MAX_IN_FLIGHT), not with
-	// the row gate.
-	inventory.NameVersionCAS: {Settings: sqlSettings, Build: buildRow(func(cfg Config) inventory.Strategic {
-		return inventory.NewVersionCAS(inventory.WithMaxAttempts(cfg.CASMaxAttempts), inventory.WithMaxInFlight(cfg.CASMaxInFlight))
-	}, false)},
-	inventory.NameConditional: {Settings: sqlSettings, Build: buildRow(func(Config) inventory.Strategic {
-		return inventory.NewConditional()
-	}, true)},
-	inventory.NameBatched:      {Settings: []string{"BATCH_MAX", "BATCH_WAIT", "FENCING=on"}, Build: buildBatched},
-	inventory.NameRedisLock:    redisLockEntry(false),
-	inventory.NameRedlock:      redisLockEntry(true),
-	inventory.NameEtcdLock:     lockEntry(etcdBackend, checkEtcdTTL),
-	inventory.NameZKLock:       lockEntry(zkBackend, nil),
-	inventory.NameDBLock:       lockEntry(dbBackend, nil),
-	inventory.NameRedisReserve: reserveEntry(false),
-	inventory.NameRedisWatch:   reserveEntry(true),
-	inventory.NameLegacyGetset: legacyEntry(),
-}

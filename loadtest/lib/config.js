@@ -1,7 +1,7 @@
 // Configuration of the load scripts, read from the environment
 // (`k6 run -e NAME=value` or `NAME=value k6 run`). Every value has the
 // default a manual run against one local instance needs; the demo runner
-// (cmd/demo) sets them all explicitly and records them in the report.
+// (lab/cmd/demo) sets them all explicitly and records them in the report.
 
 function env(name, def) {
   const v = __ENV[name];

@@ -8,7 +8,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/dblock"
 	"github.com/flashsale/stock/internal/locking/locktest"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // benchTTL is the service's default LOCK_TTL.

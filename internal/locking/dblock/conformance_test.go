@@ -8,8 +8,8 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/dblock"
 	"github.com/flashsale/stock/internal/locking/locktest"
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testproxy"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testproxy"
 )
 
 var engines = []string{"postgres", "mysql"}

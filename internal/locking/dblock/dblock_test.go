@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/locking"
-	"github.com/flashsale/stock/internal/testdb"
+	"github.com/flashsale/stock/lab/testdb"
 )
 
 // withTimeZone returns dbURL with its sessions in another time zone, as an

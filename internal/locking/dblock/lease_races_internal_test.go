@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/testdb"
-	"github.com/flashsale/stock/internal/testproxy"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testproxy"
 )
 
 const scheduleTTL = time.Second

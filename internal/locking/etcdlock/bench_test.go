@@ -12,7 +12,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/etcdlock"
 	"github.com/flashsale/stock/internal/locking/locktest"
-	"github.com/flashsale/stock/internal/testetcd"
+	"github.com/flashsale/stock/lab/testetcd"
 )
 
 // benchTTL is the lease TTL of both recipes: etcdlock's default, and the

@@ -7,7 +7,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/etcdlock"
 	"github.com/flashsale/stock/internal/locking/locktest"
-	"github.com/flashsale/stock/internal/testetcd"
+	"github.com/flashsale/stock/lab/testetcd"
 )
 
 // TestNoStateForIdleNames: a process that locks every SKU of a catalog,

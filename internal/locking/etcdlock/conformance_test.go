@@ -9,8 +9,8 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/etcdlock"
 	"github.com/flashsale/stock/internal/locking/locktest"
-	"github.com/flashsale/stock/internal/testetcd"
-	"github.com/flashsale/stock/internal/testproxy"
+	"github.com/flashsale/stock/lab/testetcd"
+	"github.com/flashsale/stock/lab/testproxy"
 )
 
 // testTTL is etcd's smallest lease TTL, one second (the test members'

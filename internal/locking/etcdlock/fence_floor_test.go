@@ -9,7 +9,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/etcdlock"
-	"github.com/flashsale/stock/internal/testetcd"
+	"github.com/flashsale/stock/lab/testetcd"
 )
 
 // A holder's token is above every fence floor that an AdvanceFence of this

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/flashsale/stock/internal/testetcd"
+	"github.com/flashsale/stock/lab/testetcd"
 )
 
 // AdvanceFence's promise: a store that saw a token "from an etcd whose data

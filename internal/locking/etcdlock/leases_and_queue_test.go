@@ -20,7 +20,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/etcdlock"
-	"github.com/flashsale/stock/internal/testetcd"
+	"github.com/flashsale/stock/lab/testetcd"
 )
 
 type acquireResult struct {

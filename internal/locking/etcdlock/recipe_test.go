@@ -14,7 +14,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/etcdlock"
-	"github.com/flashsale/stock/internal/testetcd"
+	"github.com/flashsale/stock/lab/testetcd"
 )
 
 func newLocker(t *testing.T, cli *clientv3.Client, opts ...etcdlock.Option) *etcdlock.Locker {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/getsetlock"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // TestExclusiveWhileNothingGoesWrong: with no pause, no skew and no race,

@@ -8,13 +8,14 @@ import (
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/locking/semaphore"
+	"github.com/flashsale/stock/internal/sqlrow"
 )
 
 // Admission returns sem as the domain's Admission (ADMISSION_LIMIT): one
 // place of "sku:<sku>" per order. A wait that ended is the semaphore's
 // ErrNotAdmitted (the domain answers it busy); a failing Redis is
 // inventory.ErrUnavailable.
-func Admission(sem *semaphore.Semaphore) inventory.Admission { return admission{sem} }
+func Admission(sem *semaphore.Semaphore) sqlrow.Admission { return admission{sem} }
 
 type admission struct{ sem *semaphore.Semaphore }
 

@@ -3,7 +3,7 @@
 //
 // The domain speaks its own errors: a failed lock service is
 // inventory.ErrUnavailable, a lock held by others past the wait is
-// inventory.ErrBusy, a lease lost while held is inventory.ErrLockLost. The
+// inventory.ErrBusy, a lease lost while held is locked.ErrLockLost. The
 // backends speak internal/locking's. This is the one place that translates,
 // so the domain imports no lock package and every backend files the same
 // failure the same way.
@@ -15,26 +15,27 @@ import (
 	"fmt"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/locked"
 	"github.com/flashsale/stock/internal/locking"
 )
 
 // Backend is what a lock backend offers, with its own lease type L.
-type Backend[L inventory.Lease] interface {
+type Backend[L locked.Lease] interface {
 	Acquire(ctx context.Context, key string) (L, error)
 	Reset(ctx context.Context, key string) error
 	AdvanceFence(ctx context.Context, key string, atLeast int64) error
 }
 
 // Adapt returns backend as the domain's Locker.
-func Adapt[L inventory.Lease](backend Backend[L]) inventory.Locker {
+func Adapt[L locked.Lease](backend Backend[L]) locked.Locker {
 	return adapted[L]{backend}
 }
 
-type adapted[L inventory.Lease] struct{ backend Backend[L] }
+type adapted[L locked.Lease] struct{ backend Backend[L] }
 
-var _ inventory.Locker = adapted[inventory.Lease]{}
+var _ locked.Locker = adapted[locked.Lease]{}
 
-func (a adapted[L]) Acquire(ctx context.Context, key string) (inventory.Lease, error) {
+func (a adapted[L]) Acquire(ctx context.Context, key string) (locked.Lease, error) {
 	l, err := a.backend.Acquire(ctx, key)
 	if err != nil {
 		// A typed nil in an interface is not nil: never hand one out.
@@ -51,10 +52,10 @@ func (a adapted[L]) AdvanceFence(ctx context.Context, key string, atLeast int64)
 	return a.backend.AdvanceFence(ctx, key, atLeast)
 }
 
-// lease reports a lock lost before its release as inventory.ErrLockLost,
+// lease reports a lock lost before its release as locked.ErrLockLost,
 // whether the backend said so in Release's error or only as the cause of
 // the lease's context.
-type lease[L inventory.Lease] struct{ l L }
+type lease[L locked.Lease] struct{ l L }
 
 func (le lease[L]) Token() int64             { return le.l.Token() }
 func (le lease[L]) Context() context.Context { return le.l.Context() }
@@ -65,7 +66,7 @@ func (le lease[L]) Release(ctx context.Context) error {
 		err = errors.Join(err, cause)
 	}
 	if errors.Is(err, locking.ErrLockLost) {
-		return fmt.Errorf("%w: %w", inventory.ErrLockLost, err)
+		return fmt.Errorf("%w: %w", locked.ErrLockLost, err)
 	}
 	return err
 }

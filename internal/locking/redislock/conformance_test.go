@@ -8,8 +8,8 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/locktest"
 	"github.com/flashsale/stock/internal/locking/redislock"
-	"github.com/flashsale/stock/internal/testproxy"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testproxy"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // conformanceTTL is short so that the suite's expiries take a second.

@@ -29,7 +29,7 @@
 // still valid reads again and retries. Then a write applies only if no
 // other write reached the resource since the read and no newer holder has
 // written, so every write saw the state it changes
-// (internal/inventory.Locked).
+// (internal/locked.Locked).
 //
 // # Tokens: a counter and a place
 //

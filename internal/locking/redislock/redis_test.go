@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // shared is a server started by TestMain for the Examples (which cannot
@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 }
 
 // redisServer is a redis-server child process on a free loopback port,
-// stopped by its own PID; see internal/testredis.
+// stopped by its own PID; see lab/testredis.
 type redisServer = testredis.Server
 
 // startRedis starts a redis-server for tb; see testredis.Start.

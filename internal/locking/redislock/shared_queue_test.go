@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // keptState reports what the core keeps for key: the keyState, its users,

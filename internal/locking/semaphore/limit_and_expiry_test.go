@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/locking/semaphore"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // acquireAfterOutage asks for a place right after the server came back: the

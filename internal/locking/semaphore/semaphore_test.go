@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flashsale/stock/internal/locking/semaphore"
-	"github.com/flashsale/stock/internal/testredis"
+	"github.com/flashsale/stock/lab/testredis"
 )
 
 // processes returns n semaphores of limit places on srv, each with a

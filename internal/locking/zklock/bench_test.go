@@ -12,7 +12,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/locktest"
 	"github.com/flashsale/stock/internal/locking/zklock"
-	"github.com/flashsale/stock/internal/testzk"
+	"github.com/flashsale/stock/lab/testzk"
 )
 
 // benchSession is the session timeout of the benchmark's clients: the

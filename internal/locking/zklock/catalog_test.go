@@ -6,7 +6,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/locktest"
 	"github.com/flashsale/stock/internal/locking/zklock"
-	"github.com/flashsale/stock/internal/testzk"
+	"github.com/flashsale/stock/lab/testzk"
 )
 
 // TestStatePerNameIsBounded: a process that locks every SKU of a catalog

@@ -6,8 +6,8 @@ import (
 
 	"github.com/flashsale/stock/internal/locking/locktest"
 	"github.com/flashsale/stock/internal/locking/zklock"
-	"github.com/flashsale/stock/internal/testproxy"
-	"github.com/flashsale/stock/internal/testzk"
+	"github.com/flashsale/stock/lab/testproxy"
+	"github.com/flashsale/stock/lab/testzk"
 )
 
 // sessionTimeout is short so that the suite's expiries take a second (the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/zklock"
-	"github.com/flashsale/stock/internal/testzk"
+	"github.com/flashsale/stock/lab/testzk"
 )
 
 // TestEnsembleLeaderKilled: a holder whose ensemble loses its leader loses

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/flashsale/stock/internal/testzk"
+	"github.com/flashsale/stock/lab/testzk"
 )
 
 // AdvanceFence's promise: a store that refused a token because it saw a

@@ -14,7 +14,7 @@ import (
 
 	"github.com/flashsale/stock/internal/locking"
 	"github.com/flashsale/stock/internal/locking/zklock"
-	"github.com/flashsale/stock/internal/testzk"
+	"github.com/flashsale/stock/lab/testzk"
 )
 
 // dialGate is a zk.Dialer whose next dial can be held and then refused or

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/flashsale/stock/internal/testzk"
+	"github.com/flashsale/stock/lab/testzk"
 )
 
 // TestSendUnsentRepeatsWhatTheSameFlushFailed: the client fails unsent
