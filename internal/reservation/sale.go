@@ -1,0 +1,213 @@
+package reservation
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// Close implements Reservations. It lists the SKU in the catalog
+// first: a sale must never be open in Redis without being listed, or a
+// stream whose instance died before its consumer read it would be found
+// by no sweep (found by review, with the listing after the load).
+func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
+	if err := s.list(ctx, sku, epoch); err != nil {
+		return err
+	}
+	k := s.keys(sku)
+	seen, err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Int64()
+	if err == nil && seen >= epoch {
+		return &SaleNumberBehind{Seen: seen}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
+	}
+	return nil
+}
+
+// list lists sku in the catalog with the number of its latest sale.
+func (s *Store) list(ctx context.Context, sku string, epoch int64) error {
+	if err := s.rdb.ZAddArgs(ctx, s.catalogKey(), redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(epoch), Member: sku}}}).Err(); err != nil {
+		return fmt.Errorf("%w: list %q in the catalog: %w", inventory.ErrUnavailable, sku, err)
+	}
+	return nil
+}
+
+// Load implements Reservations. It lists the SKU in the catalog
+// again first (Close did, but a Redis that came back from an older copy
+// since may have lost the listing; found by review): a sale is never open
+// unlisted.
+func (s *Store) Load(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error {
+	return s.load(ctx, sku, n, epoch, w, "")
+}
+
+// Resume implements Reservations: Load, only on a server that
+// holds sale epoch's announcement (Close) and no sale since.
+func (s *Store) Resume(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error {
+	return s.load(ctx, sku, n, epoch, w, "resume")
+}
+
+func (s *Store) load(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow, mode string) error {
+	if err := s.list(ctx, sku, epoch); err != nil {
+		return err
+	}
+	k := s.keys(sku)
+	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers, k.returned, k.open, k.restocks}, epoch, n, Group, windowBound(w.StartsAt), windowBound(w.EndsAt), mode).Err(); err != nil {
+		if strings.HasPrefix(err.Error(), "LOST") {
+			return fmt.Errorf("%w: %q: Redis lost the start of its sale, and with it maybe orders the sale took; start a new sale: %w", ErrSaleNotLoaded, sku, err)
+		}
+		if strings.HasPrefix(err.Error(), "STALE") {
+			// A newer sale was started meanwhile: this one is over.
+			return fmt.Errorf("%w: %w: load %q: %w", inventory.ErrBusy, inventory.ErrStaleSale, sku, err)
+		}
+		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
+	}
+	return nil
+}
+
+// windowBound is a bound of the sale's window as the sale hash keeps it:
+// Unix microseconds (the precision of the databases' clocks and of Redis's
+// TIME; exact in a Lua number), "" for an open bound (the zero time). Not
+// 0: a bound at or before 1970 is a bound (found by review: a sale that
+// ended in 1970 sold in Redis).
+func windowBound(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10)
+}
+
+// Return implements Reservations: returnScript, after a check of
+// the sale when the server's data may have changed (as runReserve does).
+// ErrStaleSale when the sale is another than the returns', ErrSaleNotLoaded
+// when Redis has no sale, ErrBusy while a check runs.
+func (s *Store) Return(ctx context.Context, sku string, epoch int64, returns []inventory.Order) error {
+	return s.giveBack(ctx, sku, epoch, kindReturn, returns)
+}
+
+// Restock implements Reservations: returnScript for restocks,
+// as Return.
+func (s *Store) Restock(ctx context.Context, sku string, epoch int64, restocks []inventory.Order) error {
+	return s.giveBack(ctx, sku, epoch, kindRestock, restocks)
+}
+
+// What returnScript adds to a sale.
+const (
+	kindReturn  = "return"
+	kindRestock = "restock"
+)
+
+// giveBack runs returnScript for batch, of kind.
+func (s *Store) giveBack(ctx context.Context, sku string, epoch int64, kind string, batch []inventory.Order) error {
+	// Listed before it has units again, as Load lists before it opens: a
+	// sale sold out and drained may have left the catalog (Consumer.sweep),
+	// and a sale with units to sell must be listed, or the orders of an
+	// instance that dies before its consumer reads them would be found by
+	// no sweep.
+	if err := s.list(ctx, sku, epoch); err != nil {
+		return err
+	}
+	for checked := false; ; checked = true {
+		answer, err := s.runReturn(ctx, sku, epoch, "", kind, batch)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: %s units of %q in Redis: %w", inventory.ErrUnavailable, kind, sku, err)
+		case strings.HasPrefix(answer, "OK"):
+			return nil
+		case answer == "other":
+			return fmt.Errorf("%w: Redis holds another sale of %q than sale %d of the %s", inventory.ErrStaleSale, sku, epoch, kind)
+		case answer == "unloaded":
+			return fmt.Errorf("%w: %q", ErrSaleNotLoaded, sku)
+		case answer == "unchecked" && !checked:
+			if err := s.recheck(ctx, sku); err != nil {
+				return err
+			}
+		case answer == "checking" || answer == "unchecked":
+			return fmt.Errorf("%w: the sale of %q is being checked against the database", inventory.ErrBusy, sku)
+		default:
+			return fmt.Errorf("%w: unexpected reply from the return script: %q", inventory.ErrUnavailable, answer)
+		}
+	}
+}
+
+// runReturn runs returnScript for a batch of kind, under the check token
+// when a check runs it ("" otherwise).
+func (s *Store) runReturn(ctx context.Context, sku string, epoch int64, token, kind string, batch []inventory.Order) (string, error) {
+	k := s.keys(sku)
+	args := make([]any, 0, 3+4*len(batch))
+	args = append(args, epoch, token, kind)
+	set := k.returned
+	for _, o := range batch {
+		if kind == kindRestock {
+			args = append(args, o.ID, o.Quantity)
+			set = k.restocks
+		} else {
+			args = append(args, o.ID, o.Quantity, o.UserID, o.Claimed)
+		}
+	}
+	return returnScript.Run(ctx, s.rdb, []string{k.sale, set, k.buyers}, args...).Text()
+}
+
+// returnAgain gives back, under a check of the sale (token), the units of
+// every order the database returned in the sale: the set skips those
+// Redis has taken back already, so a Redis that came back from an older
+// copy of its data gets back what it lost and nothing twice. It runs after
+// the check found that Redis took every order the database has.
+func (s *Store) returnAgain(ctx context.Context, sku string, epoch int64, token string, r SaleRecheck) error {
+	returned, err := r.ReturnedOrders(ctx)
+	if err != nil {
+		return err
+	}
+	restocks, err := r.Restocks(ctx)
+	if err != nil {
+		return err
+	}
+	for _, give := range []struct {
+		kind  string
+		batch []inventory.Order
+	}{{kindReturn, returned}, {kindRestock, restocks}} {
+		const size = 256
+		again := 0
+		for from := 0; from < len(give.batch); from += size {
+			answer, err := s.runReturn(ctx, sku, epoch, token, give.kind, give.batch[from:min(from+size, len(give.batch))])
+			if err != nil {
+				return err
+			}
+			var n int
+			if _, serr := fmt.Sscanf(answer, "OK %d", &n); serr != nil {
+				return fmt.Errorf("%s units of %q in Redis during its check: %s", give.kind, sku, answer)
+			}
+			again += n
+		}
+		if again > 0 {
+			// Those the relay had not taken yet, and any an older copy of
+			// Redis's data had lost.
+			s.log.Info("the check of the sale gave Redis the returns or restocks it did not have yet",
+				"sku", sku, "kind", give.kind, "count", again)
+		}
+	}
+	return nil
+}
+
+// Tally implements Reservations.
+func (s *Store) Tally(ctx context.Context, sku string) (Tally, error) {
+	k := s.keys(sku)
+	v, err := tallyScript.Run(ctx, s.rdb, []string{k.sale, k.orders}).Int64Slice()
+	if err != nil {
+		return Tally{}, fmt.Errorf("%w: tally %q in Redis: %w", inventory.ErrUnavailable, sku, err)
+	}
+	if len(v) == 0 {
+		return Tally{}, fmt.Errorf("%w: %q", ErrSaleNotLoaded, sku)
+	}
+	return Tally{
+		Epoch: v[0], Initial: v[1], Available: v[2], Ordered: v[3], Orders: v[4],
+		Pending: v[5], Lag: time.Duration(v[6]) * time.Millisecond,
+		Returned: v[7], Returns: v[8], Restocked: v[9],
+	}, nil
+}
