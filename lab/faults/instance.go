@@ -149,7 +149,8 @@ func (in *Instance) waitReady(ctx context.Context, timeout time.Duration) error 
 	}
 }
 
-// Audit is what GET /admin/audit/{sku} answers.
+// Audit is what GET /admin/audit/{sku} answers, as the fault suite and the
+// demo's report (lab/report) read it.
 type Audit struct {
 	SKU        string `json:"sku"`
 	Initial    int64  `json:"initial"`
@@ -159,7 +160,19 @@ type Audit struct {
 	Consistent bool   `json:"consistent"`
 	// Pending: accepted orders not yet in the database (redis-reserve,
 	// redis-watch).
-	Pending int64 `json:"pending"`
+	Pending int64 `json:"pending,omitempty"`
+	// Drift says how the database disagrees with where the stock is
+	// counted (redis-reserve, redis-watch), "" when it does not.
+	Drift string `json:"drift,omitempty"`
+	// The lifecycle's figures (HOLD_TTL): the units restocks added, held
+	// and paid (held + paid = ordered), the units cancelled and expired
+	// orders gave back, and those orders' counts.
+	Restocked int64 `json:"restocked,omitempty"`
+	Held      int64 `json:"held,omitempty"`
+	Paid      int64 `json:"paid,omitempty"`
+	Returned  int64 `json:"returned,omitempty"`
+	Cancelled int64 `json:"cancelled,omitempty"`
+	Expired   int64 `json:"expired,omitempty"`
 }
 
 // StartSale starts a sale of n units of sku through the first instance that

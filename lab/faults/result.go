@@ -2,8 +2,11 @@ package faults
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/flashsale/stock/internal/strategies"
 )
 
 // Verdict is the outcome of one run of a scenario.
@@ -30,7 +33,8 @@ const (
 	VerdictSkipped Verdict = "skipped"
 )
 
-// Report is the content of faults.json.
+// Report is the content of faults.json, and the fault suite's part of a
+// demo report (lab/report reads it as it is: one schema for both).
 type Report struct {
 	// Version of this structure; bumped on incompatible changes.
 	Version  int       `json:"version"`
@@ -42,6 +46,53 @@ type Report struct {
 	// else "ok".
 	Verdict Verdict  `json:"verdict"`
 	Runs    []Result `json:"runs"`
+	// Link is faults.md relative to the folder of a demo report that
+	// quotes the run; the suite leaves it empty.
+	Link string `json:"link,omitempty"`
+}
+
+// Duration is how long the suite ran, 0 when unknown.
+func (r *Report) Duration() time.Duration {
+	if r.Finished.IsZero() || r.Started.IsZero() || r.Finished.Before(r.Started) {
+		return 0
+	}
+	return r.Finished.Sub(r.Started)
+}
+
+// FaultStrategy is the strategy a run put under its fault: its
+// configuration's, else (a run read from faults.md, or saved before the
+// configuration was) the segment of its name that names a strategy
+// ("2-paused-holder/redlock/fencing-on"), else the one its scenario exists
+// for ("7-etcd-leader-kill").
+func (r Result) FaultStrategy() string {
+	if r.Config.Strategy != "" {
+		return r.Config.Strategy
+	}
+	for _, seg := range strings.Split(r.Name, "/") {
+		if _, ok := strategies.Lookup(seg); ok {
+			return seg
+		}
+	}
+	scenario, _, _ := strings.Cut(r.Name, "/")
+	switch {
+	case strings.HasPrefix(scenario, "3-redlock-"):
+		return strategies.NameRedlock
+	case strings.HasPrefix(scenario, "7-etcd-"):
+		return strategies.NameEtcdLock
+	case strings.HasPrefix(scenario, "7-zk-"):
+		return strategies.NameZKLock
+	}
+	return ""
+}
+
+// FaultUnsafe reports whether the run's configuration was one expected to
+// oversell (FENCING=off), from its name when its configuration is not
+// known.
+func (r Result) FaultUnsafe() bool {
+	if r.Config.Strategy != "" {
+		return !r.Config.Safe
+	}
+	return slices.Contains(strings.Split(r.Name, "/"), "fencing-off")
 }
 
 // Result is one run of one scenario in one configuration.

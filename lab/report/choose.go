@@ -397,7 +397,7 @@ func (r *Report) faultCell(k faultKind, burst []Row) ChoiceCell {
 		if run.Verdict == "ok" {
 			t.ok++
 		} else {
-			avoid = append(avoid, Pick{Strategy: s, Figure: run.Verdict + " in " + run.Name})
+			avoid = append(avoid, Pick{Strategy: s, Figure: string(run.Verdict) + " in " + run.Name})
 		}
 	}
 	if len(unfenced) > 0 {

@@ -69,7 +69,7 @@ func faultsSource(f *Faults) string {
 	if d := f.Duration(); d > 0 {
 		s += fmt.Sprintf(", %s of %s", plural(int64(len(f.Runs)), "run", "runs"), fmtMinutes(d))
 	}
-	return s + ", suite verdict " + f.Verdict
+	return s + ", suite verdict " + string(f.Verdict)
 }
 
 // fmtMinutes writes a duration of minutes: "22 minutes", "1 minute".

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/faults"
 )
 
 // Run is one k6 scenario against the instances of one strategy on one
@@ -84,30 +85,9 @@ func (r *Run) figures() *K6Figures {
 	return r.K6
 }
 
-// Audit is the service's bookkeeping of a sale.
-type Audit struct {
-	SKU        string `json:"sku"`
-	Initial    int64  `json:"initial"`
-	Available  int64  `json:"available"`
-	Ordered    int64  `json:"ordered"`
-	Orders     int64  `json:"orders"`
-	Consistent bool   `json:"consistent"`
-	// Pending counts accepted orders not yet in the database
-	// (redis-reserve, redis-watch).
-	Pending int64 `json:"pending,omitempty"`
-	// Drift says how the database disagrees with where the stock is
-	// counted (redis-reserve, redis-watch), "" when it does not.
-	Drift string `json:"drift,omitempty"`
-	// The lifecycle's figures (HOLD_TTL): the units restocks added, held
-	// and paid (held + paid = ordered), the units cancelled and expired
-	// orders gave back, and those orders' counts.
-	Restocked int64 `json:"restocked,omitempty"`
-	Held      int64 `json:"held,omitempty"`
-	Paid      int64 `json:"paid,omitempty"`
-	Returned  int64 `json:"returned,omitempty"`
-	Cancelled int64 `json:"cancelled,omitempty"`
-	Expired   int64 `json:"expired,omitempty"`
-}
+// Audit is what GET /admin/audit/{sku} answered at the end of a run (the
+// fault suite reads the same answer).
+type Audit = faults.Audit
 
 // IsControl reports whether a strategy is the unsafe control, whose
 // oversell is the point of the demonstration rather than a failure.
