@@ -127,19 +127,21 @@ func addrList(s string) []string {
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconf.New(getenv)
 	str, integer, duration, boolean, bad := env.String, env.Int, env.Duration, env.Bool, env.Bad
+	// The strategies' settings default to the registry's.
+	def := strategies.Defaults()
 	c := config{
-		Strategy:        str("STRATEGY", strategies.NameConditional),
+		Strategy:        str("STRATEGY", def.Strategy),
 		DatabaseURL:     str("DATABASE_URL", ""),
 		HTTPAddr:        str("HTTP_ADDR", ":8080"),
 		AdminToken:      getenv("ADMIN_TOKEN"),
 		DBMaxConns:      integer("DB_MAX_CONNS", 16, 1, 1000),
-		OrderTimeout:    duration("ORDER_TIMEOUT", 3*time.Second, false),
-		CASMaxAttempts:  integer("CAS_MAX_ATTEMPTS", 50, 1, 10000),
-		CASMaxInFlight:  integer("CAS_MAX_IN_FLIGHT", 2, 0, 1000),
-		RowMaxInFlight:  integer("ROW_MAX_IN_FLIGHT", 4, 0, 1000),
-		NaiveRaceWindow: duration("NAIVE_RACE_WINDOW", 0, true),
-		BatchMax:        integer("BATCH_MAX", 256, 1, 10000),
-		BatchWait:       duration("BATCH_WAIT", 0, true),
+		OrderTimeout:    duration("ORDER_TIMEOUT", def.OrderTimeout, false),
+		CASMaxAttempts:  integer("CAS_MAX_ATTEMPTS", def.CASMaxAttempts, 1, 10000),
+		CASMaxInFlight:  integer("CAS_MAX_IN_FLIGHT", def.CASMaxInFlight, 0, 1000),
+		RowMaxInFlight:  integer("ROW_MAX_IN_FLIGHT", def.RowMaxInFlight, 0, 1000),
+		NaiveRaceWindow: duration("NAIVE_RACE_WINDOW", def.NaiveRaceWindow, true),
+		BatchMax:        integer("BATCH_MAX", def.BatchMax, 1, 10000),
+		BatchWait:       duration("BATCH_WAIT", def.BatchWait, true),
 		Migrate:         boolean("MIGRATE", true),
 		ShutdownTimeout: duration("SHUTDOWN_TIMEOUT", 10*time.Second, false),
 		ReadTimeout:     duration("HTTP_READ_TIMEOUT", 10*time.Second, false),
@@ -148,17 +150,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// goroutine held for a client that may not come back, and it
 		// costs the client one reconnect.
 		HTTPIdleTimeout: duration("HTTP_IDLE_TIMEOUT", 5*time.Second, false),
-		LockTTL:         duration("LOCK_TTL", 5*time.Second, false),
-		LockWait:        duration("LOCK_WAIT", 3*time.Second, false),
-		LockRenewEvery:  duration("LOCK_RENEW_EVERY", 0, true),
+		LockTTL:         duration("LOCK_TTL", def.LockTTL, false),
+		LockWait:        duration("LOCK_WAIT", def.LockWait, false),
+		LockRenewEvery:  duration("LOCK_RENEW_EVERY", def.LockRenewEvery, true),
 		FreezeHolder:    boolean("FREEZE_HOLDER", false),
 		SkipPolicyCheck: boolean("REDIS_SKIP_POLICY_CHECK", false),
 		// A dead consumer's orders wait this long: well past a healthy
 		// batch's write, well within what a buyer tolerates between the
 		// 201 and the order row.
-		ReserveClaimIdle: duration("RESERVE_CLAIM_IDLE", 5*time.Second, false),
-		ReservePipelines: integer("RESERVE_PIPELINES", 4, 0, 64),
-		ReconcileEvery:   duration("RESERVE_RECONCILE_EVERY", 30*time.Second, true),
+		ReserveClaimIdle: duration("RESERVE_CLAIM_IDLE", def.ReserveClaimIdle, false),
+		ReservePipelines: integer("RESERVE_PIPELINES", def.ReservePipelines, 0, 64),
+		ReconcileEvery:   duration("RESERVE_RECONCILE_EVERY", def.ReconcileEvery, true),
 		AuditEvery:       duration("AUDIT_EVERY", 30*time.Second, true),
 		HoldTTL:          duration("HOLD_TTL", 0, true),
 		// The sweep runs whatever HOLD_TTL is, so that holds placed under
@@ -167,7 +169,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		HoldSweepEvery: duration("HOLD_SWEEP_EVERY", time.Second, true),
 		PerUserLimit:   integer("PER_USER_LIMIT", 0, 0, inventory.MaxInitialStock),
 		SoldOutTTL:     duration("SOLD_OUT_TTL", sales.DefaultSoldOutTTL, true),
-		AdmissionLimit: integer("ADMISSION_LIMIT", 0, 0, 1000),
+		AdmissionLimit: integer("ADMISSION_LIMIT", def.AdmissionLimit, 0, 1000),
 		JobLock:        str("JOB_LOCK", "table"),
 	}
 	switch d := str("RESERVE_DURABILITY", "aof"); d {
@@ -193,9 +195,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	default:
 		bad("FENCING=%q is not on or off", f)
 	}
-	c.RedisAddrs = addrList(str("REDIS_ADDRS", "127.0.0.1:6379"))
-	c.EtcdEndpoints = addrList(str("ETCD_ENDPOINTS", "127.0.0.1:2379"))
-	c.ZKServers = addrList(str("ZK_SERVERS", "127.0.0.1:2181"))
+	c.RedisAddrs = addrList(str("REDIS_ADDRS", strings.Join(def.RedisAddrs, ",")))
+	c.EtcdEndpoints = addrList(str("ETCD_ENDPOINTS", strings.Join(def.EtcdEndpoints, ",")))
+	c.ZKServers = addrList(str("ZK_SERVERS", strings.Join(def.ZKServers, ",")))
 	// What only some strategies read, and what a strategy cannot run
 	// with, is its registry entry's to say (Settings, Check).
 	if err := strategies.Check(c.strategyConfig(), func(setting string) bool {

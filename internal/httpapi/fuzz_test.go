@@ -10,11 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/httpapi"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/sales"
-	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/strategies"
 	"github.com/flashsale/stock/lab/testdb"
@@ -40,17 +38,16 @@ func fuzzTargets(f *testing.F, stock int64, names []string, opts ...httpapi.Opti
 	for _, engine := range store.Engines {
 		db := testdb.New(f, engine, 4)
 		for i, name := range names {
-			var strategy inventory.Strategic
-			switch name {
-			case strategies.NameConditional:
-				strategy = sqlrow.NewConditional()
-			case strategies.NameBatched:
-				// Its own path from the handler to SQL: the service hands
-				// it the whole order, and it runs the batch's transaction.
-				strategy = batched.New(db)
-			default:
-				f.Fatalf("no fuzz target for strategy %q", name)
+			// Built as the service builds it (batched takes its own path
+			// from the handler to SQL: the whole order, in its batch's
+			// transaction).
+			cfg := strategies.Defaults()
+			cfg.Strategy = name
+			strategy, stop, err := strategies.Build(context.Background(), cfg, strategies.Deps{DB: db})
+			if err != nil {
+				f.Fatalf("%s: %v", name, err)
 			}
+			f.Cleanup(stop)
 			svc := sales.NewService(db, strategy)
 			if i == 0 {
 				if err := svc.StartSale(context.Background(), "s-1", stock); err != nil {

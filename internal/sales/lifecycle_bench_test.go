@@ -6,10 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/sales"
-	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/strategies"
 	"github.com/flashsale/stock/lab/testdb"
@@ -31,17 +29,15 @@ func BenchmarkLifecycleBurst(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/%s/lifecycle=%s", engine, name, mode), func(b *testing.B) {
 					ctx := context.Background()
 					db := testdb.New(b, engine, 16)
-					var strategy inventory.Strategic = sqlrow.NewForUpdate()
-					switch name {
-					case strategies.NameBatched:
-						strategy = batched.New(db)
-					case strategies.NameConditional:
-						limited, err := sqlrow.LimitRowWork(sqlrow.NewConditional(), 4)
-						if err != nil {
-							b.Fatal(err)
-						}
-						strategy = limited
+					// Built as the service builds it: the row strategies
+					// behind the row gate (ROW_MAX_IN_FLIGHT=4).
+					cfg := strategies.Defaults()
+					cfg.Strategy = name
+					strategy, stop, err := strategies.Build(ctx, cfg, strategies.Deps{DB: db})
+					if err != nil {
+						b.Fatal(err)
 					}
+					b.Cleanup(stop)
 					opts := []sales.ServiceOption{sales.WithOrderTimeout(30 * time.Second)}
 					if mode == "on" {
 						opts = append(opts, sales.WithHoldTTL(15*time.Minute), sales.WithPerUserLimit(1))

@@ -57,6 +57,30 @@ type Config struct {
 	ReconcileEvery   time.Duration
 }
 
+// Defaults is the configuration of every setting left unset, as
+// docs/configuration.md documents it: cmd/stock reads each variable over
+// it, and a test builds a strategy from it.
+func Defaults() Config {
+	return Config{
+		Strategy:         NameConditional,
+		OrderTimeout:     3 * time.Second,
+		RowMaxInFlight:   4,
+		CASMaxAttempts:   50,
+		CASMaxInFlight:   2,
+		BatchMax:         256,
+		RedisAddrs:       []string{"127.0.0.1:6379"},
+		EtcdEndpoints:    []string{"127.0.0.1:2379"},
+		ZKServers:        []string{"127.0.0.1:2181"},
+		LockTTL:          5 * time.Second,
+		LockWait:         3 * time.Second,
+		Fencing:          true,
+		ReserveDurable:   true,
+		ReserveClaimIdle: 5 * time.Second,
+		ReservePipelines: 4,
+		ReconcileEvery:   30 * time.Second,
+	}
+}
+
 // Deps are the running parts an entry builds with.
 type Deps struct {
 	DB      store.Store
