@@ -4,26 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
-	"github.com/flashsale/stock/internal/locked"
-	"github.com/flashsale/stock/internal/locking/dblock"
-	"github.com/flashsale/stock/internal/locking/etcdlock"
-	"github.com/flashsale/stock/internal/locking/getsetlock"
-	"github.com/flashsale/stock/internal/locking/inventorylock"
-	"github.com/flashsale/stock/internal/locking/redislock"
-	"github.com/flashsale/stock/internal/locking/zklock"
-	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/sales"
-	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/strategies"
 	"github.com/flashsale/stock/lab/history"
@@ -36,86 +24,60 @@ import (
 // builder builds one strategy over the test's database on engine.
 type builder func(t *testing.T, engine string, db store.Store) inventory.Strategic
 
-// builders builds each registered strategy as the conformance test runs
-// it, over the test's database (TestConformanceCoversEveryStrategy). naive
-// gets a race window, so that its oversell is shown, not hoped for; the
-// lock strategies get servers of their own.
+// builders builds each registered strategy as the service builds it
+// (strategies.Build from its entry), over the test's database, with
+// servers of its own for what its entry Needs: the conformance test runs
+// every strategy of the registry, and nothing else. naive gets a race
+// window, so that its oversell is shown, not hoped for; a lock is waited
+// for as long as the tests' deadlines allow.
 func builders() map[string]builder {
-	built := wired()
-	for _, s := range strategies.All() {
-		if _, ok := built[s.Name]; !ok && s.New != nil {
-			built[s.Name] = func(*testing.T, string, store.Store) inventory.Strategic { return s.New() }
+	built := map[string]builder{}
+	for _, e := range strategies.All() {
+		built[e.Name] = func(t *testing.T, engine string, db store.Store) inventory.Strategic {
+			return fromRegistry(t, engine, db, e)
 		}
 	}
 	return built
 }
 
-// wired builds the strategies that the registry cannot build alone: those
-// that need servers or a store, and naive with its race window.
-func wired() map[string]builder {
-	return map[string]builder{
-		strategies.NameNaive: func(*testing.T, string, store.Store) inventory.Strategic {
-			return sqlrow.NewNaive(sqlrow.WithRaceWindow(20 * time.Millisecond))
-		},
-		strategies.NameBatched: func(_ *testing.T, _ string, db store.Store) inventory.Strategic {
-			return batched.New(db)
-		},
-		strategies.NameRedisLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
-			locker := redislock.New(testredis.Start(t).Client(t))
-			t.Cleanup(func() { _ = locker.Close() })
-			return locked.New(strategies.NameRedisLock, inventorylock.Adapt(locker))
-		},
-		strategies.NameRedlock: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
-			var clients []*redis.Client
+// fromRegistry builds e with the registry's defaults, on servers started
+// for t.
+func fromRegistry(t *testing.T, engine string, db store.Store, e strategies.Entry) inventory.Strategy {
+	t.Helper()
+	cfg := strategies.Defaults()
+	cfg.Strategy = e.Name
+	cfg.NaiveRaceWindow = 20 * time.Millisecond
+	cfg.LockWait = 30 * time.Second
+	cfg.ReconcileEvery = 0 // the tests audit themselves
+	// A lock table in a database of its own on the same engine: the lock
+	// orders the writers wherever it lives; the row's counter is the token
+	// the stock write checks.
+	cfg.DatabaseURL = testdb.MigratedURL(t, engine)
+	for _, srv := range e.Needs {
+		switch srv {
+		case strategies.ServerRedis:
+			cfg.RedisAddrs = []string{testredis.Start(t).Addr}
+		case strategies.ServerRedisQuorum:
+			cfg.RedisAddrs = nil
 			for range 5 {
-				clients = append(clients, testredis.Start(t).Client(t))
+				cfg.RedisAddrs = append(cfg.RedisAddrs, testredis.Start(t).Addr)
 			}
-			locker, err := redislock.NewRedlock(clients)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = locker.Close() })
-			return locked.New(strategies.NameRedlock, inventorylock.Adapt(locker))
-		},
-		strategies.NameEtcdLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
-			locker := etcdlock.New(testetcd.Start(t).Client(t), etcdlock.WithPrefix(fmt.Sprintf("/%s/", t.Name())))
-			t.Cleanup(func() { _ = locker.Close() })
-			return locked.New(strategies.NameEtcdLock, inventorylock.Adapt(locker))
-		},
-		strategies.NameRedisReserve: func(t *testing.T, _ string, db store.Store) inventory.Strategic {
-			return reservation.NewReserved(reservedStore(t, db), db)
-		},
-		strategies.NameRedisWatch: func(t *testing.T, _ string, db store.Store) inventory.Strategic {
-			return reservation.NewReserved(reservedStore(t, db, reservation.WithOptimisticTransactions(50, 2)), db,
-				reservation.WithReservedName(strategies.NameRedisWatch))
-		},
-		strategies.NameZKLock: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
-			locker, err := zklock.New([]string{testzk.Start(t).Addr}, zklock.WithPrefix("/"+strings.ReplaceAll(t.Name(), "/", "-")),
-				zklock.WithLogger(zklock.Quiet()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = locker.Close() })
-			return locked.New(strategies.NameZKLock, inventorylock.Adapt(locker))
-		},
-		// The lock table in a database of its own on the same engine: the
-		// lock orders the writers wherever it lives; the row's counter is
-		// the token the stock write checks.
-		strategies.NameDBLock: func(t *testing.T, engine string, _ store.Store) inventory.Strategic {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			locker, err := dblock.Open(ctx, testdb.MigratedURL(t, engine), dblock.WithWait(30*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = locker.Close() })
-			return locked.New(strategies.NameDBLock, inventorylock.Adapt(locker))
-		},
-		strategies.NameLegacyGetset: func(t *testing.T, _ string, _ store.Store) inventory.Strategic {
-			locker := getsetlock.New(testredis.Start(t).Client(t), getsetlock.WithWait(30*time.Second))
-			return locked.New(strategies.NameLegacyGetset, inventorylock.Adapt(locker), locked.WithFencing(false))
-		},
+		case strategies.ServerDurableRedis:
+			cfg.RedisAddrs = []string{testredis.StartDurable(t).Addr}
+		case strategies.ServerEtcd:
+			cfg.EtcdEndpoints = testetcd.Start(t).Endpoints()
+		case strategies.ServerZooKeeper:
+			cfg.ZKServers = []string{testzk.Start(t).Addr}
+		default:
+			t.Fatalf("%s needs %s, which the conformance test cannot start", e.Name, srv)
+		}
 	}
+	s, stop, err := strategies.Build(context.Background(), cfg, strategies.Deps{DB: db, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("build %s: %v", e.Name, err)
+	}
+	t.Cleanup(stop)
+	return s
 }
 
 // TestConformanceCoversEveryStrategy: the conformance test runs every
@@ -132,20 +94,6 @@ func TestConformanceCoversEveryStrategy(t *testing.T) {
 			t.Errorf("the conformance test runs %q, which is not registered", name)
 		}
 	}
-}
-
-// reservedStore is a reservation store on a durable redis-server of the
-// test's own, with a consumer writing into db until the test ends.
-func reservedStore(t *testing.T, db store.Store, opts ...reservation.Option) *reservation.Store {
-	srv := testredis.StartDurable(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	res := reservation.New(rdb, db, opts...)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = res.NewConsumer(db).Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return res
 }
 
 // outcome is one buyer's answer.

@@ -7,23 +7,6 @@ import (
 	"github.com/flashsale/stock/internal/strategies"
 )
 
-// TestEveryStrategyHasAnEntry: the registry builds every strategy
-// STRATEGY names, and nothing else.
-func TestEveryStrategyHasAnEntry(t *testing.T) {
-	all := strategies.All()
-	if len(all) != len(strategies.All()) {
-		t.Fatalf("%d entries for %d strategies", len(all), len(strategies.All()))
-	}
-	for _, e := range all {
-		if e.Build == nil {
-			t.Errorf("%s has no Build", e.Name)
-		}
-		if e.Invariant == "" || e.Breaks == "" {
-			t.Errorf("%s says no invariant or no schedule that breaks it", e.Name)
-		}
-	}
-}
-
 // TestSettingsAreRefusedWhereNoOneReadsThem: a setting only some
 // strategies read is refused, by name, under every other strategy.
 func TestSettingsAreRefusedWhereNoOneReadsThem(t *testing.T) {

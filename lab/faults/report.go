@@ -43,8 +43,11 @@ type step struct {
 // safe strategy of the registry is in a kill -9 run at least
 // (TestEverySafeStrategyFacesTheFaults).
 func (e *Env) steps(ctx context.Context) []step {
-	// Every safe strategy that only deducts (the registry builds it) is
-	// killed mid-load, on the two engines in turn.
+	// Every safe strategy is killed mid-load (scenario 1), but for the
+	// Redis locks, which face the loss of their servers and a paused
+	// holder instead (scenarios 2-4): those that only deduct alternate the
+	// engines; batched, whose group commit runs its own SQL, runs on both;
+	// the others alternate from PostgreSQL.
 	var steps []step
 	engines := []string{"mysql", "postgres"}
 	for _, s := range strategies.All() {
@@ -53,35 +56,58 @@ func (e *Env) steps(ctx context.Context) []step {
 			steps = append(steps, step{1, s.Name, func() Result { return e.KillRestart(ctx, engine, s.Name) }})
 		}
 	}
+	others := 0
+	for _, s := range strategies.All() {
+		if s.New != nil || !s.Safe() || s.Lock == strategies.LockRedis || s.Lock == strategies.LockRedlock {
+			continue
+		}
+		kill := []string{engines[(others+1)%2]}
+		if s.Family == strategies.FamilyBatched {
+			kill = []string{"postgres", "mysql"}
+		} else {
+			others++
+		}
+		for _, engine := range kill {
+			steps = append(steps, step{1, s.Name, func() Result { return e.KillRestart(ctx, engine, s.Name) }})
+		}
+	}
+	// Every lock strategy's holder is paused past its lock (scenario 2;
+	// 7 for a lock on a consensus service, with its leader killed too),
+	// fenced and, to show what fencing prevents, not; a control has no
+	// fencing to turn on.
+	var coordination []step
+	for _, s := range strategies.All() {
+		if s.Family != strategies.FamilyLock {
+			continue
+		}
+		scenario := 2
+		if consensus(s.Lock) {
+			scenario = 7
+			coordination = append(coordination, step{7, s.Name, func() Result { return e.CoordinatorLeaderKill(ctx, s.Name) }})
+		}
+		fencing := []string{"on", "off"}
+		if !s.Safe() {
+			fencing = []string{"off"}
+		}
+		for _, f := range fencing {
+			st := step{scenario, s.Name, func() Result { return e.PausedHolder(ctx, s.Name, f) }}
+			if scenario == 7 {
+				coordination = append(coordination, st)
+			} else {
+				steps = append(steps, st)
+			}
+		}
+	}
 	steps = append(steps, []step{
-		{1, strategies.NameBatched, func() Result { return e.KillRestart(ctx, "postgres", strategies.NameBatched) }},
-		{1, strategies.NameBatched, func() Result { return e.KillRestart(ctx, "mysql", strategies.NameBatched) }},
-		{1, strategies.NameEtcdLock, func() Result { return e.KillRestart(ctx, "postgres", strategies.NameEtcdLock) }},
-		{1, strategies.NameZKLock, func() Result { return e.KillRestart(ctx, "mysql", strategies.NameZKLock) }},
-		{1, strategies.NameDBLock, func() Result { return e.KillRestart(ctx, "mysql", strategies.NameDBLock) }},
-		{1, strategies.NameRedisReserve, func() Result { return e.KillRestart(ctx, "postgres", strategies.NameRedisReserve) }},
-		{1, strategies.NameRedisWatch, func() Result { return e.KillRestart(ctx, "mysql", strategies.NameRedisWatch) }},
-		{2, strategies.NameRedisLock, func() Result { return e.PausedHolder(ctx, strategies.NameRedisLock, "on") }},
-		{2, strategies.NameRedisLock, func() Result { return e.PausedHolder(ctx, strategies.NameRedisLock, "off") }},
-		{2, strategies.NameRedlock, func() Result { return e.PausedHolder(ctx, strategies.NameRedlock, "on") }},
-		{2, strategies.NameRedlock, func() Result { return e.PausedHolder(ctx, strategies.NameRedlock, "off") }},
-		{2, strategies.NameDBLock, func() Result { return e.PausedHolder(ctx, strategies.NameDBLock, "on") }},
-		{2, strategies.NameDBLock, func() Result { return e.PausedHolder(ctx, strategies.NameDBLock, "off") }},
-		// The classic SETNX + GETSET lock of older Redis articles has no fencing to turn on: its
-		// paused holder wakes, writes, and deletes its successor's lock.
-		{2, strategies.NameLegacyGetset, func() Result { return e.PausedHolder(ctx, strategies.NameLegacyGetset, "off") }},
 		{3, strategies.NameRedlock, func() Result { return e.RedlockNodeLoss(ctx) }},
 		{3, strategies.NameRedlock, func() Result { return e.RedlockDownRate(ctx) }},
 		{4, strategies.NameRedisLock, func() Result { return e.RedisRestart(ctx) }},
 		{5, strategies.NameConditional, func() Result { return e.DatabaseRestart(ctx, e.Postgres) }},
 		{5, strategies.NameConditional, func() Result { return e.DatabaseRestart(ctx, e.MariaDB) }},
 		{6, strategies.NameConditional, func() Result { return e.IdempotentRetries(ctx) }},
-		{7, strategies.NameEtcdLock, func() Result { return e.CoordinatorLeaderKill(ctx, strategies.NameEtcdLock) }},
-		{7, strategies.NameEtcdLock, func() Result { return e.PausedHolder(ctx, strategies.NameEtcdLock, "on") }},
-		{7, strategies.NameEtcdLock, func() Result { return e.PausedHolder(ctx, strategies.NameEtcdLock, "off") }},
-		{7, strategies.NameZKLock, func() Result { return e.CoordinatorLeaderKill(ctx, strategies.NameZKLock) }},
-		{7, strategies.NameZKLock, func() Result { return e.PausedHolder(ctx, strategies.NameZKLock, "on") }},
-		{7, strategies.NameZKLock, func() Result { return e.PausedHolder(ctx, strategies.NameZKLock, "off") }},
+	}...)
+	steps = append(steps, coordination...)
+	steps = append(steps, []step{
 		{8, strategies.NameRedisReserve, func() Result { return e.ReserveRedisRestart(ctx, strategies.NameRedisReserve) }},
 		{8, strategies.NameRedisWatch, func() Result { return e.ReserveRedisRestart(ctx, strategies.NameRedisWatch) }},
 		{8, strategies.NameRedisReserve, func() Result { return e.ReserveRedisWiped(ctx) }},
@@ -133,6 +159,12 @@ func (e *Env) steps(ctx context.Context) []step {
 		}
 	}
 	return steps
+}
+
+// consensus reports whether a lock lives on a consensus service, whose
+// leader the suite kills (scenario 7).
+func consensus(kind strategies.LockKind) bool {
+	return kind == strategies.LockEtcd || kind == strategies.LockZooKeeper
 }
 
 // SuiteVerdict is failed when a run failed or could not be carried out.

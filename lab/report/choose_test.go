@@ -162,7 +162,7 @@ func TestChoiceSaysWhatTheRunDidNotMeasure(t *testing.T) {
 	if err := WriteChoosing(&md, r, "index.html", ""); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Not in this run, so in no row: for-update, version-cas, batched", "A quick run"} {
+	for _, want := range []string{"Not in this run, so in no row: " + strings.Join(r.NotInRun(), ", "), "for-update, version-cas", "A quick run"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("choosing.md lacks %q:\n%s", want, md.String())
 		}
