@@ -1,9 +1,11 @@
-// Package reservation is the Redis side of the redis-reserve strategy: it
+// Package reservation is the redis-reserve and redis-watch strategies: it
 // counts each SKU's stock in Redis and takes an order with one atomic script
-// that checks the sale, the idempotency key and the stock, decrements it and
-// appends the order to the SKU's stream; a Consumer in every instance then
-// writes the streamed orders to the database and removes them. The domain's
-// side (Reserved) declares what it needs; Store implements it.
+// (or WATCH/MULTI/EXEC) that checks the sale, the idempotency key and the
+// stock, decrements it and appends the order to the SKU's stream; a
+// Consumer in every instance then writes the streamed orders to the
+// database and removes them. Reserved is the strategy the Service runs; it
+// declares what it needs of the store (Reservations), which Store
+// implements over Redis, and of the database (EpochSales).
 //
 // Durability: an answer is sent only after Redis replied, and a Redis with
 // appendonly yes and appendfsync always writes and fsyncs its AOF before it
