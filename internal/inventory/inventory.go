@@ -26,18 +26,17 @@ import (
 
 // Errors a caller of this package can test with errors.Is. Adapters wrap them
 // with %w so the cause stays readable.
-// ErrVersionMoved: the stock row changed between a strategy's read and its
-// write (another order wrote it, or a newer lock holder did), so the write
-// was refused; the strategy reads again. A Deduct returns it from inside
-// the transaction it gives up, and the Service counts it as a retry.
-var ErrVersionMoved = errors.New("stock version moved since the read")
-
-// ErrStaleSale: orders reserved outside the database (the reservation
-// strategies) in a sale of the SKU that has been restarted since; the
-// database refuses to write them into the new one.
-var ErrStaleSale = errors.New("the orders belong to a sale that has been restarted")
-
 var (
+	// ErrVersionMoved: the stock row changed between a strategy's read
+	// and its write (another order wrote it, or a newer lock holder did),
+	// so the write was refused; the strategy reads again. A Deduct returns
+	// it from inside the transaction it gives up, and the Service counts
+	// it as a retry.
+	ErrVersionMoved = errors.New("stock version moved")
+	// ErrStaleSale: orders reserved outside the database (the reservation
+	// strategies) in a sale of the SKU that has been restarted since; the
+	// database refuses to write them into the new one.
+	ErrStaleSale = errors.New("the orders belong to a sale that has been restarted")
 	// ErrInvalid: the request breaks a rule of the domain; nothing changed.
 	ErrInvalid = errors.New("invalid request")
 	// ErrUnknownSKU: no sale has been started for the SKU.

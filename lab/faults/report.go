@@ -47,7 +47,8 @@ func (e *Env) steps(ctx context.Context) []step {
 	// Redis locks, which face the loss of their servers and a paused
 	// holder instead (scenarios 2-4): those that only deduct alternate the
 	// engines; batched, whose group commit runs its own SQL, runs on both;
-	// the others alternate from PostgreSQL.
+	// a lock table runs on MariaDB (its paused holder runs on PostgreSQL);
+	// the others of a family alternate from PostgreSQL.
 	var steps []step
 	engines := []string{"mysql", "postgres"}
 	for _, s := range strategies.All() {
@@ -56,16 +57,20 @@ func (e *Env) steps(ctx context.Context) []step {
 			steps = append(steps, step{1, s.Name, func() Result { return e.KillRestart(ctx, engine, s.Name) }})
 		}
 	}
-	others := 0
+	inFamily := map[strategies.Family]int{}
 	for _, s := range strategies.All() {
 		if s.New != nil || !s.Safe() || s.Lock == strategies.LockRedis || s.Lock == strategies.LockRedlock {
 			continue
 		}
-		kill := []string{engines[(others+1)%2]}
-		if s.Family == strategies.FamilyBatched {
+		var kill []string
+		switch {
+		case s.Family == strategies.FamilyBatched:
 			kill = []string{"postgres", "mysql"}
-		} else {
-			others++
+		case s.Lock == strategies.LockTable:
+			kill = []string{"mysql"}
+		default:
+			kill = []string{engines[(inFamily[s.Family]+1)%2]}
+			inFamily[s.Family]++
 		}
 		for _, engine := range kill {
 			steps = append(steps, step{1, s.Name, func() Result { return e.KillRestart(ctx, engine, s.Name) }})
