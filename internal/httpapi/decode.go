@@ -32,6 +32,11 @@ func readJSON(c *gin.Context, v any) error {
 
 // readBody reads a JSON body of at most MaxBodyBytes.
 func readBody(c *gin.Context) ([]byte, error) {
+	return readBodyUpTo(c, MaxBodyBytes)
+}
+
+// readBodyUpTo reads a JSON body of at most limit bytes.
+func readBodyUpTo(c *gin.Context, limit int64) ([]byte, error) {
 	// The header as clients send it needs no parsing (ParseMediaType
 	// allocates a map for the parameters on every order).
 	if ct := c.GetHeader("Content-Type"); ct != "application/json" {
@@ -40,11 +45,11 @@ func readBody(c *gin.Context) ([]byte, error) {
 			return nil, errUnsupportedMediaType
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, invalid("body is larger than %d bytes", MaxBodyBytes)
+			return nil, invalid("body is larger than %d bytes", limit)
 		}
 		return nil, invalid("reading body: %v", err)
 	}

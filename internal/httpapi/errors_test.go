@@ -33,6 +33,9 @@ func (f failingInventory) Level(context.Context, string) (inventory.Level, error
 func (f failingInventory) OpenSale(context.Context, inventory.SaleRequest) (inventory.SaleStarted, error) {
 	return inventory.SaleStarted{}, f.err
 }
+func (f failingInventory) OpenCatalog(context.Context, inventory.CatalogRequest) (inventory.CatalogStarted, error) {
+	return inventory.CatalogStarted{}, f.err
+}
 func (f failingInventory) Audit(context.Context, string) (inventory.Audit, error) {
 	return inventory.Audit{}, f.err
 }
@@ -160,6 +163,8 @@ func TestEvery503SaysWhatItMeansForItsRoute(t *testing.T) {
 		{"POST", "/admin/stock/s-1/restock", `{"quantity":5}`, unknown, []string{"may have been applied", "restocks"}},
 		{"PUT", "/admin/stock/s-1", `{"available":5}`, conflict, []string{"same Idempotency-Key", "never starts the sale twice"}},
 		{"PUT", "/admin/stock/s-1", `{"available":5}`, unknown, []string{"may have started"}},
+		{"PUT", "/admin/stock", `[{"sku":"s-1","available":5}]`, down, []string{"may have started in the database", "same Idempotency-Key"}},
+		{"PUT", "/admin/stock", `[{"sku":"s-1","available":5}]`, unknown, []string{"every sale of the catalog may have started, or none"}},
 	}
 	for _, c := range cases {
 		h := httpapi.New(failingInventory{err: c.err}, httpapi.WithAdminToken("0123456789abcdef"))

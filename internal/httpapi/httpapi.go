@@ -38,6 +38,7 @@ type Inventory interface {
 	RestockSale(ctx context.Context, req inventory.RestockRequest) (inventory.Restocked, error)
 	Level(ctx context.Context, sku string) (inventory.Level, error)
 	OpenSale(ctx context.Context, req inventory.SaleRequest) (inventory.SaleStarted, error)
+	OpenCatalog(ctx context.Context, req inventory.CatalogRequest) (inventory.CatalogStarted, error)
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
 	Ready(ctx context.Context) error
 }
@@ -128,6 +129,7 @@ func New(inv Inventory, opts ...Option) http.Handler {
 		r.GET("/metrics", gin.WrapH(s.metrics))
 	}
 	admin := r.Group("/admin", s.requireAdmin)
+	admin.PUT("/stock", s.startCatalog)
 	admin.PUT("/stock/:sku", s.startSale)
 	admin.POST("/stock/:sku/restock", s.restock)
 	admin.GET("/audit/:sku", s.audit)
@@ -365,6 +367,11 @@ var meanings = map[string]meaning{
 		busy:        "the sale's start did not complete in time: it may have been recorded in part; retry with the same Idempotency-Key (a retry completes a start half done and never starts the sale twice); without a key, a retry starts the sale anew",
 		unavailable: "a backend is unavailable: the sale's start may have been recorded in part; retry with the same Idempotency-Key (a retry completes it and never starts the sale twice); without a key, a retry starts the sale anew",
 		unknown:     "the database stopped answering while committing: the sale may have started; retry with the same Idempotency-Key (never started twice); without a key, a retry starts the sale anew",
+	},
+	"/admin/stock": {
+		busy:        "the catalog's start did not complete in time: its SKUs' sales may have started in the database and not yet everywhere else; retry with the same Idempotency-Key (a retry completes them and never starts a sale twice); without a key, a retry starts every sale anew",
+		unavailable: "a backend is unavailable: the catalog's sales may have started in the database and not yet everywhere else; retry with the same Idempotency-Key (a retry completes them and never starts a sale twice); without a key, a retry starts every sale anew",
+		unknown:     "the database stopped answering while committing: every sale of the catalog may have started, or none; retry with the same Idempotency-Key (never started twice); without a key, a retry starts every sale anew",
 	},
 	"/admin/stock/:sku/restock": {
 		busy:        "the restock was not applied in time: nothing was added; retry (with the same Idempotency-Key, the units are added once in all)",

@@ -41,6 +41,12 @@ type Strategy struct {
 	// newer one was started since.
 	StartSale   func(ctx context.Context, st SaleStart) error
 	FinishStart func(ctx context.Context, st SaleStart, sale int64) error
+	// StartCatalog and FinishCatalog are the same for a catalog's start
+	// (many SKUs in one request): StartCatalog starts every sale of c;
+	// FinishCatalog completes, for a retry with the same key, each start
+	// of starts that the database recorded and still holds.
+	StartCatalog  func(ctx context.Context, c CatalogStart) error
+	FinishCatalog func(ctx context.Context, starts []SaleStart) error
 	// ResetSKU clears what the strategy keeps per SKU (lock keys) for a
 	// new sale.
 	ResetSKU func(ctx context.Context, sku string) error
@@ -81,8 +87,8 @@ func (s Strategy) Validate() error {
 	if (s.Deduct == nil) == (s.TakeOrder == nil) {
 		errs = append(errs, errors.New("exactly one of Deduct and TakeOrder"))
 	}
-	if (s.StartSale == nil) != (s.FinishStart == nil) {
-		errs = append(errs, errors.New("StartSale and FinishStart together"))
+	if own := s.StartSale != nil; own != (s.FinishStart != nil) || own != (s.StartCatalog != nil) || own != (s.FinishCatalog != nil) {
+		errs = append(errs, errors.New("StartSale, FinishStart, StartCatalog and FinishCatalog together"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("inventory: strategy %q: %w", s.Name, err)

@@ -31,6 +31,11 @@ type Store interface {
 	// records besides) and returns the sale's number. ErrAdminKeyTaken
 	// when st.Key's key exists already: nothing was started.
 	StartSaleWith(ctx context.Context, st SaleStart) (sale int64, err error)
+	// StartCatalogWith is many starts in one transaction (CatalogStart
+	// says what it records besides) and returns their sales' numbers, in
+	// c.Starts' order. ErrAdminKeyTaken when c.Key's key exists already:
+	// nothing was started.
+	StartCatalogWith(ctx context.Context, c CatalogStart) (sales []int64, err error)
 	// Audit reads the SKU's stock and the sum of its orders from one
 	// snapshot.
 	Audit(ctx context.Context, sku string) (Audit, error)

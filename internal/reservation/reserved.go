@@ -111,6 +111,13 @@ type Reservations interface {
 	// loading the open sale again changes nothing. Outside w, Reserve
 	// refuses with ErrSaleNotStarted or ErrSaleEnded on the store's clock.
 	Load(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error
+	// CloseCatalog and LoadCatalog are Close and Load for many SKUs, sale
+	// sales[i] for the i-th: a catalog's start. A *SaleNumberBehind from
+	// CloseCatalog names the highest number the store had seen among the
+	// SKUs it was behind for; LoadCatalog leaves a SKU whose newer sale
+	// was started meanwhile to that sale.
+	CloseCatalog(ctx context.Context, skus []string, sales []int64) error
+	LoadCatalog(ctx context.Context, starts []inventory.SaleStart, sales []int64) error
 	// Resume is Load for a start whose database transaction committed
 	// and whose load may not have run (a retry of the start): it opens
 	// sale epoch only on a store that holds its announcement (Close) and
@@ -163,6 +170,11 @@ type EpochSales interface {
 	// above st.AtLeast. st.BeforeCommit runs with that number inside the
 	// transaction, the SKU's row locked; its error rolls the sale back.
 	StartSaleWith(ctx context.Context, st inventory.SaleStart) (epoch int64, err error)
+	// StartCatalogWith starts many sales as Store.StartCatalogWith does;
+	// c.BeforeCommit runs with their numbers, every row locked.
+	StartCatalogWith(ctx context.Context, c inventory.CatalogStart) (sales []int64, err error)
+	// SaleRows reads the stock rows of skus, by SKU (absent: none).
+	SaleRows(ctx context.Context, skus []string) (map[string]inventory.SaleRow, error)
 	// Audit reads the SKU's stock and the sum of its orders, as
 	// Store.Audit does.
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
@@ -229,6 +241,7 @@ func NewReserved(res Reservations, db EpochSales, opts ...ReservedOption) *Reser
 // books and its stock in the store, and relays the database's returns.
 func (r *Reserved) Strategy() inventory.Strategy {
 	return inventory.Strategy{Name: r.name, TakeOrder: r.TakeOrder, StartSale: r.StartSaleWith, FinishStart: r.FinishStart,
+		StartCatalog: r.StartCatalog, FinishCatalog: r.FinishCatalog,
 		RelayReturns: r.RelayReturns, Audit: r.Audit, Level: r.Level, Ping: r.Ping}
 }
 

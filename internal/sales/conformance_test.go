@@ -42,7 +42,7 @@ func builders() map[string]builder {
 
 // fromRegistry builds e with the registry's defaults, on servers started
 // for t.
-func fromRegistry(t *testing.T, engine string, db store.Store, e strategies.Entry) inventory.Strategy {
+func fromRegistry(t testing.TB, engine string, db store.Store, e strategies.Entry) inventory.Strategy {
 	t.Helper()
 	cfg := strategies.Defaults()
 	cfg.Strategy = e.Name

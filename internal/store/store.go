@@ -33,6 +33,9 @@ type Store interface {
 	// SKUsAfter lists the SKUs on sale (every one with a stock row) a
 	// page at a time, in order, for the audit job.
 	SKUsAfter(ctx context.Context, after string, limit int) ([]string, error)
+	// SaleRows serves the reservation strategies' retried catalog start
+	// (reservation.EpochSales).
+	SaleRows(ctx context.Context, skus []string) (map[string]inventory.SaleRow, error)
 	Migrate(ctx context.Context) error
 	Close()
 }

@@ -36,9 +36,13 @@ type Catalog struct {
 	ZipfS        float64       `json:"zipf_s"`
 	ZipfV        float64       `json:"zipf_v"`
 	AdminWorkers int           `json:"admin_workers"`
-	// Setup is how long putting every SKU on sale took, AdminWorkers PUTs
-	// at a time; MasterKeys the keys each Redis Cluster master gained
-	// meanwhile (DBSIZE before and after), which shows the spread.
+	// SetupBatch is the SKUs of one PUT /admin/stock that put the
+	// catalog on sale; 0 for a run that sent PUT /admin/stock/{sku} for
+	// each, AdminWorkers at a time (before the collection's route).
+	SetupBatch int `json:"setup_batch,omitempty"`
+	// Setup is how long putting every SKU on sale took; MasterKeys the
+	// keys each Redis Cluster master gained meanwhile (DBSIZE before and
+	// after), which shows the spread.
 	Setup      time.Duration `json:"setup_ns"`
 	MasterKeys []int64       `json:"master_keys,omitempty"`
 	// SetupRetries counts the PUTs sent again after a 503 (nothing done).
@@ -413,8 +417,12 @@ func catalogLoad(r *Report) string {
 		return ""
 	}
 	c := cats[0]
-	s := fmt.Sprintf("%s SKUs on sale, %s units each (PUT /admin/stock/{sku}, %d at a time), then %d keep-alive workers of the Go client ordering one unit at a time for %s, round robin over %d instances; each order's SKU is drawn from a Zipf distribution over the SKUs' ranks, P(rank k) ∝ (%s + k)^−%s (Go's math/rand/v2 Zipf), so that a handful of hot SKUs take most of the orders",
-		fmtInt(int64(c.SKUs)), fmtInt(c.StockPerSKU), c.AdminWorkers, c.Workers, c.Duration, c.Instances,
+	setup := fmt.Sprintf("PUT /admin/stock/{sku}, %d at a time", c.AdminWorkers)
+	if c.SetupBatch > 0 {
+		setup = fmt.Sprintf("PUT /admin/stock, up to %s SKUs a request", fmtInt(int64(c.SetupBatch)))
+	}
+	s := fmt.Sprintf("%s SKUs on sale, %s units each (%s), then %d keep-alive workers of the Go client ordering one unit at a time for %s, round robin over %d instances; each order's SKU is drawn from a Zipf distribution over the SKUs' ranks, P(rank k) ∝ (%s + k)^−%s (Go's math/rand/v2 Zipf), so that a handful of hot SKUs take most of the orders",
+		fmtInt(int64(c.SKUs)), fmtInt(c.StockPerSKU), setup, c.Workers, c.Duration, c.Instances,
 		strconv.FormatFloat(c.ZipfV, 'f', -1, 64), strconv.FormatFloat(c.ZipfS, 'f', -1, 64))
 	if c.Top10Share > 0 {
 		s += fmt.Sprintf(" (the ten hottest took %s of the requests)", fmtPercent(c.Top10Share))

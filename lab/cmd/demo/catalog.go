@@ -23,11 +23,15 @@ import (
 
 // The catalog scenario: many SKUs on sale at once, a few of them hot. In
 // round 1 of every strategy, on the instances of its other scenarios, it
-// puts CATALOG_SKUS SKUs on sale (PUT /admin/stock/{sku}, a bounded number
-// at a time), sends the Go client's orders for CATALOG_DURATION with each
+// puts CATALOG_SKUS SKUs on sale (PUT /admin/stock, up to
+// catalogRequestSKUs SKUs a request), sends the Go client's orders for CATALOG_DURATION with each
 // order's SKU drawn from a Zipf distribution over the SKUs' ranks, and
 // audits every SKU (GET /admin/audit/{sku}). redis-reserve and redis-watch
 // run it once more on a Redis Cluster the demo starts.
+
+// catalogRequestSKUs is the SKUs of one PUT /admin/stock: the service's
+// most (inventory.MaxCatalogSKUs).
+const catalogRequestSKUs = 10_000
 
 // catalogSeed seeds the workers' generators: the same SKUs in the same
 // order per worker in every run, so that strategies get the same orders.
@@ -77,7 +81,7 @@ func (d *demo) runCatalog(ctx context.Context, f *fleet, b backend, strategy str
 	c := &report.Catalog{
 		Backend: b.Name, Strategy: strategy, RedisMasters: redisMasters, Round: round, Instances: len(f.instances),
 		SKUs: d.p.CatalogSKUs, StockPerSKU: int64(d.p.CatalogStock), Workers: d.p.CatalogWorkers, Duration: d.p.CatalogDuration,
-		ZipfS: d.p.CatalogZipfS, ZipfV: d.p.CatalogZipfV, AdminWorkers: d.p.CatalogAdminWorkers,
+		ZipfS: d.p.CatalogZipfS, ZipfV: d.p.CatalogZipfV, AdminWorkers: d.p.CatalogAdminWorkers, SetupBatch: catalogRequestSKUs,
 	}
 	where := "db"
 	if redisMasters > 1 {
@@ -110,18 +114,22 @@ func (d *demo) runCatalog(ctx context.Context, f *fleet, b backend, strategy str
 	// Set-up: every SKU on sale.
 	before := d.clusterKeys(ctx, redisMasters)
 	setup := time.Now()
-	var retries atomic.Int64
-	err := forEach(ctx, len(skus), c.AdminWorkers, func(i int) error {
-		// A retry goes to the next instance.
+	var retries int64
+	var err error
+	for from := 0; from < len(skus) && err == nil; from += catalogRequestSKUs {
+		chunk := skus[from:min(from+catalogRequestSKUs, len(skus))]
+		// A retry goes to the next instance, with the same key: a start
+		// that landed is answered, not run again.
+		key := fmt.Sprintf("%s%d", c.Prefix, from)
 		try := 0
-		n, err := retryUnavailable(ctx, func() error {
+		var n int
+		n, err = retryUnavailable(ctx, func() error {
 			try++
-			return startSale(ctx, admin, urls[(i+try-1)%len(urls)], d.p.AdminToken, skus[i], c.StockPerSKU)
+			return startCatalog(ctx, admin, urls[(from/catalogRequestSKUs+try-1)%len(urls)], d.p.AdminToken, key, chunk, c.StockPerSKU)
 		})
-		retries.Add(int64(n))
-		return err
-	})
-	c.Setup, c.SetupRetries = time.Since(setup), retries.Load()
+		retries += int64(n)
+	}
+	c.Setup, c.SetupRetries = time.Since(setup), retries
 	if err != nil {
 		c.Error = fmt.Sprintf("putting %d SKUs on sale: %v", len(skus), err)
 		d.progress.note("catalog: %s", c.Error)
@@ -132,8 +140,8 @@ func (d *demo) runCatalog(ctx context.Context, f *fleet, b backend, strategy str
 			c.MasterKeys = append(c.MasterKeys, after[i]-before[i])
 		}
 	}
-	d.progress.note("catalog: %s SKUs of %d units on sale in %.1fs (%.0f SKUs/s, %d at a time, %d retried after a 503)%s",
-		fmtCount(len(skus)), c.StockPerSKU, c.Setup.Seconds(), float64(len(skus))/c.Setup.Seconds(), c.AdminWorkers, c.SetupRetries, masterKeysSuffix(c.MasterKeys))
+	d.progress.note("catalog: %s SKUs of %d units on sale in %.2fs (%.0f SKUs/s, PUT /admin/stock of up to %d SKUs, %d retried after a 503)%s",
+		fmtCount(len(skus)), c.StockPerSKU, c.Setup.Seconds(), float64(len(skus))/c.Setup.Seconds(), catalogRequestSKUs, c.SetupRetries, masterKeysSuffix(c.MasterKeys))
 
 	// The load.
 	t := goCatalog(ctx, catalogLoad{urls: urls, skus: skus, workers: c.Workers, duration: c.Duration, s: c.ZipfS, v: c.ZipfV, seed: catalogSeed})

@@ -278,6 +278,40 @@ func startSale(ctx context.Context, client *http.Client, url, token, sku string,
 	return fmt.Errorf("starting the sale: %s %s", resp.Status, body)
 }
 
+// startCatalog is PUT /admin/stock: every SKU of skus on sale with stock
+// units, in one request, under the Idempotency-Key key.
+func startCatalog(ctx context.Context, client *http.Client, url, token, key string, skus []string, stock int64) error {
+	var body bytes.Buffer
+	body.WriteByte('[')
+	for i, sku := range skus {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"sku":%q,"available":%d}`, sku, stock)
+	}
+	body.WriteByte(']')
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url+"/admin/stock", &body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("putting the catalog on sale: %w", err)
+	}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusServiceUnavailable:
+		return fmt.Errorf("putting the catalog on sale: %w %s", errUnavailable, answer)
+	}
+	return fmt.Errorf("putting the catalog on sale: %s %s", resp.Status, answer)
+}
+
 // errUnavailable is a 503 answer: the service did nothing (a backend did
 // not answer, or was out of connections), and an idempotent request may be
 // sent again.

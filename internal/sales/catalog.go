@@ -1,0 +1,107 @@
+package sales
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// A catalog's start (PUT /admin/stock): many SKUs put on sale in one
+// request, each as OpenSale puts one, in one database transaction, so
+// that every SKU starts or none does; an Idempotency-Key names the whole
+// request.
+
+// resetWidth bounds the SKUs whose strategy state (lock keys) is reset at
+// once after a catalog's start: each reset is a round trip to the lock's
+// server.
+const resetWidth = 32
+
+// OpenCatalog starts the sale of every SKU req lists. A bad row is
+// ErrInvalid naming it, and nothing is started. With an idempotency key, a
+// retry of the same request (its rows in any order) answers the first
+// start (Replayed) and starts nothing again; a retry whose first attempt
+// committed in the database but did not reach the strategy's own store
+// completes it. The same key with another request is
+// ErrIdempotencyConflict.
+func (s *Service) OpenCatalog(ctx context.Context, req inventory.CatalogRequest) (inventory.CatalogStarted, error) {
+	if err := req.Validate(); err != nil {
+		return inventory.CatalogStarted{}, err
+	}
+	c := inventory.CatalogStart{Starts: req.Starts()}
+	// After the start, whatever its answer, as OpenSale does.
+	defer func() {
+		for _, st := range c.Starts {
+			s.soldOut.clear(st.SKU)
+		}
+	}()
+	if req.IdempotencyKey != "" {
+		c.Key = inventory.AdminRecord{Key: req.IdempotencyKey, Action: inventory.AdminCatalog, RequestHash: req.Fingerprint()}
+		if _, found, err := s.adminKey(ctx, c.Key); err != nil || found {
+			if err != nil {
+				return inventory.CatalogStarted{}, err
+			}
+			return s.replayCatalog(ctx, c)
+		}
+	}
+	err := s.retryConflicts(ctx, "starting the catalog", func() error { return s.startCatalog(ctx, c) })
+	if errors.Is(err, inventory.ErrAdminKeyTaken) {
+		// A retry racing its first attempt: the one that recorded the key
+		// started the sales.
+		_, found, ferr := s.adminKey(ctx, c.Key)
+		switch {
+		case ferr != nil:
+			return inventory.CatalogStarted{}, ferr
+		case !found:
+			return inventory.CatalogStarted{}, fmt.Errorf("%w: key %q was taken, then not found", inventory.ErrBusy, c.Key.Key)
+		}
+		return s.replayCatalog(ctx, c)
+	}
+	if err != nil {
+		return inventory.CatalogStarted{}, s.classify(ctx, err)
+	}
+	return inventory.CatalogStarted{SKUs: len(c.Starts)}, nil
+}
+
+// startCatalog starts the catalog: the strategy's own start when it keeps
+// the sale outside the database, else the database's, then the
+// strategy's per-SKU state, as startSale does for one.
+func (s *Service) startCatalog(ctx context.Context, c inventory.CatalogStart) error {
+	if start := s.strategy.StartCatalog; start != nil {
+		return start(ctx, c)
+	}
+	if _, err := s.store.StartCatalogWith(ctx, c); err != nil {
+		return err
+	}
+	reset := s.strategy.ResetSKU
+	if reset == nil {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(resetWidth)
+	for _, st := range c.Starts {
+		g.Go(func() error {
+			if err := reset(gctx, st.SKU); err != nil {
+				return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name, st.SKU, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// replayCatalog answers a catalog start whose key the database has: the
+// sales were started. A strategy that keeps its own sales is asked to
+// finish them (its store may have missed some: the first attempt's 503).
+func (s *Service) replayCatalog(ctx context.Context, c inventory.CatalogStart) (inventory.CatalogStarted, error) {
+	if finish := s.strategy.FinishCatalog; finish != nil {
+		if err := finish(ctx, c.Starts); err != nil {
+			return inventory.CatalogStarted{}, s.classify(ctx, err)
+		}
+	}
+	s.log.Debug("catalog start replayed", "skus", len(c.Starts), "idempotency_key", c.Key.Key)
+	return inventory.CatalogStarted{SKUs: len(c.Starts), Replayed: true}, nil
+}

@@ -1,0 +1,45 @@
+package sales_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/testdb"
+)
+
+// BenchmarkCatalogStart puts a catalog of 10,000 SKUs on sale in one
+// request (PUT /admin/stock's OpenCatalog), again and again, so every
+// start after the first restarts sales: on a row strategy, a lock
+// strategy (a reset per SKU) and the reservation strategy (Redis closed
+// and loaded in pipelines), on both engines. The goal: at most 1 s on
+// PostgreSQL.
+func BenchmarkCatalogStart(b *testing.B) {
+	const skus = inventory.MaxCatalogSKUs
+	req := inventory.CatalogRequest{Sales: make([]inventory.SaleRequest, skus)}
+	for i := range req.Sales {
+		req.Sales[i] = inventory.SaleRequest{SKU: fmt.Sprintf("bench-%05d", i), Available: 20}
+	}
+	for _, engine := range store.Engines {
+		for _, name := range []string{strategies.NameConditional, strategies.NameRedisLock, strategies.NameRedisReserve} {
+			b.Run(engine+"/"+name, func(b *testing.B) {
+				e, _ := strategies.Lookup(name)
+				db := testdb.New(b, engine, 8)
+				svc := sales.NewService(db, fromRegistry(b, engine, db, e), sales.WithOrderTimeout(30*time.Second))
+				ctx := context.Background()
+				b.ResetTimer()
+				for b.Loop() {
+					if _, err := svc.OpenCatalog(ctx, req); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/catalog")
+			})
+		}
+	}
+}
