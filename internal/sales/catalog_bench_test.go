@@ -26,7 +26,7 @@ func BenchmarkCatalogStart(b *testing.B) {
 		req.Sales[i] = inventory.SaleRequest{SKU: fmt.Sprintf("bench-%05d", i), Available: 20}
 	}
 	for _, engine := range store.Engines {
-		for _, name := range []string{strategies.NameConditional, strategies.NameRedisLock, strategies.NameRedisReserve} {
+		for _, name := range []string{strategies.NameConditional, strategies.NameRedisLock, strategies.NameEtcdLock, strategies.NameZKLock, strategies.NameRedisReserve} {
 			b.Run(engine+"/"+name, func(b *testing.B) {
 				e, _ := strategies.Lookup(name)
 				db := testdb.New(b, engine, 8)
