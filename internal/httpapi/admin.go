@@ -57,12 +57,10 @@ func (s *server) startSale(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	var w inventory.SaleWindow
-	if body.StartsAt != nil {
-		w.StartsAt = body.StartsAt.UTC()
-	}
-	if body.EndsAt != nil {
-		w.EndsAt = body.EndsAt.UTC()
+	w, err := saleWindow(body.StartsAt, body.EndsAt)
+	if err != nil {
+		s.fail(c, err)
+		return
 	}
 	started, err := s.inv.OpenSale(c.Request.Context(), inventory.SaleRequest{SKU: sku, Available: n, Window: w, IdempotencyKey: c.GetHeader("Idempotency-Key")})
 	if err != nil {

@@ -85,14 +85,11 @@ func decodeCatalog(body []byte) (inventory.CatalogRequest, error) {
 		if err != nil {
 			return inventory.CatalogRequest{}, invalid("row %d (sku %q): %v", i, *row.SKU, trimInvalid(err))
 		}
-		sale := inventory.SaleRequest{SKU: *row.SKU, Available: n}
-		if row.StartsAt != nil {
-			sale.Window.StartsAt = row.StartsAt.UTC()
+		w, err := saleWindow(row.StartsAt, row.EndsAt)
+		if err != nil {
+			return inventory.CatalogRequest{}, invalid("row %d (sku %q): %v", i, *row.SKU, trimInvalid(err))
 		}
-		if row.EndsAt != nil {
-			sale.Window.EndsAt = row.EndsAt.UTC()
-		}
-		req.Sales[i] = sale
+		req.Sales[i] = inventory.SaleRequest{SKU: *row.SKU, Available: n, Window: w}
 	}
 	return req, nil
 }
@@ -101,4 +98,26 @@ func decodeCatalog(body []byte) (inventory.CatalogRequest, error) {
 // names the row first.
 func trimInvalid(err error) string {
 	return strings.TrimPrefix(err.Error(), inventory.ErrInvalid.Error()+": ")
+}
+
+// saleWindow is a sale's window from the bounds a body gave, in UTC; nil
+// is no bound. A bound at Go's zero time (0001-01-01T00:00:00Z) is
+// refused: the domain reads it as no bound, and a sale meant to end then
+// would never end.
+func saleWindow(startsAt, endsAt *time.Time) (inventory.SaleWindow, error) {
+	var w inventory.SaleWindow
+	for _, b := range []struct {
+		name string
+		in   *time.Time
+		out  *time.Time
+	}{{"starts_at", startsAt, &w.StartsAt}, {"ends_at", endsAt, &w.EndsAt}} {
+		if b.in == nil {
+			continue
+		}
+		if b.in.IsZero() {
+			return w, invalid("%s must be after 0001-01-01T00:00:00Z (leave it out for no bound)", b.name)
+		}
+		*b.out = b.in.UTC()
+	}
+	return w, nil
 }

@@ -62,6 +62,8 @@ func TestCatalogRoutePutsManySKUsOnSale(t *testing.T) {
 				{"a bad SKU", `[{"sku":"n-1","available":1},{"sku":"n 2","available":2}]`, `row 1 (sku "n 2")`},
 				{"a negative stock", `[{"sku":"n-1","available":-1}]`, `row 0 (sku "n-1"): available`},
 				{"an empty array", `[]`, "names no SKU"},
+				{"a bound past the year 9999 in UTC", `[{"sku":"n-1","available":1},{"sku":"n-2","available":1,"ends_at":"9999-12-31T23:30:00-01:00"}]`, `row 1 (sku "n-2"): ends_at must be in the years 1 to 9999`},
+				{"a bound at the zero time", `[{"sku":"n-1","available":1,"ends_at":"0001-01-01T00:00:00Z"}]`, `row 0 (sku "n-1"): ends_at must be after 0001-01-01`},
 				{"too many SKUs", "[" + strings.Repeat(`{"sku":"n-1","available":1},`, 10_000) + `{"sku":"n-1","available":1}]`, "more than 10000"},
 				{"a body too large", "[" + strings.Repeat(" ", httpapi.MaxCatalogBodyBytes) + "]", "larger than"},
 			}

@@ -232,6 +232,17 @@ type SaleWindow struct {
 
 // Validate refuses a window that ends before it starts.
 func (w SaleWindow) Validate() error {
+	// Years 1 to 9999 in UTC: what both engines store (MariaDB's driver
+	// refuses a DATETIME outside them, which answered 503 for a bad
+	// request, found by review).
+	for _, b := range []struct {
+		name string
+		t    time.Time
+	}{{"starts_at", w.StartsAt}, {"ends_at", w.EndsAt}} {
+		if y := b.t.UTC().Year(); !b.t.IsZero() && (y < 1 || y > 9999) {
+			return fmt.Errorf("%w: %s must be in the years 1 to 9999 UTC", ErrInvalid, b.name)
+		}
+	}
 	if !w.StartsAt.IsZero() && !w.EndsAt.IsZero() && !w.EndsAt.After(w.StartsAt) {
 		return fmt.Errorf("%w: ends_at (%s) must be after starts_at (%s)", ErrInvalid, w.EndsAt.Format(time.RFC3339), w.StartsAt.Format(time.RFC3339))
 	}

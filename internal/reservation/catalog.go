@@ -189,14 +189,14 @@ func isScriptError(cmds []*redis.Cmd, idx []int) bool {
 }
 
 // forEachSKU runs fn for each index of n, at most width at once, and
-// returns the first error.
-func forEachSKU(ctx context.Context, n, width int, fn func(ctx context.Context, i int) error) error {
-	g, ctx := errgroup.WithContext(ctx)
+// returns once every one has returned.
+func forEachSKU(n, width int, fn func(i int)) {
+	var g errgroup.Group
 	g.SetLimit(width)
 	for i := range n {
-		g.Go(func() error { return fn(ctx, i) })
+		g.Go(func() error { fn(i); return nil })
 	}
-	return g.Wait()
+	_ = g.Wait()
 }
 
 // StartCatalog is the strategy's StartCatalog: the database's starts
@@ -216,10 +216,18 @@ func (r *Reserved) StartCatalog(ctx context.Context, c inventory.CatalogStart) e
 		sales, err := r.db.StartCatalogWith(ctx, start)
 		var behind *SaleNumberBehind
 		if errors.As(err, &behind) && attempt == 0 {
-			// Number every sale above what the store has seen, once.
+			// Number every sale above what the store has seen, once: above
+			// the highest number it had seen and the highest this attempt
+			// announced (its close announced each SKU's number before the
+			// rollback; found by review: a SKU announced at 2S was numbered
+			// 2S again and the retry failed too).
+			above := behind.Seen
+			for _, s := range sales {
+				above = max(above, s)
+			}
 			c.Starts = append([]inventory.SaleStart(nil), c.Starts...)
 			for i := range c.Starts {
-				c.Starts[i].AtLeast = max(c.Starts[i].AtLeast, behind.Seen)
+				c.Starts[i].AtLeast = max(c.Starts[i].AtLeast, above)
 			}
 			continue
 		}
@@ -236,7 +244,12 @@ const finishWidth = 16
 // FinishCatalog is the strategy's FinishCatalog, for a retry of a catalog
 // start the database recorded: FinishStart for each SKU whose sale in the
 // database is still the one the start asked for (a SKU started anew since
-// with other units or another window is that start's to finish).
+// with other units or another window is that start's to finish), with the
+// number the start gave it: the row's, less a check's renumbering within
+// its stride. A start numbers a sale at a multiple of the stride; finishing
+// the renumbered one would pass Resume's guard on the announcement the
+// check wrote, and reopen a sale whose unwritten orders Redis lost (found
+// by review). Every SKU is tried; their errors are joined.
 func (r *Reserved) FinishCatalog(ctx context.Context, starts []inventory.SaleStart) error {
 	skus := make([]string, len(starts))
 	for i, st := range starts {
@@ -246,11 +259,13 @@ func (r *Reserved) FinishCatalog(ctx context.Context, starts []inventory.SaleSta
 	if err != nil {
 		return err
 	}
-	return forEachSKU(ctx, len(starts), finishWidth, func(ctx context.Context, i int) error {
+	errs := make([]error, len(starts))
+	forEachSKU(len(starts), finishWidth, func(i int) {
 		row, ok := rows[starts[i].SKU]
 		if !ok || !row.Describes(starts[i]) {
-			return nil
+			return
 		}
-		return r.FinishStart(ctx, starts[i], row.Sale)
+		errs[i] = r.FinishStart(ctx, starts[i], row.Sale/saleNumberStride*saleNumberStride)
 	})
+	return errors.Join(errs...)
 }

@@ -29,10 +29,10 @@ import (
 
 // Review of the catalog start (ae45af4): schedules that break its claims.
 
-// reviewReserved is a redis-reserve service on db and the Redis at addr,
+// reservedService is a redis-reserve service on db and the Redis at addr,
 // without a consumer (accepted orders stay unwritten: a consumer that
 // lags), as one instance of the service.
-func reviewReserved(t *testing.T, db store.Store, addr string) *sales.Service {
+func reservedService(t *testing.T, db store.Store, addr string) *sales.Service {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -44,12 +44,12 @@ func reviewReserved(t *testing.T, db store.Store, addr string) *sales.Service {
 // sale number of one SKU that this database has not given (another
 // database shares the Redis, or the database was reset). A start of one
 // SKU renumbers above it and succeeds; so must a catalog that holds that
-// SKU. At HEAD the catalog's first attempt announces the numbers of its
-// other SKUs in Redis (close.lua SETs them) and rolls back; the second
-// attempt gives those SKUs the same numbers again (AtLeast is only the
-// behind SKU's number), Redis has seen them, and the request fails with a
-// bare *SaleNumberBehind (a 503 "unavailable") while every SKU of it is
-// closed in Redis.
+// SKU. The catalog's first attempt announces the numbers of its other
+// SKUs in Redis (close.lua SETs them) and rolls back; a second attempt
+// that gave those SKUs the same numbers again (AtLeast only the behind
+// SKU's number) found Redis had seen them, and the request failed with a
+// bare *SaleNumberBehind (a 503 "unavailable"), every SKU of it closed in
+// Redis.
 //
 //	db2: start A (Redis: A announced and loaded as sale S)
 //	db1: start B (B is sale S in db1 and Redis)
@@ -61,7 +61,7 @@ func TestCatalogStartRenumbersAboveRedisAsOneSKUStartsDo(t *testing.T) {
 			ctx := context.Background()
 			srv := testredis.Start(t)
 			db1, db2 := testdb.New(t, engine, 8), testdb.New(t, engine, 8)
-			svc1, svc2 := reviewReserved(t, db1, srv.Addr), reviewReserved(t, db2, srv.Addr)
+			svc1, svc2 := reservedService(t, db1, srv.Addr), reservedService(t, db2, srv.Addr)
 			if err := svc2.StartSale(ctx, "A", 5); err != nil {
 				t.Fatal(err)
 			}
@@ -131,10 +131,10 @@ func cp(t *testing.T, from, to string) {
 // the SKU renumbers the database's sale e -> e+1 and closes Redis under
 // e+1 (closeLost). A retry of a one-SKU start (FinishStart with the key's
 // number e) finds e+1 announced: STALE, the SKU stays closed (503) until a
-// new sale. A retry of the catalog's start finishes the number it reads in
-// the row now (e+1, SaleRows), which is exactly the announcement closeLost
-// made, so Resume opens the sale again with all its units: the lost
-// order's units are sold a second time.
+// new sale. A retry of the catalog's start must do the same: finishing the
+// number in the row now (e+1, SaleRows), exactly the announcement
+// closeLost made, passed Resume's guard and opened the sale again with
+// all its units, the lost order's units sold a second time.
 //
 //	start X, Y (sale S); copy of Redis taken
 //	catalog [X] with key K (X: sale 2S); one-SKU start Y with key K' (Y: sale 2S)
@@ -146,7 +146,7 @@ func TestCatalogRetryNeverReopensASaleRedisLost(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t, "postgres", 8)
 	srv := testredis.StartDurable(t)
-	svc := reviewReserved(t, db, srv.Addr)
+	svc := reservedService(t, db, srv.Addr)
 	admin := srv.Client(t)
 	dirs, err := admin.ConfigGet(ctx, "dir").Result()
 	if err != nil {
@@ -201,10 +201,9 @@ func TestCatalogRetryNeverReopensASaleRedisLost(t *testing.T) {
 // TestCatalogRowWhoseWindowTheStoreCannotKeepIsRefusedByItsRow: a row
 // whose window bound MariaDB's DATETIME cannot hold (here 9999-12-31T23:30
 // at -01:00, which is year 10000 in UTC, as decodeCatalog converts it)
-// must be a 400 naming its row, as every bad row is. At HEAD the driver
-// refuses to format the time, the adapter files that as "unavailable",
-// and the admin gets a 503 that tells them to retry, which fails again
-// every time.
+// must be a 400 naming its row, as every bad row is, not the driver's
+// refusal to format the time filed as "unavailable": a 503 that tells the
+// admin to retry, which fails again every time.
 func TestCatalogRowWhoseWindowTheStoreCannotKeepIsRefusedByItsRow(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t, "mysql", 4)
@@ -220,19 +219,19 @@ func TestCatalogRowWhoseWindowTheStoreCannotKeepIsRefusedByItsRow(t *testing.T) 
 }
 
 // TestCatalogStartOnMariaDBDoesNotDeadlockAnOrder: on MariaDB a catalog
-// of more than 1,000 SKUs upserts and deletes chunk by chunk. The deletes
-// of chunk 1 take next-key (gap) locks in orders; an order of a SKU of
-// chunk 2 that locked its stock row before the catalog got there then
-// waits on that gap to insert its order row, while the catalog waits on
-// its stock row: a deadlock, which SKU order does not prevent (a start of
-// one SKU cannot form it: it holds one stock row). The order is the
-// victim.
+// of more than 1,000 SKUs writes in chunks. Had it deleted chunk 1's
+// orders (next-key locks in orders) before upserting chunk 2, an order of
+// a SKU of chunk 2 that locked its stock row before the catalog got there
+// would wait on that gap to insert its order row while the catalog waited
+// on its stock row: a deadlock, which SKU order does not prevent (a start
+// of one SKU cannot form it: it holds one stock row). Every stock row is
+// now taken before any delete.
 //
 //	T (order of s1000): UPDATE stock s1000 (locked)
 //	K (catalog s0000..s1000): chunk 1 upserted, its orders deleted (gap locked), chunk 2: waits on s1000
 //	T: INSERT INTO orders (s1000) waits on K's gap lock: deadlock, T rolled back
 func TestCatalogStartOnMariaDBDoesNotDeadlockAnOrder(t *testing.T) {
-	const skus = 1000
+	const skus = 1001
 	ctx := context.Background()
 	url := testdb.MigratedURL(t, "mysql")
 	db, err := store.Open(ctx, url, 8)
