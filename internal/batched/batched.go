@@ -1,9 +1,10 @@
 // Package batched is the batched strategy (STRATEGY=batched): group
-// commit. Each instance takes the concurrent
-// orders of one SKU together, one transaction per batch. It owns its orders
-// (inventory.Strategy's TakeOrder): it checks their idempotency keys, deducts and
-// records them itself, through the Store it declares here, which the
-// database adapters implement.
+// commit. Each instance takes its concurrent orders together, one
+// transaction per batch: the orders of a few lanes, each lane a share of
+// the SKUs, so a catalog's orders are batched as a hot SKU's are. It owns
+// its orders (inventory.Strategy's TakeOrder): it checks their idempotency
+// keys, deducts and records them itself, through the Store it declares
+// here, which the database adapters implement.
 package batched
 
 import (
@@ -15,7 +16,7 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/flashsale/stock/internal/backoff"
@@ -25,22 +26,44 @@ import (
 // Name is the strategy's STRATEGY value.
 const Name = "batched"
 
+// DefaultLanes is the lanes the orders of every SKU share (WithLanes).
+const DefaultLanes = 8
+
+// lanes names n lanes and puts each SKU in one, by its FNV-1a hash.
+func lanes(n int) func(sku string) string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "lane-" + strconv.Itoa(i)
+	}
+	return func(sku string) string {
+		h := uint32(2166136261)
+		for i := 0; i < len(sku); i++ {
+			h = (h ^ uint32(sku[i])) * 16777619
+		}
+		return names[h%uint32(n)]
+	}
+}
+
 // errKeyTaken: a concurrent request committed one of the batch's keys
 // first; the next attempt finds its record and replays it. It never leaves
 // the package.
 var errKeyTaken = errors.New("idempotency key taken concurrently")
 
-// Batched takes the concurrent orders of one SKU in this process together:
-// while one transaction for the SKU is in flight, new orders queue; when it
-// ends, the queue becomes the next batch (group commit). One transaction
-// per batch deducts the batch's total with one conditional UPDATE and
-// inserts its orders and idempotency records with multi-row INSERTs. When
-// the stock cannot cover the whole batch, it locks the row, reads what is
-// left and accepts the orders in arrival order while each fits (never a
-// partial order); the rest are sold out. The invariant: the batch's total
-// is deducted by one conditional UPDATE (or under the row lock, in arrival
-// order while each order fits), so no schedule can take more than is there,
-// whatever other strategies or instances write the same SKU.
+// Batched takes the concurrent orders of a lane in this process together:
+// while one transaction for the lane is in flight, new orders queue; when
+// it ends, the queue becomes the next batch (group commit). A SKU is in
+// one lane (WithLanes), so its orders queue in arrival order. One
+// transaction per batch deducts each SKU's total with one conditional
+// UPDATE, SKU by SKU in SKU order, and inserts the batch's orders and
+// idempotency records with multi-row INSERTs. When a SKU's stock cannot
+// cover its orders, the batch locks that row, reads what is left and
+// accepts the SKU's orders in arrival order while each fits (never a
+// partial order); the rest are sold out. The invariant: each SKU's total
+// is deducted by one conditional UPDATE (or under its row lock, in arrival
+// order while each order fits), so no schedule can take more than is
+// there, whatever other strategies or instances write the same SKU; and
+// the rows are taken in SKU order, so batches never wait for each other
+// in a circle.
 type Batched struct {
 	store    Store
 	batches  *batcher
@@ -51,13 +74,16 @@ type Batched struct {
 
 // New returns the batched strategy over store.
 func New(store Store, opts ...Option) *Batched {
-	c := config{max: 256, attempts: 5, log: slog.Default(), obs: nopObserver{}, queue: nopQueueObserver{}}
+	c := config{lanes: DefaultLanes, max: 256, attempts: 5, log: slog.Default(), obs: nopObserver{}, queue: nopQueueObserver{}}
 	for _, o := range opts {
 		o(&c)
 	}
 	b := &Batched{store: store, attempts: c.attempts, log: c.log, obs: c.obs}
 	b.batches = newBatcher(c.max, c.wait, b.runBatch)
 	b.batches.observe = c.queue
+	if c.lanes > 0 {
+		b.batches.laneOf = lanes(c.lanes)
+	}
 	return b
 }
 
@@ -77,15 +103,58 @@ func (b *Batched) TakeOrder(ctx context.Context, o inventory.PendingOrder) (inve
 
 var _ inventory.Strategic = (*Batched)(nil)
 
-// runBatch runs one batch's transaction under ctx (the earliest deadline of
-// its orders), again after a conflict, and answers every order.
+// runBatch answers every order of a batch, whatever their SKUs: one
+// transaction for the batch (runTx), or more when it must be split: the
+// orders of a SKU that has no stock row leave it (answered
+// ErrUnknownSKU), and an order whose key an earlier order of another SKU
+// holds is decided in a transaction after it (sharedKeyLater).
 func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResult {
+	results := make([]batchResult, len(batch))
+	rest := make([]int, len(batch))
+	for i := range rest {
+		rest[i] = i
+	}
+	for len(rest) > 0 {
+		var now []int
+		now, rest = sharedKeyLater(batch, rest)
+		for len(now) > 0 {
+			sub := make([]*batchOrder, len(now))
+			for j, i := range now {
+				sub[j] = batch[i]
+			}
+			subResults, unknown := b.runTx(ctx, sub)
+			if unknown == nil {
+				for j, i := range now {
+					results[i] = subResults[j]
+				}
+				break
+			}
+			// Nothing was written: that SKU's orders are answered, the
+			// others run again.
+			kept := now[:0:0]
+			for _, i := range now {
+				if batch[i].sku == unknown.sku {
+					results[i] = batchResult{err: unknown.err}
+					continue
+				}
+				kept = append(kept, i)
+			}
+			now = kept
+		}
+	}
+	return results
+}
+
+// runTx runs one transaction for batch under ctx (the earliest deadline of
+// its orders), again after a conflict, and returns every order's answer;
+// or, with no answers, the SKU of the batch that has no stock row.
+func (b *Batched) runTx(ctx context.Context, batch []*batchOrder) ([]batchResult, *unknownSKU) {
 	began := time.Now()
 	var (
-		results   []batchResult
-		createdID string
-		decided   bool // the transaction function returned nil
-		err       error
+		results []batchResult
+		created inventory.Order
+		decided bool // the transaction function returned nil
+		err     error
 	)
 	// A key taken concurrently is found by the next attempt, which
 	// replays it: such a retry resolves a key, so it does not use up the
@@ -104,10 +173,16 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		decided = false
 		err = b.store.InBatchTx(ctx, func(ctx context.Context, tx Tx) error {
 			var err error
-			createdID, err = decideBatch(ctx, tx, batch, results)
+			created, err = decideBatch(ctx, tx, batch, results)
 			decided = err == nil
 			return err
 		})
+		if unknown := (unknownSKU{}); errors.As(err, &unknown) {
+			if len(partsOf(batch)) > 1 {
+				return nil, &unknown
+			}
+			err = unknown.err
+		}
 		if !errors.Is(err, inventory.ErrConflict) && !errors.Is(err, errKeyTaken) {
 			break
 		}
@@ -130,14 +205,14 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		}
 	}
 	switch {
-	case errors.Is(err, inventory.ErrOutcomeUnknown) && decided && createdID == "":
+	case errors.Is(err, inventory.ErrOutcomeUnknown) && decided && created.ID == "":
 		// The batch wrote nothing (it only replayed keys or refused sold
 		// out): what it read was committed by others, so its answers
 		// stand whether its own commit landed or not.
 		b.log.Debug("commit answer of a batch that wrote nothing lost", "sku", batch[0].sku, "err", err)
 		err = nil
 	case errors.Is(err, inventory.ErrOutcomeUnknown):
-		err = b.resolveUnknownCommit(ctx, batch[0].sku, createdID, err)
+		err = b.resolveUnknownCommit(ctx, created.SKU, created.ID, err)
 	}
 	if err != nil {
 		if !errors.Is(err, inventory.ErrUnknownSKU) {
@@ -148,7 +223,7 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 		}
 	}
 	b.obs.BatchDone(len(batch), time.Since(began), inventory.Outcome(err))
-	return results
+	return results, nil
 }
 
 // resolveUnknownCommit asks the database whether a batch whose commit
@@ -184,150 +259,6 @@ func (b *Batched) resolveUnknownCommit(ctx context.Context, sku, createdID strin
 			return commitErr
 		}
 	}
-}
-
-// decideBatch is the batch's transaction: it reads the records of the
-// batch's keys, decides every order in arrival order (planBatch), deducts
-// the total of the accepted ones with one conditional UPDATE (or, when that
-// cannot cover them all, decides again under the row lock with what is
-// left), and inserts the accepted orders and their idempotency records. It
-// fills results and returns the id of one created order, "" when it wrote
-// nothing.
-func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batchResult) (string, error) {
-	sku := batch[0].sku
-	var keys []string
-	for _, o := range batch {
-		if o.key != "" && !slices.Contains(keys, o.key) {
-			keys = append(keys, o.key)
-		}
-	}
-	var known map[string]inventory.IdempotencyRecord
-	if len(keys) > 0 {
-		var err error
-		if known, err = tx.FindIdempotencyKeys(ctx, keys); err != nil {
-			return "", err
-		}
-	}
-
-	// The buyers' units are claimed before the stock row is touched, as
-	// every transaction of the lifecycle takes them (a cancel: order,
-	// buyer, stock), and before the deduction, as if every order fit: the
-	// stock row is the batch's serial section (every batch of the SKU
-	// waits for it), and only what must should run under it. When the
-	// stock then cannot cover the plan, the claims of the orders refused
-	// are given back under the row lock, in one statement.
-	limit, held, err := claimBuyers(ctx, tx, batch, known)
-	if err != nil {
-		return "", err
-	}
-	plan, total := planBatch(batch, known, math.MaxInt64, limit, held)
-	claims := claimsOf(batch, plan, limit)
-	var windowErr error
-	if total > 0 {
-		ok, err := tx.DeductIfAvailable(ctx, sku, total)
-		if err != nil {
-			return "", err
-		}
-		if !ok {
-			level, err := tx.LockLevel(ctx, sku)
-			if err != nil {
-				return "", err
-			}
-			available := level.Available
-			if windowErr = level.Refusal(0); windowErr != nil {
-				// Not open: nothing fits, and the orders that would
-				// have taken stock are told why.
-				available = 0
-			}
-			plan, total = planBatch(batch, known, available, limit, held)
-			if unclaimed := surplus(claims, claimsOf(batch, plan, limit)); len(unclaimed) > 0 {
-				if err := tx.ReleaseUnitsOf(ctx, sku, unclaimed); err != nil {
-					return "", err
-				}
-			}
-			if total > 0 {
-				ok, err := tx.DeductIfAvailable(ctx, sku, total)
-				if err != nil {
-					return "", err
-				}
-				if !ok {
-					return "", fmt.Errorf("batched: %d units of %q under the row lock, yet the deduction of %d was refused", level.Available, sku, total)
-				}
-			}
-		}
-	}
-
-	var orders []inventory.Order
-	var taken []int // the index in batch of each of orders
-	var records []inventory.IdempotencyRecord
-	priors := map[string]inventory.Order{} // by key
-	for i, o := range batch {
-		switch d := plan[i]; d.verdict {
-		case accepted:
-			order := o.order
-			if limit > 0 {
-				// Claimed on the buyer's count above; its cancel or
-				// expiry gives back this much.
-				order.Claimed = order.Quantity
-			}
-			orders, taken = append(orders, order), append(taken, i)
-			results[i].order = order
-			if o.key != "" {
-				records = append(records, inventory.IdempotencyRecord{Key: o.key, SKU: sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
-			}
-		case soldOut:
-			results[i].err = inventory.ErrSoldOut
-			if windowErr != nil {
-				results[i].err = windowErr
-			}
-		case limitReached:
-			results[i].err = fmt.Errorf("%w: %q may hold or have paid for at most %d units of %q in this sale",
-				inventory.ErrLimitReached, o.order.UserID, limit, sku)
-		case conflicting:
-			results[i].err = fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, o.key)
-		case follows:
-			results[i] = results[d.of] // d.of < i: decided already
-		case replays:
-			prior, ok := priors[o.key]
-			if !ok {
-				var err error
-				if prior, err = tx.GetOrder(ctx, known[o.key].OrderID); err != nil {
-					return "", err
-				}
-				priors[o.key] = prior
-			}
-			results[i].order = prior
-		}
-	}
-	if len(orders) == 0 {
-		return "", nil
-	}
-	expiries, err := tx.InsertOrders(ctx, orders)
-	if err != nil {
-		return "", err
-	}
-	for j, i := range taken {
-		results[i].order.ExpiresAt = expiries[j]
-	}
-	for i := range batch {
-		if plan[i].verdict == follows {
-			// Set above before the expiries were known.
-			results[i] = results[plan[i].of]
-		}
-	}
-	if len(records) > 0 {
-		// In key order, so two batches that share keys never wait for
-		// each other's in opposite orders.
-		slices.SortFunc(records, func(a, b inventory.IdempotencyRecord) int { return strings.Compare(a.Key, b.Key) })
-		n, err := tx.InsertIdempotencyRecords(ctx, records)
-		if err != nil {
-			return "", err
-		}
-		if n < len(records) {
-			return "", fmt.Errorf("%w: %d of %d keys of the batch", errKeyTaken, len(records)-n, len(records))
-		}
-	}
-	return orders[0].ID, nil
 }
 
 // claimsOf sums the units of the accepted orders of plan per buyer, when

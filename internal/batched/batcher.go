@@ -60,6 +60,11 @@ type batcher struct {
 	wait time.Duration
 	run  batchRunner
 
+	// laneOf names the queue an order of a SKU joins: the SKU itself
+	// (one batch a SKU, newBatcher's default), or one of a few lanes that
+	// share their SKUs' batches (WithLanes).
+	laneOf func(sku string) string
+
 	mu     sync.Mutex
 	queues map[string]*skuQueue
 
@@ -69,10 +74,10 @@ type batcher struct {
 	observe QueueObserver
 }
 
-// skuQueue is one SKU's state, under batcher.mu. It exists while an order
-// of the SKU is queued or in flight.
+// skuQueue is one queue's state (a SKU's, or a lane's), under batcher.mu.
+// It exists while an order of it is queued or in flight.
 type skuQueue struct {
-	sku     string
+	lane    string
 	pending []*batchOrder
 	// led: a leader exists (taking, running, or told to take the next batch).
 	led bool
@@ -84,7 +89,8 @@ type skuQueue struct {
 }
 
 func newBatcher(maxSize int, wait time.Duration, run batchRunner) *batcher {
-	return &batcher{max: max(1, maxSize), wait: max(0, wait), run: run, queues: map[string]*skuQueue{}, observe: nopQueueObserver{}}
+	return &batcher{max: max(1, maxSize), wait: max(0, wait), run: run, queues: map[string]*skuQueue{}, observe: nopQueueObserver{},
+		laneOf: func(sku string) string { return sku }}
 }
 
 // submit queues o and returns its answer. It waits on o.done (the answer)
@@ -96,10 +102,11 @@ func newBatcher(maxSize int, wait time.Duration, run batchRunner) *batcher {
 func (b *batcher) submit(o *batchOrder) (inventory.Order, error) {
 	b.observe.Joining(o.ctx)
 	b.mu.Lock()
-	q := b.queues[o.sku]
+	lane := b.laneOf(o.sku)
+	q := b.queues[lane]
 	if q == nil {
-		q = &skuQueue{sku: o.sku}
-		b.queues[o.sku] = q
+		q = &skuQueue{lane: lane}
+		b.queues[lane] = q
 	}
 	q.pending = append(q.pending, o)
 	if q.full != nil && len(q.pending) >= b.max {
@@ -282,7 +289,7 @@ func (b *batcher) handOff(q *skuQueue) {
 func (b *batcher) handOffLocked(q *skuQueue) {
 	if len(q.pending) == 0 {
 		q.led, q.next = false, nil
-		delete(b.queues, q.sku)
+		delete(b.queues, q.lane)
 		return
 	}
 	q.next = q.pending[0]

@@ -49,6 +49,7 @@ type nopObserver struct{}
 func (nopObserver) BatchDone(int, time.Duration, string) {}
 
 type config struct {
+	lanes    int
 	max      int
 	wait     time.Duration
 	attempts int
@@ -63,6 +64,17 @@ type Option func(*config)
 // WithMax bounds the orders of one batch. Default 256.
 func WithMax(n int) Option {
 	return func(c *config) { c.max = max(1, n) }
+}
+
+// WithLanes shares batches between SKUs: the orders of every SKU join one
+// of n lanes (by a hash of the SKU), and a lane's batch takes its orders
+// whatever their SKUs, one transaction for them all, while the lanes'
+// batches run side by side. In a catalog, where a SKU seldom has two
+// orders in flight, a batch of one SKU is one order and one commit; a
+// lane's batch is many. A SKU always joins the same lane, so its orders
+// are batched in arrival order as before. Default 8; 0: a batch per SKU.
+func WithLanes(n int) Option {
+	return func(c *config) { c.lanes = max(0, n) }
 }
 
 // WithWait makes the leader of a batch wait up to d for more orders (less

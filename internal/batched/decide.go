@@ -1,0 +1,255 @@
+package batched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// skuPart is the orders of one SKU in a batch, in arrival order, each
+// with its index in the batch, and what the batch decided for them.
+type skuPart struct {
+	sku       string
+	idx       []int
+	orders    []*batchOrder
+	limit     int64
+	held      map[string]int64
+	plan      []decision
+	total     int64
+	claims    map[string]int64
+	windowErr error
+}
+
+// partsOf splits a batch by SKU, in SKU order (byte order): the order in
+// which the batch takes the SKUs' rows, so two batches that share SKUs
+// queue on the first they share instead of deadlocking.
+func partsOf(batch []*batchOrder) []*skuPart {
+	bySKU := map[string]*skuPart{}
+	var parts []*skuPart
+	for i, o := range batch {
+		p := bySKU[o.sku]
+		if p == nil {
+			p = &skuPart{sku: o.sku}
+			bySKU[o.sku] = p
+			parts = append(parts, p)
+		}
+		p.idx, p.orders = append(p.idx, i), append(p.orders, o)
+	}
+	slices.SortFunc(parts, func(a, b *skuPart) int { return strings.Compare(a.sku, b.sku) })
+	return parts
+}
+
+// unknownSKU is the error of a batch one of whose SKUs has no stock row:
+// the transaction is rolled back, that SKU's orders are answered
+// ErrUnknownSKU and the others run again without them, so an order for a
+// SKU that does not exist never fails another SKU's. It never leaves the
+// package.
+type unknownSKU struct {
+	sku string
+	err error
+}
+
+func (u unknownSKU) Error() string { return fmt.Sprintf("unknown sku %q: %v", u.sku, u.err) }
+func (u unknownSKU) Unwrap() error { return u.err }
+
+// decideBatch is the batch's transaction, whatever SKUs its orders are
+// of: it reads the records of the batch's keys; claims the buyers' units
+// of every SKU, SKU by SKU, before any stock row (as the sweep and every
+// transaction of the lifecycle take them: buyers, then stock); decides
+// each SKU's orders in arrival order (planBatch) and deducts each SKU's
+// total with one conditional UPDATE, SKU by SKU in SKU order (or, when
+// that cannot cover them all, decides that SKU again under its row lock
+// with what is left); and inserts every accepted order and idempotency
+// record with one multi-row INSERT each. It fills results and returns one
+// created order, the zero Order when it wrote none.
+//
+// The invariant, per SKU as for a batch of one SKU: a SKU's accepted
+// total is deducted by one conditional UPDATE (or under its row lock, in
+// arrival order while each order fits), so no schedule takes more than
+// is there. The SKUs of one batch are one transaction: they commit
+// together or not at all.
+func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batchResult) (inventory.Order, error) {
+	var keys []string
+	for _, o := range batch {
+		if o.key != "" && !slices.Contains(keys, o.key) {
+			keys = append(keys, o.key)
+		}
+	}
+	var known map[string]inventory.IdempotencyRecord
+	if len(keys) > 0 {
+		var err error
+		if known, err = tx.FindIdempotencyKeys(ctx, keys); err != nil {
+			return inventory.Order{}, err
+		}
+	}
+	parts := partsOf(batch)
+	// The buyers' units are claimed before the stock rows are touched,
+	// and before the deduction, as if every order fit: the stock row is
+	// each SKU's serial section (every batch of the SKU waits for it),
+	// and only what must should run under it. When the stock then cannot
+	// cover a SKU's plan, the claims of the orders refused are given back
+	// under the row lock, in one statement.
+	for _, p := range parts {
+		var err error
+		if p.limit, p.held, err = claimBuyers(ctx, tx, p.orders, known); err != nil {
+			return inventory.Order{}, err
+		}
+		p.plan, p.total = planBatch(p.orders, known, math.MaxInt64, p.limit, p.held)
+		p.claims = claimsOf(p.orders, p.plan, p.limit)
+	}
+	for _, p := range parts {
+		if err := deductPart(ctx, tx, p, known); err != nil {
+			if errors.Is(err, inventory.ErrUnknownSKU) {
+				return inventory.Order{}, unknownSKU{sku: p.sku, err: err}
+			}
+			return inventory.Order{}, err
+		}
+	}
+
+	var orders []inventory.Order
+	var taken []int // the index in batch of each of orders
+	var records []inventory.IdempotencyRecord
+	priors := map[string]inventory.Order{} // by key
+	for _, p := range parts {
+		for j, o := range p.orders {
+			i := p.idx[j]
+			switch d := p.plan[j]; d.verdict {
+			case accepted:
+				order := o.order
+				if p.limit > 0 {
+					// Claimed on the buyer's count above; its cancel
+					// or expiry gives back this much.
+					order.Claimed = order.Quantity
+				}
+				orders, taken = append(orders, order), append(taken, i)
+				results[i].order = order
+				if o.key != "" {
+					records = append(records, inventory.IdempotencyRecord{Key: o.key, SKU: p.sku, RequestHash: o.fingerprint, OrderID: o.order.ID})
+				}
+			case soldOut:
+				results[i].err = inventory.ErrSoldOut
+				if p.windowErr != nil {
+					results[i].err = p.windowErr
+				}
+			case limitReached:
+				results[i].err = fmt.Errorf("%w: %q may hold or have paid for at most %d units of %q in this sale",
+					inventory.ErrLimitReached, o.order.UserID, p.limit, p.sku)
+			case conflicting:
+				results[i].err = fmt.Errorf("%w: key %q", inventory.ErrIdempotencyConflict, o.key)
+			case follows:
+				results[i] = results[p.idx[d.of]] // d.of < j: decided already
+			case replays:
+				prior, ok := priors[o.key]
+				if !ok {
+					var err error
+					if prior, err = tx.GetOrder(ctx, known[o.key].OrderID); err != nil {
+						return inventory.Order{}, err
+					}
+					priors[o.key] = prior
+				}
+				results[i].order = prior
+			}
+		}
+	}
+	if len(orders) == 0 {
+		return inventory.Order{}, nil
+	}
+	expiries, err := tx.InsertOrders(ctx, orders)
+	if err != nil {
+		return inventory.Order{}, err
+	}
+	for j, i := range taken {
+		results[i].order.ExpiresAt = expiries[j]
+	}
+	for _, p := range parts {
+		for j, d := range p.plan {
+			if d.verdict == follows {
+				// Set above before the expiries were known.
+				results[p.idx[j]] = results[p.idx[d.of]]
+			}
+		}
+	}
+	if len(records) > 0 {
+		// In key order, so two batches that share keys never wait for
+		// each other's in opposite orders.
+		slices.SortFunc(records, func(a, b inventory.IdempotencyRecord) int { return strings.Compare(a.Key, b.Key) })
+		n, err := tx.InsertIdempotencyRecords(ctx, records)
+		if err != nil {
+			return inventory.Order{}, err
+		}
+		if n < len(records) {
+			return inventory.Order{}, fmt.Errorf("%w: %d of %d keys of the batch", errKeyTaken, len(records)-n, len(records))
+		}
+	}
+	return orders[0], nil
+}
+
+// deductPart deducts the total of p's plan with one conditional UPDATE;
+// when the stock cannot cover it, it locks p's row, reads what is left and
+// plans p again with it (its window's refusal for every order when the
+// sale is not open), giving back the claims of the orders refused.
+func deductPart(ctx context.Context, tx Tx, p *skuPart, known map[string]inventory.IdempotencyRecord) error {
+	if p.total <= 0 {
+		return nil
+	}
+	ok, err := tx.DeductIfAvailable(ctx, p.sku, p.total)
+	if err != nil || ok {
+		return err
+	}
+	level, err := tx.LockLevel(ctx, p.sku)
+	if err != nil {
+		return err
+	}
+	available := level.Available
+	if p.windowErr = level.Refusal(0); p.windowErr != nil {
+		// Not open: nothing fits, and the orders that would have taken
+		// stock are told why.
+		available = 0
+	}
+	p.plan, p.total = planBatch(p.orders, known, available, p.limit, p.held)
+	if unclaimed := surplus(p.claims, claimsOf(p.orders, p.plan, p.limit)); len(unclaimed) > 0 {
+		if err := tx.ReleaseUnitsOf(ctx, p.sku, unclaimed); err != nil {
+			return err
+		}
+	}
+	if p.total <= 0 {
+		return nil
+	}
+	ok, err = tx.DeductIfAvailable(ctx, p.sku, p.total)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("batched: %d units of %q under the row lock, yet the deduction of %d was refused", level.Available, p.sku, p.total)
+	}
+	return nil
+}
+
+// sharedKeyLater splits a batch's orders (indices into batch) into those
+// that run now and those whose idempotency key an earlier order of
+// another SKU in the batch has: a key names one request, and a SKU is
+// part of it, so the later order is decided after the earlier one
+// committed (it replays nothing and conflicts, or is a fresh request if
+// the earlier one was refused), as if it had come in a batch of its own.
+func sharedKeyLater(batch []*batchOrder, orders []int) (now, later []int) {
+	skuOfKey := map[string]string{}
+	for _, i := range orders {
+		o := batch[i]
+		if o.key == "" {
+			now = append(now, i)
+			continue
+		}
+		if sku, ok := skuOfKey[o.key]; ok && sku != o.sku {
+			later = append(later, i)
+			continue
+		}
+		skuOfKey[o.key] = o.sku
+		now = append(now, i)
+	}
+	return now, later
+}
