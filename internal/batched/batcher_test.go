@@ -333,6 +333,15 @@ func (t *fakeBatchTx) DeductIfAvailable(_ context.Context, _ string, total int64
 	return true, nil
 }
 
+// DeductEach deducts from the one stock the fake has, SKU after SKU.
+func (t *fakeBatchTx) DeductEach(ctx context.Context, skus []string, totals []int64) ([]bool, error) {
+	fitted := make([]bool, len(skus))
+	for i := range skus {
+		fitted[i], _ = t.DeductIfAvailable(ctx, skus[i], totals[i])
+	}
+	return fitted, nil
+}
+
 func (t *fakeBatchTx) LockLevel(context.Context, string) (inventory.Level, error) {
 	return inventory.Level{Available: t.st.available}, nil
 }

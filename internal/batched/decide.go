@@ -102,13 +102,8 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 		p.plan, p.total = planBatch(p.orders, known, math.MaxInt64, p.limit, p.held)
 		p.claims = claimsOf(p.orders, p.plan, p.limit)
 	}
-	for _, p := range parts {
-		if err := deductPart(ctx, tx, p, known); err != nil {
-			if errors.Is(err, inventory.ErrUnknownSKU) {
-				return inventory.Order{}, unknownSKU{sku: p.sku, err: err}
-			}
-			return inventory.Order{}, err
-		}
+	if err := deductParts(ctx, tx, parts, known); err != nil {
+		return inventory.Order{}, err
 	}
 
 	var orders []inventory.Order
@@ -189,18 +184,55 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	return orders[0], nil
 }
 
-// deductPart deducts the total of p's plan with one conditional UPDATE;
-// when the stock cannot cover it, it locks p's row, reads what is left and
-// plans p again with it (its window's refusal for every order when the
-// sale is not open), giving back the claims of the orders refused.
-func deductPart(ctx context.Context, tx Tx, p *skuPart, known map[string]inventory.IdempotencyRecord) error {
-	if p.total <= 0 {
+// deductParts deducts each part's total: one conditional UPDATE for a
+// batch of one SKU, one statement for every SKU of a batch of several
+// (DeductEach, the rows locked in SKU order); a SKU its stock cannot cover
+// is then planned again under its row lock (replanUnderLock), SKU by SKU
+// in SKU order.
+func deductParts(ctx context.Context, tx Tx, parts []*skuPart, known map[string]inventory.IdempotencyRecord) error {
+	var skus []string
+	var totals []int64
+	var want []*skuPart
+	for _, p := range parts {
+		if p.total > 0 {
+			skus, totals, want = append(skus, p.sku), append(totals, p.total), append(want, p)
+		}
+	}
+	var fitted []bool
+	switch len(want) {
+	case 0:
 		return nil
+	case 1:
+		ok, err := tx.DeductIfAvailable(ctx, skus[0], totals[0])
+		if err != nil {
+			return err
+		}
+		fitted = []bool{ok}
+	default:
+		var err error
+		if fitted, err = tx.DeductEach(ctx, skus, totals); err != nil {
+			return err
+		}
 	}
-	ok, err := tx.DeductIfAvailable(ctx, p.sku, p.total)
-	if err != nil || ok {
-		return err
+	for i, p := range want {
+		if fitted[i] {
+			continue
+		}
+		if err := replanUnderLock(ctx, tx, p, known); err != nil {
+			if errors.Is(err, inventory.ErrUnknownSKU) {
+				return unknownSKU{sku: p.sku, err: err}
+			}
+			return err
+		}
 	}
+	return nil
+}
+
+// replanUnderLock is a SKU whose stock could not cover its orders: it
+// locks the row, reads what is left and plans p again with it (its
+// window's refusal for every order when the sale is not open), giving
+// back the claims of the orders refused, and deducts the new total.
+func replanUnderLock(ctx context.Context, tx Tx, p *skuPart, known map[string]inventory.IdempotencyRecord) error {
 	level, err := tx.LockLevel(ctx, p.sku)
 	if err != nil {
 		return err
@@ -220,7 +252,7 @@ func deductPart(ctx context.Context, tx Tx, p *skuPart, known map[string]invento
 	if p.total <= 0 {
 		return nil
 	}
-	ok, err = tx.DeductIfAvailable(ctx, p.sku, p.total)
+	ok, err := tx.DeductIfAvailable(ctx, p.sku, p.total)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,12 @@ type Tx interface {
 	// DeductIfAvailable subtracts total only if at least total is
 	// available, and bumps the version.
 	DeductIfAvailable(ctx context.Context, sku string, total int64) (bool, error)
+	// DeductEach subtracts totals[i] from skus[i] (distinct, in SKU byte
+	// order) for each SKU whose sale is open and has that much available,
+	// bumping their versions, in one statement (a read and an UPDATE on
+	// MariaDB), with the rows locked in the order given; it reports which
+	// it deducted. A SKU without a row is not deducted.
+	DeductEach(ctx context.Context, skus []string, totals []int64) ([]bool, error)
 	// LockLevel reads the stock row and locks it until the transaction
 	// ends: SELECT … FOR UPDATE (inventory.ErrUnknownSKU when there is
 	// none).

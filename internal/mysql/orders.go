@@ -221,9 +221,11 @@ const openNow = `(starts_at IS NULL OR starts_at <= UTC_TIMESTAMP(6)) AND (ends_
 
 // levelQuery reads a stock row as inventory.Level: the window's state
 // judged by the database's clock.
-const levelQuery = `SELECT available, version, fence,
-	CASE WHEN starts_at > UTC_TIMESTAMP(6) THEN 1 WHEN ends_at <= UTC_TIMESTAMP(6) THEN 2 ELSE 0 END
-	FROM stock WHERE sku = ?`
+const levelQuery = `SELECT available, version, fence, ` + windowState + ` FROM stock WHERE sku = ?`
+
+// windowState is the window's state of a stock row by the database's
+// clock, as inventory.Level.Window has it.
+const windowState = `CASE WHEN starts_at > UTC_TIMESTAMP(6) THEN 1 WHEN ends_at <= UTC_TIMESTAMP(6) THEN 2 ELSE 0 END`
 
 func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {
 	var l inventory.Level

@@ -305,6 +305,13 @@ func (t *batchTx) DeductIfAvailable(ctx context.Context, sku string, total int64
 	return t.Tx.DeductIfAvailable(ctx, sku, total)
 }
 
+func (t *batchTx) DeductEach(ctx context.Context, skus []string, totals []int64) ([]bool, error) {
+	if err := t.step(ctx, stepWrite); err != nil {
+		return nil, err
+	}
+	return t.Tx.DeductEach(ctx, skus, totals)
+}
+
 func (t *batchTx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
 	if err := t.step(ctx, stepLockRead); err != nil {
 		return inventory.Level{}, err
