@@ -31,6 +31,7 @@ type config struct {
 	NaiveRaceWindow time.Duration
 	BatchMax        int
 	BatchWait       time.Duration
+	BatchLanes      int
 	Migrate         bool
 	ShutdownTimeout time.Duration
 	ReadTimeout     time.Duration
@@ -97,7 +98,7 @@ func (c config) strategyConfig() strategies.Config {
 	return strategies.Config{
 		Strategy: c.Strategy, DatabaseURL: c.DatabaseURL, OrderTimeout: c.OrderTimeout,
 		RowMaxInFlight: c.RowMaxInFlight, CASMaxAttempts: c.CASMaxAttempts, CASMaxInFlight: c.CASMaxInFlight,
-		NaiveRaceWindow: c.NaiveRaceWindow, AdmissionLimit: c.AdmissionLimit, BatchMax: c.BatchMax, BatchWait: c.BatchWait,
+		NaiveRaceWindow: c.NaiveRaceWindow, AdmissionLimit: c.AdmissionLimit, BatchMax: c.BatchMax, BatchWait: c.BatchWait, BatchLanes: c.BatchLanes,
 		RedisAddrs: c.RedisAddrs, EtcdEndpoints: c.EtcdEndpoints, ZKServers: c.ZKServers,
 		LockTTL: c.LockTTL, LockWait: c.LockWait, LockRenewEvery: c.LockRenewEvery,
 		Fencing: c.Fencing, FreezeHolder: c.FreezeHolder, SkipPolicyCheck: c.SkipPolicyCheck,
@@ -142,6 +143,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		NaiveRaceWindow: duration("NAIVE_RACE_WINDOW", def.NaiveRaceWindow, true),
 		BatchMax:        integer("BATCH_MAX", def.BatchMax, 1, 10000),
 		BatchWait:       duration("BATCH_WAIT", def.BatchWait, true),
+		BatchLanes:      integer("BATCH_LANES", def.BatchLanes, 0, 1024),
 		Migrate:         boolean("MIGRATE", true),
 		ShutdownTimeout: duration("SHUTDOWN_TIMEOUT", 10*time.Second, false),
 		ReadTimeout:     duration("HTTP_READ_TIMEOUT", 10*time.Second, false),
@@ -281,6 +283,7 @@ func (c config) logAttrs() []any {
 		"naive_race_window", c.NaiveRaceWindow.String(),
 		"batch_max", c.BatchMax,
 		"batch_wait", c.BatchWait.String(),
+		"batch_lanes", c.BatchLanes,
 		"migrate", c.Migrate,
 		"log_level", c.LogLevel.String(),
 		"redis_addrs", strings.Join(c.RedisAddrs, ","),

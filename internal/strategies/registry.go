@@ -74,9 +74,9 @@ var registry = []Entry{
 		func() inventory.Strategic { return sqlrow.NewConditional() }),
 	batchedEntry(Info{
 		Name: NameBatched, Class: ClassSafe, Family: FamilyBatched,
-		Invariant: "a batch's total is deducted by one conditional UPDATE, or, when it does not fit, under the row lock in arrival order while each order fits",
-		Breaks:    "deducting the orders that fit from a count read without the row lock: another instance's batch commits between the read and the write, and both take the last units",
-		How:       "Each instance queues the concurrent orders of one SKU while the SKU's transaction is in flight; the queue (up to BATCH_MAX) is the next batch. One transaction per batch: UPDATE … SET available = available − total WHERE available >= total, then multi-row INSERTs of the orders and their idempotency keys. When the total does not fit: SELECT … FOR UPDATE, accept in arrival order while each order fits, the rest sold out.",
+		Invariant: "each SKU's total in a batch is deducted by one conditional UPDATE, or, when it does not fit, under the SKU's row lock in arrival order while each order fits; a batch takes its SKUs' rows in SKU order",
+		Breaks:    "deducting the orders that fit from a count read without the row lock: another instance's batch commits between the read and the write, and both take the last units; taking two SKUs' rows in arrival order: two instances' batches of a and b, one a-then-b and one b-then-a, deadlock",
+		How:       "Each instance queues its concurrent orders in BATCH_LANES lanes (a SKU is always in one lane) while the lane's transaction is in flight; the queue (up to BATCH_MAX) is the next batch, whatever its SKUs. One transaction per batch: one UPDATE deducts each SKU's total where available >= total, the rows locked in SKU order, then multi-row INSERTs of the orders and their idempotency keys. A SKU whose total does not fit: SELECT … FOR UPDATE, accept in arrival order while each order fits, the rest sold out.",
 		Expect:    "Safe: one conditional UPDATE (or the row lock) per batch. One transaction carries many orders, so on a hot row it should beat every strategy that commits once per order.",
 	}),
 	redisLockEntry(Info{

@@ -44,8 +44,8 @@ func buildRow(newStrategy func(Config) inventory.Strategic, gated bool) func(con
 // batchedEntry is the group commit's entry. No ROW_MAX_IN_FLIGHT: one
 // transaction per SKU at a time in this process is its own bound.
 func batchedEntry(info Info) Entry {
-	return Entry{Info: info, Settings: []string{"BATCH_MAX", "BATCH_WAIT", "FENCING=on"}, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
-		b := batched.New(deps.DB, batched.WithMax(cfg.BatchMax), batched.WithWait(cfg.BatchWait),
+	return Entry{Info: info, Settings: []string{"BATCH_MAX", "BATCH_WAIT", "BATCH_LANES", "FENCING=on"}, Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+		b := batched.New(deps.DB, batched.WithMax(cfg.BatchMax), batched.WithWait(cfg.BatchWait), batched.WithLanes(cfg.BatchLanes),
 			batched.WithLogger(deps.Log), batched.WithObserver(deps.Metrics))
 		return b.Strategy(), noStop, nil
 	}}

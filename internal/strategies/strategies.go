@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/metrics"
@@ -37,8 +38,9 @@ type Config struct {
 	NaiveRaceWindow time.Duration
 	AdmissionLimit  int
 	// batched.
-	BatchMax  int
-	BatchWait time.Duration
+	BatchMax   int
+	BatchWait  time.Duration
+	BatchLanes int
 	// The lock strategies.
 	RedisAddrs      []string
 	EtcdEndpoints   []string
@@ -68,6 +70,7 @@ func Defaults() Config {
 		CASMaxAttempts:   50,
 		CASMaxInFlight:   2,
 		BatchMax:         256,
+		BatchLanes:       batched.DefaultLanes,
 		RedisAddrs:       []string{"127.0.0.1:6379"},
 		EtcdEndpoints:    []string{"127.0.0.1:2379"},
 		ZKServers:        []string{"127.0.0.1:2181"},
