@@ -129,12 +129,12 @@ func (b *Batched) runBatch(ctx context.Context, batch []*batchOrder) []batchResu
 				}
 				break
 			}
-			// Nothing was written: that SKU's orders are answered, the
+			// Nothing was written: those SKUs' orders are answered, the
 			// others run again.
 			kept := now[:0:0]
 			for _, i := range now {
-				if batch[i].sku == unknown.sku {
-					results[i] = batchResult{err: unknown.err}
+				if slices.Contains(unknown.skus, batch[i].sku) {
+					results[i] = batchResult{err: fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, batch[i].sku)}
 					continue
 				}
 				kept = append(kept, i)
