@@ -30,8 +30,7 @@ func TestSaleOpenedAcrossARedisRollbackIsListed(t *testing.T) {
 	s := newSale(t, "postgres") // instance A: sells, runs no consumer (it dies)
 	const sku = "listed-across-rollback"
 	ctx := context.Background()
-	dir := redisDir(t, s)
-	backup := snapshot(t, s.redis, dir) // the lagging replica's copy: nothing of the SKU
+	backup := s.redis.Snapshot(t) // the lagging replica's copy: nothing of the SKU
 
 	gate := &gatedSales{Store: s.db, started: make(chan int64), release: make(chan struct{})}
 	started := make(chan error, 1)
@@ -41,7 +40,7 @@ func TestSaleOpenedAcrossARedisRollbackIsListed(t *testing.T) {
 		t.Fatalf("the SKU is not listed after StartSale's Close: %v", err)
 	}
 
-	restoreCopy(t, s.redis, dir, backup)
+	s.redis.Restore(t, backup)
 	// The pool's connections died with the server: let the client find
 	// out before the Load, so that the Load reaches the restored server.
 	for s.rdb.Ping(ctx).Err() != nil {

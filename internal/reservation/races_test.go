@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os/exec"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,8 +306,7 @@ func redisBackFromAnOlderCopyFailsClosed(t *testing.T, m mode) {
 
 	// A consistent copy of the data (appendfsync always): the state right
 	// after the sale was loaded, as a replica or a backup would hold it.
-	dir := redisDir(t, s)
-	backup := snapshot(t, s.redis, dir)
+	backup := s.redis.Snapshot(t)
 
 	if _, err := s.order(sku, 5, "first", ""); err != nil {
 		t.Fatal(err)
@@ -317,7 +314,7 @@ func redisBackFromAnOlderCopyFailsClosed(t *testing.T, m mode) {
 	s.drained(sku, 1)
 
 	// The failover / restore: Redis comes back with the older state.
-	restoreCopy(t, s.redis, dir, backup)
+	s.redis.Restore(t, backup)
 
 	o, err := s.order(sku, 5, "second", "")
 	if err == nil {
@@ -330,13 +327,5 @@ func redisBackFromAnOlderCopyFailsClosed(t *testing.T, m mode) {
 	s.start(sku, 5)
 	if _, err := s.order(sku, 5, "third", ""); err != nil {
 		t.Fatalf("after the sale restarted: %v", err)
-	}
-}
-
-func copyDir(t *testing.T, from, to string) {
-	t.Helper()
-	out, err := exec.Command("cp", "-a", from+"/.", to).CombinedOutput()
-	if err != nil {
-		t.Fatalf("cp %s %s: %v: %s", from, to, err, strings.TrimSpace(string(out)))
 	}
 }

@@ -143,8 +143,7 @@ func TestCheckNeverWritesAnotherSalesOrders(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				dir := redisDir(t, s)
-				backup := snapshot(t, s.redis, dir)
+				backup := s.redis.Snapshot(t)
 
 				s.start(sku, 5)
 				y, err := s.order(sku, 5, "y", "")
@@ -155,7 +154,7 @@ func TestCheckNeverWritesAnotherSalesOrders(t *testing.T) {
 					t.Fatalf("writing Y: %d %v", n, err)
 				}
 
-				restoreCopy(t, s.redis, dir, backup)
+				s.redis.Restore(t, backup)
 				_, errZ := s.order(sku, 1, "z", "")
 				t.Logf("order Z after the restore: %v", errZ)
 

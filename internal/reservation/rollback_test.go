@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,45 +21,6 @@ import (
 
 // Redis coming back with another history than the one its orders were
 // answered from: a restored copy, a failover to a replica that lagged.
-
-// redisDir is the data folder of the test's Redis.
-func redisDir(t *testing.T, s *sale) string {
-	t.Helper()
-	dirs, err := s.rdb.ConfigGet(context.Background(), "dir").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dirs["dir"]
-}
-
-// snapshot takes a consistent copy of a durable Redis's data (as a backup
-// or a replica would hold it) and returns its folder.
-func snapshot(t *testing.T, srv *testredis.Server, dir string) string {
-	t.Helper()
-	backup := t.TempDir()
-	srv.Stop()
-	copyDir(t, dir, backup)
-	srv.Restart(t)
-	return backup
-}
-
-// restoreCopy brings srv back with the data of backup: a restored backup,
-// a failover to a replica that lagged.
-func restoreCopy(t *testing.T, srv *testredis.Server, dir, backup string) {
-	t.Helper()
-	srv.Stop()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyDir(t, backup, dir)
-	srv.Restart(t)
-}
 
 // holdFirstSink is the real database as a Sink whose first batch is held
 // after the consumer read it from Redis and before it is written: held
@@ -104,8 +63,7 @@ func batchHeldAcrossARollbackIsFencedOff(t *testing.T, m mode) {
 	s := newSaleIn(t, "postgres", m)
 	const sku = "held-batch"
 	s.start(sku, 5)
-	dir := redisDir(t, s)
-	backup := snapshot(t, s.redis, dir)
+	backup := s.redis.Snapshot(t)
 
 	sink := &holdFirstSink{Sink: s.db, held: make(chan []inventory.Order, 1), release: make(chan struct{})}
 	s.consume(sink)
@@ -118,7 +76,7 @@ func batchHeldAcrossARollbackIsFencedOff(t *testing.T, m mode) {
 		t.Fatalf("held batch %+v, want order %s", batch, a.ID)
 	}
 
-	restoreCopy(t, s.redis, dir, backup)
+	s.redis.Restore(t, backup)
 
 	b, errB := s.order(sku, 5, "second", "")
 	close(sink.release)

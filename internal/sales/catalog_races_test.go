@@ -5,9 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -90,42 +87,6 @@ func TestCatalogStartRenumbersAboveRedisAsOneSKUStartsDo(t *testing.T) {
 	}
 }
 
-// snapshotRedis copies a durable Redis's data folder (a backup, or a
-// replica that will lag) and brings the server back.
-func snapshotRedis(t *testing.T, srv *testredis.Server, dir string) string {
-	t.Helper()
-	backup := t.TempDir()
-	srv.Stop()
-	cp(t, dir, backup)
-	srv.Restart(t)
-	return backup
-}
-
-// restoreRedis brings srv back with backup's data: a restored backup, a
-// failover to a replica that lagged.
-func restoreRedis(t *testing.T, srv *testredis.Server, dir, backup string) {
-	t.Helper()
-	srv.Stop()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cp(t, backup, dir)
-	srv.Restart(t)
-}
-
-func cp(t *testing.T, from, to string) {
-	t.Helper()
-	if out, err := exec.Command("cp", "-a", from+"/.", to).CombinedOutput(); err != nil {
-		t.Fatalf("cp %s %s: %v: %s", from, to, err, strings.TrimSpace(string(out)))
-	}
-}
-
 // TestCatalogRetryNeverReopensASaleRedisLost: a sale took an order (201,
 // not yet written), then Redis came back from an older copy; the check of
 // the SKU renumbers the database's sale e -> e+1 and closes Redis under
@@ -147,19 +108,13 @@ func TestCatalogRetryNeverReopensASaleRedisLost(t *testing.T) {
 	db := testdb.New(t, "postgres", 8)
 	srv := testredis.StartDurable(t)
 	svc := reservedService(t, db, srv.Addr)
-	admin := srv.Client(t)
-	dirs, err := admin.ConfigGet(ctx, "dir").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := dirs["dir"]
 
 	for _, sku := range []string{"X", "Y"} {
 		if err := svc.StartSale(ctx, sku, 5); err != nil {
 			t.Fatal(err)
 		}
 	}
-	backup := snapshotRedis(t, srv, dir)
+	backup := srv.Snapshot(t)
 
 	catalog := inventory.CatalogRequest{IdempotencyKey: "catalog-K", Sales: []inventory.SaleRequest{{SKU: "X", Available: 5}}}
 	if _, err := svc.OpenCatalog(ctx, catalog); err != nil {
@@ -175,7 +130,7 @@ func TestCatalogRetryNeverReopensASaleRedisLost(t *testing.T) {
 		}
 	}
 
-	restoreRedis(t, srv, dir, backup)
+	srv.Restore(t, backup)
 	for _, sku := range []string{"X", "Y"} {
 		_, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "after"})
 		t.Logf("order of %s after Redis came back from the copy: %v", sku, err)

@@ -245,6 +245,36 @@ func StartDurable(tb testing.TB, args ...string) *Server {
 func (s *Server) Wipe(tb testing.TB) {
 	tb.Helper()
 	s.Stop()
+	s.removeData(tb)
+	s.Restart(tb)
+}
+
+// Snapshot stops the server, copies its data files (what a backup, or a
+// replica that will lag, holds), starts it again on the same port and
+// returns the copy's folder, removed at tb's cleanup.
+func (s *Server) Snapshot(tb testing.TB) string {
+	tb.Helper()
+	backup := tb.TempDir()
+	s.Stop()
+	copyFiles(tb, s.dir, backup)
+	s.Restart(tb)
+	return backup
+}
+
+// Restore stops the server, replaces its data files with backup's (a
+// Snapshot) and starts it again: a restored backup, or a failover to a
+// replica that lagged.
+func (s *Server) Restore(tb testing.TB, backup string) {
+	tb.Helper()
+	s.Stop()
+	s.removeData(tb)
+	copyFiles(tb, backup, s.dir)
+	s.Restart(tb)
+}
+
+// removeData deletes the stopped server's data files.
+func (s *Server) removeData(tb testing.TB) {
+	tb.Helper()
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		tb.Fatal(err)
@@ -254,7 +284,14 @@ func (s *Server) Wipe(tb testing.TB) {
 			tb.Fatal(err)
 		}
 	}
-	s.Restart(tb)
+}
+
+// copyFiles copies the files of folder from into folder to.
+func copyFiles(tb testing.TB, from, to string) {
+	tb.Helper()
+	if out, err := exec.Command("cp", "-a", from+"/.", to).CombinedOutput(); err != nil {
+		tb.Fatalf("cp %s %s: %v: %s", from, to, err, strings.TrimSpace(string(out)))
+	}
 }
 
 // Client returns a client closed at tb's cleanup. One dial attempt instead

@@ -256,26 +256,8 @@ func goOrders(ctx context.Context, client *http.Client, urls []string, g *report
 
 // startSale is PUT /admin/stock/{sku}.
 func startSale(ctx context.Context, client *http.Client, url, token, sku string, stock int64) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url+"/admin/stock/"+sku,
-		bytes.NewBufferString(`{"available":`+strconv.FormatInt(stock, 10)+`}`))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("starting the sale: %w", err)
-	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return nil
-	case http.StatusServiceUnavailable:
-		return fmt.Errorf("starting the sale: %w %s", errUnavailable, body)
-	}
-	return fmt.Errorf("starting the sale: %s %s", resp.Status, body)
+	body := bytes.NewBufferString(`{"available":` + strconv.FormatInt(stock, 10) + `}`)
+	return adminPut(ctx, client, url+"/admin/stock/"+sku, token, "", body, "starting the sale")
 }
 
 // startCatalog is PUT /admin/stock: every SKU of skus on sale with stock
@@ -290,16 +272,25 @@ func startCatalog(ctx context.Context, client *http.Client, url, token, key stri
 		fmt.Fprintf(&body, `{"sku":%q,"available":%d}`, sku, stock)
 	}
 	body.WriteByte(']')
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url+"/admin/stock", &body)
+	return adminPut(ctx, client, url+"/admin/stock", token, key, &body, "putting the catalog on sale")
+}
+
+// adminPut sends an admin PUT of a JSON body (with an Idempotency-Key
+// when key is not ""): nil on 200, errUnavailable on 503 (nothing done),
+// what is doing in every error.
+func adminPut(ctx context.Context, client *http.Client, target, token, key string, body io.Reader, what string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, target, body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Idempotency-Key", key)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("putting the catalog on sale: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
@@ -307,9 +298,9 @@ func startCatalog(ctx context.Context, client *http.Client, url, token, key stri
 	case http.StatusOK:
 		return nil
 	case http.StatusServiceUnavailable:
-		return fmt.Errorf("putting the catalog on sale: %w %s", errUnavailable, answer)
+		return fmt.Errorf("%s: %w %s", what, errUnavailable, answer)
 	}
-	return fmt.Errorf("putting the catalog on sale: %s %s", resp.Status, answer)
+	return fmt.Errorf("%s: %s %s", what, resp.Status, answer)
 }
 
 // errUnavailable is a 503 answer: the service did nothing (a backend did
