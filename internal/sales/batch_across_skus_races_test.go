@@ -242,19 +242,6 @@ func TestUnknownSKUsOfABatchAreLeftOutInOneRetry(t *testing.T) {
 	}
 }
 
-// sameLane reports whether a and b share a lane of n (batched.lanes'
-// FNV-1a).
-func sameLane(a, b string, n uint32) bool {
-	h := func(s string) uint32 {
-		x := uint32(2166136261)
-		for i := 0; i < len(s); i++ {
-			x = (x ^ uint32(s[i])) * 16777619
-		}
-		return x % n
-	}
-	return h(a) == h(b)
-}
-
 // TestBatchWhoseCommitAnswerIsLostIsResolvedForEverySKU: one
 // batch of two SKUs whose COMMIT lands after its answer was lost: the
 // lookup of its first created order (SKU A) waits on A's row, which the
