@@ -7,9 +7,9 @@ BIN       := bin/stock
 # report its own deadline as a failure ("context deadline exceeded", no
 # crasher; golang/go#75804, fixed in 1.27). 5000 inputs take about 7 s here.
 FUZZTIME  ?= 5000x
-# Keep test binaries from running packages in parallel with each other on a
-# 2-core machine: the tests themselves are concurrent enough.
-TESTFLAGS ?= -race -count=1 -p 1 -timeout 20m
+# How many packages run at once is scripts/unit.sh's: the packages that load
+# the machine one at a time, the others two at a time beside them.
+TESTFLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: help demo demo-quick test build services servers vet tidy tracked unit fuzz explore faults k6 clean
 
@@ -60,8 +60,8 @@ tracked: ## fail if git tracks an executable or a file over 1 MB
 	  if [ "$$(head -c 4 "$$f" | od -An -c | tr -d " ")" = "177ELF" ] || [ $$(stat -c %s "$$f") -gt 1048576 ]; then echo "$$f"; fi; done' sh); \
 	  if [ -n "$$bad" ]; then echo "tracked build outputs or large files: $$bad"; exit 1; fi
 
-unit: ## go test -race ./... (the servers must be up: make services)
-	$(GO) test $(TESTFLAGS) ./...
+unit: ## go test -race ./..., in two streams (the servers must be up: make services)
+	@GO='$(GO)' TESTFLAGS='$(TESTFLAGS)' bash scripts/unit.sh
 
 # Each fuzz target in turn (go test -fuzz takes one at a time). The corpus
 # checked in under internal/httpapi/testdata/fuzz runs with every go test.
