@@ -456,11 +456,11 @@ func (w *sweepWatch) sweepWaits(t *testing.T) bool {
 	if w.pg != nil {
 		err = w.pg.QueryRow(w.ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = 'sweeper' AND state = 'active' AND wait_event_type = 'Lock'
-			  AND query LIKE '%UPDATE stock SET available = available +%'`).Scan(&n)
+			  AND query LIKE '%SET available = available +%'`).Scan(&n)
 	} else {
 		err = w.my.QueryRowContext(w.ctx, `SELECT count(*) FROM information_schema.processlist
 			WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query'
-			  AND info LIKE '%UPDATE stock SET available = available +%'`).Scan(&n)
+			  AND info LIKE '%SET available = available +%'`).Scan(&n)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -51,13 +51,13 @@ type Strategy struct {
 	// new sale.
 	ResetSKU func(ctx context.Context, sku string) error
 	// RelayReturns gives back to the strategy's own store the returns the
-	// database marked for it (Tx.MarkRelay) of sku, of every SKU when sku
-	// is "", and reports how many: the strategy counts the stock outside
+	// database marked for it (Tx.MarkRelay) of skus, of every SKU when
+	// skus is empty, and reports how many: the strategy counts the stock outside
 	// the database. A cancel or an expiry is decided in the database as
 	// for every strategy and marks the order in the same transaction; the
 	// service relays right after the commit, and its sweep relays what a
 	// process that died left marked.
-	RelayReturns func(ctx context.Context, sku string) (int, error)
+	RelayReturns func(ctx context.Context, skus ...string) (int, error)
 	// Audit and Level: a strategy that keeps its own books audits a SKU
 	// and reports its stock itself.
 	Audit func(ctx context.Context, sku string) (Audit, error)

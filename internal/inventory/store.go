@@ -145,11 +145,17 @@ type LifecycleTx interface {
 	// ReleaseUnits gives quantity back to userID's count for sku (a
 	// cancel, an expiry); no row, nothing to give back.
 	ReleaseUnits(ctx context.Context, sku, userID string, quantity int64) error
-	// ReleaseUnitsOf is ReleaseUnits for several buyers of sku in one
-	// statement, their rows taken in buyer order (the sweep: a batch of
-	// a few statements, not one per buyer, so that it commits within a
-	// short run on a busy server).
-	ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error
+	// ReturnEach is ReturnUnits for several SKUs in one statement:
+	// returns name distinct SKUs in byte order, the order their rows are
+	// locked in, each with the Quantity to add. A SKU without a row is
+	// ErrUnknownSKU and nothing is added (the sweep: its cost follows the
+	// lapsed holds, not how many SKUs they are spread over).
+	ReturnEach(ctx context.Context, returns []Order) error
+	// ReleaseEach is ReleaseUnits for several buyers of several SKUs in
+	// one statement: claims are distinct (SKU, UserID) pairs in byte
+	// order, the order their rows are locked in, each with the Quantity
+	// to give back; a buyer without a row has nothing to give back.
+	ReleaseEach(ctx context.Context, claims []Order) error
 	// MarkRelay marks orders whose units this transaction returns for
 	// the relay to the store that counts the stock outside the database
 	// (the reservation strategies: ReturnRelay): the mark commits with the

@@ -285,6 +285,86 @@ func (t *tx) ClaimUnitsOf(ctx context.Context, sku string, claims, held map[stri
 	return true, nil
 }
 
+func (t *tx) ReturnEach(ctx context.Context, returns []inventory.Order) error {
+	if len(returns) == 0 {
+		return nil
+	}
+	var cases strings.Builder
+	args := make([]any, 0, 3*len(returns))
+	for _, r := range returns {
+		cases.WriteString(" WHEN ? THEN ?")
+		args = append(args, r.SKU, r.Quantity)
+	}
+	skus := make([]any, len(returns))
+	for i, r := range returns {
+		skus[i] = r.SKU
+	}
+	// One UPDATE held to the primary key's range: it locks the rows in
+	// SKU order (ascii_bin is Go's byte order), as DeductEach takes them,
+	// and nothing outside the list (see DeductEach). Every return adds at
+	// least a unit, so every row it finds changes: fewer rows changed than
+	// SKUs means a SKU without a row.
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE stock FORCE INDEX (PRIMARY) SET available = available + CASE sku`+cases.String()+` END
+		WHERE sku IN (`+placeholders(len(returns), "?")+`)`, append(args, skus...)...)
+	if err != nil {
+		return wrap(ctx, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return wrap(ctx, err)
+	}
+	if int(n) == len(returns) {
+		return nil
+	}
+	for _, r := range returns {
+		if _, err := t.ReadLevel(ctx, r.SKU); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %d of %d SKUs given units back", inventory.ErrUnknownSKU, n, len(returns))
+}
+
+func (t *tx) ReleaseEach(ctx context.Context, claims []inventory.Order) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	// Ids that differ only in trailing spaces are one row (utf8mb4_bin
+	// pads): their units are summed under one spelling, as in
+	// ReleaseUnitsOf.
+	type key struct{ sku, user string }
+	units := make(map[key]int64, len(claims))
+	for _, c := range claims {
+		units[key{c.SKU, strings.TrimRight(c.UserID, " ")}] += c.Quantity
+	}
+	keys := make([]key, 0, len(units))
+	for k := range units {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := strings.Compare(a.sku, b.sku); c != 0 {
+			return c
+		}
+		return strings.Compare(a.user, b.user)
+	})
+	var when strings.Builder
+	args := make([]any, 0, 5*len(keys))
+	for _, k := range keys {
+		when.WriteString(" WHEN sku = ? AND user_id = ? THEN ?")
+		args = append(args, k.sku, k.user, units[k])
+	}
+	for _, k := range keys {
+		args = append(args, k.sku, k.user)
+	}
+	// (sku, user_id) IN a list of pairs, held to the primary key: a range
+	// scan in (SKU, buyer) order, the order every transaction takes
+	// buyers in. No row, nothing to give back.
+	_, err := t.tx.ExecContext(ctx, `
+		UPDATE buyer_units FORCE INDEX (PRIMARY) SET units = GREATEST(units - CASE`+when.String()+` ELSE 0 END, 0)
+		WHERE (sku, user_id) IN (`+placeholders(len(keys), "(?, ?)")+`)`, args...)
+	return wrap(ctx, err)
+}
+
 func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error {
 	// user_id is utf8mb4_bin, which pads with spaces: ids that differ
 	// only in trailing spaces are one row (one buyer, as ClaimUnits counts

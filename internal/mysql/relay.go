@@ -3,8 +3,11 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"slices"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
 )
 
 // The relay of returns to a store that counts stock outside the database
@@ -25,60 +28,69 @@ func (t *tx) MarkRelay(ctx context.Context, ids []string) error {
 	return wrap(ctx, err)
 }
 
-// RelayReturns hands at most limit of the SKU's marked orders to apply,
-// with the number of the sale they belong to, and clears their marks if
-// apply succeeds. No transaction stays open while apply runs: a store
-// that hangs must not hold a connection and row locks (found by review:
-// pays queued behind relays waiting for a hung Redis). So two relays may
-// hand over the same orders, and a relay whose clearing is lost hands them
-// over again: apply must take each order once however often it is given
-// it. The orders and the number are read in one statement, one snapshot:
-// read apart, a new sale between the two reads paired the old number with
-// the new sale's orders (found by review on PostgreSQL). No locking read:
-// over the index (relay_pending, sku) it would lock gaps where other
-// orders' entries go.
-func (s *Store) RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error) {
-	return s.relayMarked(ctx, "orders", "o.user_id, o.claimed", sku, limit, apply)
-}
-
-// RelayRestocks is RelayReturns for the SKU's restocks not relayed yet
-// (ID and Quantity of each).
-func (s *Store) RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error) {
-	return s.relayMarked(ctx, "restocks", "'', 0", sku, limit, apply)
-}
-
-// relayMarked is RelayReturns over table (orders or restocks), user the
-// columns of the buyer and of the units the order claimed on its count
-// (an empty string and 0 for a restock).
-func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit int, apply func(ctx context.Context, epoch int64, marked []inventory.Order) error) (int, error) {
+// RelayMarked implements reservation.EpochSales: the marked orders (or
+// restocks) of skus, by SKU, each SKU's with its sale's number, to apply;
+// the marks of the SKUs apply took are cleared. No transaction stays open
+// while apply runs: a store that hangs must not hold a connection and row
+// locks (found by review: pays queued behind relays waiting for a hung
+// Redis). So two relays may hand over the same orders, and a relay whose
+// clearing is lost hands them over again: apply must take each order once
+// however often it is given it. The orders and the numbers are read in one
+// statement, one snapshot: read apart, a new sale between the two reads
+// paired the old number with the new sale's orders (found by review on
+// PostgreSQL). No locking read: over the index (relay_pending, sku) it
+// would lock gaps where other orders' entries go. One statement for every
+// SKU of skus: the sweep relays a batch of holds lapsed over a whole
+// catalog in a few round trips, not a few per SKU (BenchmarkSweep).
+func (s *Store) RelayMarked(ctx context.Context, skus []string, kind reservation.RelayKind, limit int, apply func(ctx context.Context, marked []reservation.Marked) ([]string, error)) (int, error) {
+	table, user := "orders", "o.user_id, o.claimed"
+	if kind == reservation.Restocks {
+		table, user = "restocks", "'', 0"
+	}
+	args := make([]any, 0, len(skus)+1)
+	for _, sku := range skus {
+		args = append(args, sku)
+	}
 	rows, err := s.db.QueryContext(ctx, `
-		SELECT s.sale_epoch, o.id, `+user+`, o.quantity
+		SELECT s.sku, s.sale_epoch, o.id, `+user+`, o.quantity
 		FROM stock s JOIN `+table+` o ON o.sku = s.sku
-		WHERE s.sku = ? AND o.relay_pending = TRUE
-		ORDER BY o.id LIMIT ?`, sku, limit)
+		WHERE s.sku IN (`+placeholders(len(skus), "?")+`) AND o.relay_pending = TRUE
+		ORDER BY o.sku, o.id LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return 0, wrap(ctx, err)
 	}
-	var epoch int64
-	var marked []inventory.Order
+	var marked []reservation.Marked
 	for rows.Next() {
-		o := inventory.Order{SKU: sku}
-		if err := rows.Scan(&epoch, &o.ID, &o.UserID, &o.Claimed, &o.Quantity); err != nil {
+		var o inventory.Order
+		var sale int64
+		if err := rows.Scan(&o.SKU, &sale, &o.ID, &o.UserID, &o.Claimed, &o.Quantity); err != nil {
 			_ = rows.Close()
 			return 0, wrap(ctx, err)
 		}
-		marked = append(marked, o)
+		if len(marked) == 0 || marked[len(marked)-1].SKU != o.SKU {
+			marked = append(marked, reservation.Marked{SKU: o.SKU, Sale: sale})
+		}
+		last := &marked[len(marked)-1]
+		last.Items = append(last.Items, o)
 	}
 	if err := rows.Err(); err != nil || len(marked) == 0 {
 		return 0, wrap(ctx, err)
 	}
-	if err := apply(ctx, epoch, marked); err != nil {
-		return 0, err
+	taken, err := apply(ctx, marked)
+	var relayed []inventory.Order
+	handed := 0
+	for _, m := range marked {
+		handed += len(m.Items)
+		if slices.Contains(taken, m.SKU) {
+			relayed = append(relayed, m.Items...)
+		}
 	}
-	if err := s.clearMarks(ctx, table, marked); err != nil {
-		return 0, err
+	if len(relayed) > 0 {
+		if cerr := s.clearMarks(ctx, table, relayed); cerr != nil {
+			return 0, errors.Join(err, cerr)
+		}
 	}
-	return len(marked), nil
+	return handed, err
 }
 
 // clearMarks clears the relay marks of the rows of table (orders or

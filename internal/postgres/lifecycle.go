@@ -146,6 +146,71 @@ func (t *tx) ReleaseUnitsOf(ctx context.Context, sku string, units map[string]in
 	return wrap(ctx, err)
 }
 
+func (t *tx) ReturnEach(ctx context.Context, returns []inventory.Order) error {
+	if len(returns) == 0 {
+		return nil
+	}
+	skus, quantities := make([]string, len(returns)), make([]int64, len(returns))
+	for i, r := range returns {
+		skus[i], quantities[i] = r.SKU, r.Quantity
+	}
+	// The rows are locked first, in SKU order (COLLATE "C": byte order, as
+	// Go sorts and as DeductEach takes them), then updated: an UPDATE …
+	// FROM unnest alone takes them in the order its join emits them.
+	rows, err := t.tx.Query(ctx, `
+		WITH locked AS MATERIALIZED (
+			SELECT sku FROM stock WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE "C" FOR UPDATE)
+		UPDATE stock SET available = available + r.q
+		FROM locked l JOIN unnest($1::text[], $2::bigint[]) AS r (sku, q) ON r.sku = l.sku
+		WHERE stock.sku = l.sku
+		RETURNING stock.sku`, skus, quantities)
+	if err != nil {
+		return wrap(ctx, err)
+	}
+	returned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return wrap(ctx, err)
+	}
+	return missingSKU(skus, returned)
+}
+
+// missingSKU is ErrUnknownSKU naming the first of want that got is
+// without, nil when got has every one.
+func missingSKU(want, got []string) error {
+	if len(got) == len(want) {
+		return nil
+	}
+	for _, sku := range want {
+		if !slices.Contains(got, sku) {
+			return fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, sku)
+		}
+	}
+	return nil
+}
+
+func (t *tx) ReleaseEach(ctx context.Context, claims []inventory.Order) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	skus, users, quantities := make([]string, len(claims)), make([]string, len(claims)), make([]int64, len(claims))
+	for i, c := range claims {
+		skus[i], users[i], quantities[i] = c.SKU, c.UserID, c.Quantity
+	}
+	// Locked first in (SKU, buyer) order, as ReleaseUnitsOf locks one
+	// SKU's buyers and as every transaction takes buyers: SKU by SKU,
+	// each SKU's in buyer order.
+	_, err := t.tx.Exec(ctx, `
+		WITH wanted AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r (sku, u, q)
+		), locked AS MATERIALIZED (
+			SELECT b.sku, b.user_id FROM buyer_units b JOIN wanted w ON b.sku = w.sku AND b.user_id = w.u
+			ORDER BY b.sku COLLATE "C", b.user_id COLLATE "C" FOR UPDATE OF b)
+		UPDATE buyer_units b SET units = GREATEST(b.units - w.q, 0)
+		FROM locked l JOIN wanted w ON w.sku = l.sku AND w.u = l.user_id
+		WHERE b.sku = l.sku AND b.user_id = l.user_id`, skus, users, quantities)
+	return wrap(ctx, err)
+}
+
 // sortedClaims lists the buyers of claims in order, with their units:
 // statements over several buyers' rows take them in buyer order, as every
 // transaction does, so two never wait for each other's in opposite orders.

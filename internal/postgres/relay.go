@@ -2,10 +2,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/reservation"
 )
 
 // The relay of returns to a store that counts stock outside the database
@@ -20,63 +23,71 @@ func (t *tx) MarkRelay(ctx context.Context, ids []string) error {
 	return wrap(ctx, err)
 }
 
-// RelayReturns hands at most limit of the SKU's marked orders to apply,
-// with the number of the sale they belong to, and clears their marks if
-// apply succeeds. No transaction stays open while apply runs: a store
-// that hangs must not hold a connection and row locks (found by review:
-// pays queued behind relays waiting for a hung Redis). So two relays may
-// hand over the same orders, and a relay whose clearing is lost hands them
-// over again: apply must take each order once however often it is given
-// it. The orders and the number are read in one statement, one snapshot:
-// read apart, a new sale between the two reads paired the old number with
-// the new sale's orders, and their returns were dropped as another sale's
-// (found by review).
-func (s *Store) RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error) {
-	return s.relayMarked(ctx, "orders", "o.user_id, o.claimed", sku, limit, apply)
-}
-
-// RelayRestocks is RelayReturns for the SKU's restocks not relayed yet
-// (ID and Quantity of each).
-func (s *Store) RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error) {
-	return s.relayMarked(ctx, "restocks", "'', 0", sku, limit, apply)
-}
-
-// relayMarked is RelayReturns over table (orders or restocks), user the
-// columns of the buyer and of the units the order claimed on its count
-// (an empty string and 0 for a restock).
-func (s *Store) relayMarked(ctx context.Context, table, user, sku string, limit int, apply func(ctx context.Context, epoch int64, marked []inventory.Order) error) (int, error) {
+// RelayMarked implements reservation.EpochSales: the marked orders (or
+// restocks) of skus, by SKU, each SKU's with its sale's number, to apply;
+// the marks of the SKUs apply took are cleared. No transaction stays open
+// while apply runs: a store that hangs must not hold a connection and row
+// locks (found by review: pays queued behind relays waiting for a hung
+// Redis). So two relays may hand over the same orders, and a relay whose
+// clearing is lost hands them over again: apply must take each order once
+// however often it is given it. The orders and the numbers are read in one
+// statement, one snapshot: read apart, a new sale between the two reads
+// paired the old number with the new sale's orders, and their returns were
+// dropped as another sale's (found by review). One statement for every SKU
+// of skus: the sweep relays a batch of holds lapsed over a whole catalog
+// in a few round trips, not a few per SKU (BenchmarkSweep).
+func (s *Store) RelayMarked(ctx context.Context, skus []string, kind reservation.RelayKind, limit int, apply func(ctx context.Context, marked []reservation.Marked) ([]string, error)) (int, error) {
+	table, user := "orders", "o.user_id, o.claimed"
+	if kind == reservation.Restocks {
+		table, user = "restocks", "'', 0"
+	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT s.sale_epoch, o.id, `+user+`, o.quantity
+		SELECT s.sku, s.sale_epoch, o.id, `+user+`, o.quantity
 		FROM stock s JOIN `+table+` o ON o.sku = s.sku
-		WHERE s.sku = $1 AND o.relay_pending
-		ORDER BY o.id LIMIT $2`, sku, limit)
+		WHERE s.sku = ANY($1::text[]) AND o.relay_pending
+		ORDER BY o.sku COLLATE "C", o.id LIMIT $2`, skus, limit)
 	if err != nil {
 		return 0, wrap(ctx, err)
 	}
-	var epoch int64
-	marked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (inventory.Order, error) {
-		o := inventory.Order{SKU: sku}
-		return o, r.Scan(&epoch, &o.ID, &o.UserID, &o.Claimed, &o.Quantity)
-	})
-	if err != nil || len(marked) == 0 {
+	var marked []reservation.Marked
+	var ids []string
+	var sku string
+	var sale int64
+	var o inventory.Order
+	if _, err := pgx.ForEachRow(rows, []any{&sku, &sale, &o.ID, &o.UserID, &o.Claimed, &o.Quantity}, func() error {
+		if len(marked) == 0 || marked[len(marked)-1].SKU != sku {
+			marked = append(marked, reservation.Marked{SKU: sku, Sale: sale})
+		}
+		o.SKU = sku
+		last := &marked[len(marked)-1]
+		last.Items = append(last.Items, o)
+		return nil
+	}); err != nil || len(marked) == 0 {
 		return 0, wrap(ctx, err)
 	}
-	if err := apply(ctx, epoch, marked); err != nil {
-		return 0, err
+	taken, err := apply(ctx, marked)
+	for _, m := range marked {
+		if slices.Contains(taken, m.SKU) {
+			for _, o := range m.Items {
+				ids = append(ids, o.ID)
+			}
+		}
 	}
-	ids := make([]string, len(marked))
-	for i, o := range marked {
-		ids[i] = o.ID
+	if len(ids) > 0 {
+		// Rows another transaction holds keep their marks: the next relay
+		// hands them over again (and the store takes them once), rather
+		// than this one waiting for it.
+		if _, cerr := s.pool.Exec(ctx, `
+			UPDATE `+table+` SET relay_pending = false
+			WHERE id IN (SELECT id FROM `+table+` WHERE id = ANY($1::text[]::uuid[]) AND relay_pending FOR UPDATE SKIP LOCKED)`, ids); cerr != nil {
+			return 0, errors.Join(err, wrap(ctx, cerr))
+		}
 	}
-	// Rows another transaction holds keep their marks: the next relay
-	// hands them over again (and the store takes them once), rather than
-	// this one waiting for it.
-	if _, err := s.pool.Exec(ctx, `
-		UPDATE `+table+` SET relay_pending = false
-		WHERE id IN (SELECT id FROM `+table+` WHERE id = ANY($1::text[]::uuid[]) AND relay_pending FOR UPDATE SKIP LOCKED)`, ids); err != nil {
-		return 0, wrap(ctx, err)
+	handed := 0
+	for _, m := range marked {
+		handed += len(m.Items)
 	}
-	return len(marked), nil
+	return handed, err
 }
 
 // SKUsRelaying lists at most limit SKUs with marked orders or restocks

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,7 +85,17 @@ func isReturnScript(cmd redis.Cmder) bool {
 
 func (h *failReturns) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *failReturns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() && slices.ContainsFunc(cmds, isReturnScript) {
+			h.failed.Add(1)
+			err := errors.New("injected: connection reset before Redis read the pipeline of returns")
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
 }
 func (h *failReturns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -626,7 +637,15 @@ func isRelayCommand(cmd redis.Cmder) bool {
 
 func (h *countReturns) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countReturns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.armed.Load() && slices.ContainsFunc(cmds, isRelayCommand) {
+			select {
+			case h.sent <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 func (h *countReturns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {

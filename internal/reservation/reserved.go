@@ -134,6 +134,9 @@ type Reservations interface {
 	// Restock adds restocks (ID, Quantity) to sale epoch, each once per
 	// sale however often it is called with it; its errors are Return's.
 	Restock(ctx context.Context, sku string, epoch int64, restocks []inventory.Order) error
+	// GiveBack is Return (kind Returns) or Restock for several SKUs at
+	// once, marked[i]'s error at errs[i].
+	GiveBack(ctx context.Context, kind RelayKind, marked []Marked) (errs []error)
 	// Tally reads the SKU's bookkeeping (ErrSaleNotLoaded when it has
 	// none).
 	Tally(ctx context.Context, sku string) (Tally, error)
@@ -180,16 +183,15 @@ type EpochSales interface {
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
 	// Level reads the SKU's stock row (ErrUnknownSKU when it has none).
 	Level(ctx context.Context, sku string) (inventory.Level, error)
-	// RelayReturns hands at most limit of the SKU's orders marked for the
-	// relay (Tx.MarkRelay) to apply, with the number of their sale (read
-	// with them), and clears their marks if apply succeeds; it reports how
-	// many it handed over. No transaction is open while apply runs, so
-	// apply may be handed an order again (a second relay, a lost clear)
-	// and must take each once.
-	RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error)
-	// RelayRestocks is RelayReturns for the SKU's restocks
-	// (Tx.RecordRestock; ID and Quantity of each).
-	RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error)
+	// RelayMarked hands to apply at most limit of the orders (kind
+	// Returns) or restocks (kind Restocks) of skus marked for the relay
+	// (Tx.MarkRelay, Tx.RecordRestock), by SKU, each SKU's with the
+	// number of its sale read with them in one statement; it clears the
+	// marks of the SKUs apply answers taken, leaves the others marked, and
+	// reports how many it handed over. No transaction is open while apply
+	// runs, so apply may be handed an order again (a second relay, a lost
+	// clear) and must take each once.
+	RelayMarked(ctx context.Context, skus []string, kind RelayKind, limit int, apply func(ctx context.Context, marked []Marked) (taken []string, err error)) (int, error)
 	// SKUsRelaying lists at most limit SKUs with orders or restocks
 	// marked for the relay.
 	SKUsRelaying(ctx context.Context, limit int) ([]string, error)
@@ -480,79 +482,6 @@ func (r *Reserved) audit(sku string, t Tally, written inventory.Audit) inventory
 		Held: written.Held, Paid: written.Paid, Returned: written.Returned, Cancelled: written.Cancelled, Expired: written.Expired,
 		Relaying: written.Relaying, RelayingOrders: written.RelayingOrders, Restocks: written.Restocks,
 		Pending: t.Pending, Lag: t.Lag, Written: &written,
-	}
-}
-
-// relayBatch is how many returns one relay transaction hands over.
-const relayBatch = 256
-
-// RelayReturns is the strategy's RelayReturns: the returns the database made and
-// marked (a cancel, an expiry: Tx.MarkRelay) go back to the store, and the
-// restocks (Tx.RecordRestock) reach it, a batch at a time, until none of the
-// SKU's is left (every SKU's when sku is ""). The store takes each order once per sale (Reservations.Return), so
-// a batch handed over twice (two relays, a clearing lost) adds nothing. Returns
-// of a sale the store no longer holds (restarted since, or lost with a
-// wiped Redis, which fails closed until a new sale) have nowhere to go:
-// their marks are cleared.
-//
-// The invariant: a unit comes back to the store only for an order the
-// database moved out of held (the mark commits with that move), and once
-// per order (the store's set). The schedule it forbids: a relay whose
-// store call succeeded and whose clearing of the marks was lost runs
-// again (or two relays read the same marks), and without the set the
-// units would come back twice.
-func (r *Reserved) RelayReturns(ctx context.Context, sku string) (int, error) {
-	if sku == "" {
-		return r.relayAll(ctx)
-	}
-	total := 0
-	for _, step := range []struct {
-		marked func(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, batch []inventory.Order) error) (int, error)
-		give   func(ctx context.Context, sku string, epoch int64, batch []inventory.Order) error
-	}{
-		{r.db.RelayReturns, r.res.Return},
-		{r.db.RelayRestocks, r.res.Restock},
-	} {
-		for {
-			n, err := step.marked(ctx, sku, relayBatch, func(ctx context.Context, epoch int64, batch []inventory.Order) error {
-				err := step.give(ctx, sku, epoch, batch)
-				if errors.Is(err, inventory.ErrStaleSale) || errors.Is(err, ErrSaleNotLoaded) {
-					return nil
-				}
-				return err
-			})
-			total += n
-			if err != nil {
-				return total, err
-			}
-			if n < relayBatch {
-				break
-			}
-		}
-	}
-	return total, nil
-}
-
-// relayAll relays every SKU's marked returns, a page of SKUs at a time.
-func (r *Reserved) relayAll(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		skus, err := r.db.SKUsRelaying(ctx, relayBatch)
-		if err != nil {
-			return total, err
-		}
-		var errs []error
-		for _, sku := range skus {
-			n, err := r.RelayReturns(ctx, sku)
-			total += n
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%q: %w", sku, err))
-			}
-		}
-		// A SKU that failed stays listed: stop rather than list it again.
-		if len(errs) > 0 || len(skus) < relayBatch {
-			return total, errors.Join(errs...)
-		}
 	}
 }
 

@@ -115,30 +115,95 @@ func (s *Store) giveBack(ctx context.Context, sku string, epoch int64, kind stri
 	}
 	for checked := false; ; checked = true {
 		answer, err := s.runReturn(ctx, sku, epoch, "", kind, batch)
-		switch {
-		case err != nil:
-			return fmt.Errorf("%w: %s units of %q in Redis: %w", inventory.ErrUnavailable, kind, sku, err)
-		case strings.HasPrefix(answer, "OK"):
-			return nil
-		case answer == "other":
-			return fmt.Errorf("%w: Redis holds another sale of %q than sale %d of the %s", inventory.ErrStaleSale, sku, epoch, kind)
-		case answer == "unloaded":
-			return fmt.Errorf("%w: %q", ErrSaleNotLoaded, sku)
-		case answer == "unchecked" && !checked:
+		if answer == "unchecked" && err == nil && !checked {
 			if err := s.recheck(ctx, sku); err != nil {
 				return err
 			}
-		case answer == "checking" || answer == "unchecked":
-			return fmt.Errorf("%w: the sale of %q is being checked against the database", inventory.ErrBusy, sku)
-		default:
-			return fmt.Errorf("%w: unexpected reply from the return script: %q", inventory.ErrUnavailable, answer)
+			continue
 		}
+		return returnAnswer(sku, epoch, kind, answer, err)
 	}
+}
+
+// returnAnswer is the error of returnScript's answer for the sale epoch
+// of sku (nil: it took the batch).
+func returnAnswer(sku string, epoch int64, kind, answer string, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %s units of %q in Redis: %w", inventory.ErrUnavailable, kind, sku, err)
+	case strings.HasPrefix(answer, "OK"):
+		return nil
+	case answer == "other":
+		return fmt.Errorf("%w: Redis holds another sale of %q than sale %d of the %s", inventory.ErrStaleSale, sku, epoch, kind)
+	case answer == "unloaded":
+		return fmt.Errorf("%w: %q", ErrSaleNotLoaded, sku)
+	case answer == "checking" || answer == "unchecked":
+		return fmt.Errorf("%w: the sale of %q is being checked against the database", inventory.ErrBusy, sku)
+	default:
+		return fmt.Errorf("%w: unexpected reply from the return script: %q", inventory.ErrUnavailable, answer)
+	}
+}
+
+// GiveBack implements Reservations: Return (kind Returns) or Restock for
+// the items of several SKUs, each SKU's script atomic on its own keys as
+// for one, sent in pipelines after one listing of every SKU: the relay of
+// a sweep over a catalog costs a few round trips, not a few per SKU. A SKU
+// whose sale only a check can settle ("unchecked": the server's data may
+// have changed) goes the one-SKU way, which checks it first.
+func (s *Store) GiveBack(ctx context.Context, kind RelayKind, marked []Marked) []error {
+	errs := make([]error, len(marked))
+	if len(marked) == 0 {
+		return errs
+	}
+	k := kindReturn
+	if kind == Restocks {
+		k = kindRestock
+	}
+	if len(marked) == 1 {
+		// One SKU (a cancel's relay): two round trips either way.
+		errs[0] = s.giveBack(ctx, marked[0].SKU, marked[0].Sale, k, marked[0].Items)
+		return errs
+	}
+	skus, sales := make([]string, len(marked)), make([]int64, len(marked))
+	calls := make([]pipelinedCall, len(marked))
+	for i, m := range marked {
+		skus[i], sales[i] = m.SKU, m.Sale
+		keys, args := s.returnCall(m.SKU, m.Sale, "", k, m.Items)
+		calls[i] = pipelinedCall{keys: keys, args: args}
+	}
+	fail := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	if err := s.listCatalog(ctx, skus, sales); err != nil {
+		return fail(err)
+	}
+	cmds, err := s.runPipelined(ctx, returnScript, calls)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %s units of %d SKUs in Redis: %w", inventory.ErrUnavailable, k, len(marked), err))
+	}
+	for i, cmd := range cmds {
+		answer, err := cmd.Text()
+		if answer == "unchecked" && err == nil {
+			errs[i] = s.giveBack(ctx, marked[i].SKU, marked[i].Sale, k, marked[i].Items)
+			continue
+		}
+		errs[i] = returnAnswer(marked[i].SKU, marked[i].Sale, k, answer, err)
+	}
+	return errs
 }
 
 // runReturn runs returnScript for a batch of kind, under the check token
 // when a check runs it ("" otherwise).
 func (s *Store) runReturn(ctx context.Context, sku string, epoch int64, token, kind string, batch []inventory.Order) (string, error) {
+	keys, args := s.returnCall(sku, epoch, token, kind, batch)
+	return returnScript.Run(ctx, s.rdb, keys, args...).Text()
+}
+
+// returnCall is returnScript's keys and arguments for a batch of kind.
+func (s *Store) returnCall(sku string, epoch int64, token, kind string, batch []inventory.Order) ([]string, []any) {
 	k := s.keys(sku)
 	args := make([]any, 0, 3+4*len(batch))
 	args = append(args, epoch, token, kind)
@@ -151,7 +216,7 @@ func (s *Store) runReturn(ctx context.Context, sku string, epoch int64, token, k
 			args = append(args, o.ID, o.Quantity, o.UserID, o.Claimed)
 		}
 	}
-	return returnScript.Run(ctx, s.rdb, []string{k.sale, set, k.buyers}, args...).Text()
+	return []string{k.sale, set, k.buyers}, args
 }
 
 // returnAgain gives back, under a check of the sale (token), the units of

@@ -256,22 +256,21 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 			if err != nil {
 				return err
 			}
-			// The buyers' rows, then one UPDATE per SKU, each in order:
-			// two sweepers that took orders of the same SKUs lock the
-			// rows in the same order and cannot deadlock. One statement
-			// per SKU for its buyers: a batch of one round trip per
-			// buyer did not commit within a 50 ms run on a loaded
-			// MariaDB (TestKillMidSweep), and a run cut short commits
-			// nothing.
-			for _, b := range buyersBySKU(expired) {
-				if err := tx.ReleaseUnitsOf(ctx, b.sku, b.units); err != nil {
-					return err
-				}
+			// The buyers' rows, then the SKUs' stock rows, each by one
+			// statement whatever the SKUs, each taking its rows in order
+			// (buyers by SKU and buyer, stock by SKU): two sweepers that
+			// took orders of the same SKUs lock the rows in the same order
+			// and cannot deadlock, and a batch is a few round trips, not a
+			// few per SKU (a batch of one round trip per buyer did not
+			// commit within a 50 ms run on a loaded MariaDB,
+			// TestKillMidSweep, and a run cut short commits nothing; one
+			// per SKU made a sweep over a catalog cost several times a
+			// sweep of one hot SKU's holds: BenchmarkSweep).
+			if err := tx.ReleaseEach(ctx, claimsOf(expired)); err != nil {
+				return err
 			}
-			for _, r := range unitsBySKU(expired) {
-				if err := tx.ReturnUnits(ctx, r.SKU, r.Quantity); err != nil {
-					return err
-				}
+			if err := tx.ReturnEach(ctx, unitsBySKU(expired)); err != nil {
+				return err
 			}
 			if s.relay == nil || len(expired) == 0 {
 				return nil
@@ -292,9 +291,7 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 		for range expired {
 			s.obs.OrderSettled(s.strategy.Name, inventory.OrderExpired)
 		}
-		for _, r := range unitsBySKU(expired) {
-			s.unitsBack(ctx, r.SKU)
-		}
+		s.unitsBack(ctx, skusOf(expired)...)
 		if len(expired) < batch {
 			// And what a process that died after its commit, or a relay
 			// that failed, left marked: within the sweep's own time. The
@@ -302,7 +299,7 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 			// delays these (they stay marked for the next sweep), so it
 			// is a warning, not a failed sweep.
 			if s.relay != nil {
-				if _, err := s.relay(ctx, ""); err != nil {
+				if _, err := s.relay(ctx); err != nil {
 					s.log.Warn("returns left marked not yet given back to the strategy's store: the next sweep tries again",
 						"strategy", s.strategy.Name, "err", err)
 				}
@@ -315,13 +312,15 @@ func (s *Service) ExpireHolds(ctx context.Context, batch int) (int, error) {
 	}
 }
 
-// unitsBack follows a commit that gave units back to the SKU's sale (a
-// return, a restock): it relays them to the strategy's own store, then
-// lifts this instance's sold-out mark, so that its next order asks the
-// store that now has them.
-func (s *Service) unitsBack(ctx context.Context, sku string) {
-	s.relayReturns(ctx, sku)
-	s.soldOut.clear(sku)
+// unitsBack follows a commit that gave units back to the SKUs' sales (a
+// return, a restock, a sweep's batch): it relays them to the strategy's
+// own store, every SKU's at once, then lifts this instance's sold-out
+// marks, so that its next order asks the store that now has them.
+func (s *Service) unitsBack(ctx context.Context, skus ...string) {
+	s.relayReturns(ctx, skus...)
+	for _, sku := range skus {
+		s.soldOut.clear(sku)
+	}
 }
 
 // relayWait bounds the relay that follows a commit: the buyer's answer
@@ -329,34 +328,27 @@ func (s *Service) unitsBack(ctx context.Context, sku string) {
 // (they stay marked for the sweep).
 const relayWait = time.Second
 
-// relayReturns gives the SKU's returns just committed back to the
+// relayReturns gives the SKUs' returns just committed back to the
 // strategy's own store, when it counts the stock outside the database, so
 // that they are on sale again when the buyer hears the answer. A failure
 // only delays them: they stay marked, and the sweep relays them later; the
 // answer is the database's.
-func (s *Service) relayReturns(ctx context.Context, sku string) {
-	if s.relay == nil {
+func (s *Service) relayReturns(ctx context.Context, skus ...string) {
+	if s.relay == nil || len(skus) == 0 {
 		return
 	}
 	// Not bounded by a caller's deadline that may be spent.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.timeout, relayWait))
 	defer cancel()
-	if _, err := s.relay(ctx, sku); err != nil {
+	if _, err := s.relay(ctx, skus...); err != nil {
 		s.log.Warn("returned units not yet given back to the strategy's store: they stay marked, and the sweep relays them",
-			"sku", sku, "strategy", s.strategy.Name, "err", err)
+			"skus", len(skus), "first", skus[0], "strategy", s.strategy.Name, "err", err)
 	}
 }
 
-// skuBuyers is one SKU's units per buyer.
-type skuBuyers struct {
-	sku   string
-	units map[string]int64
-}
-
-// buyersBySKU sums the units the orders claimed per SKU and buyer, the
-// SKUs in order (each store takes a SKU's buyer rows in buyer order);
-// orders that claimed nothing are left out.
-func buyersBySKU(orders []inventory.Order) []skuBuyers {
+// claimsOf sums what the orders claimed on their buyers' counts, per SKU
+// and buyer, in that order (orders that claimed nothing are left out).
+func claimsOf(orders []inventory.Order) []inventory.Order {
 	var claimed []inventory.Order
 	for _, o := range orders {
 		if o.Claimed > 0 {
@@ -364,14 +356,16 @@ func buyersBySKU(orders []inventory.Order) []skuBuyers {
 			claimed = append(claimed, o)
 		}
 	}
-	var out []skuBuyers
-	for _, r := range sumUnits(claimed, true) {
-		if len(out) == 0 || out[len(out)-1].sku != r.SKU {
-			out = append(out, skuBuyers{sku: r.SKU, units: map[string]int64{}})
-		}
-		out[len(out)-1].units[r.UserID] = r.Quantity
+	return sumUnits(claimed, true)
+}
+
+// skusOf lists the orders' SKUs, each once, in order.
+func skusOf(orders []inventory.Order) []string {
+	skus := make([]string, 0, len(orders))
+	for _, r := range unitsBySKU(orders) {
+		skus = append(skus, r.SKU)
 	}
-	return out
+	return skus
 }
 
 // unitsBySKU sums the orders' quantities per SKU, in order.

@@ -1,12 +1,16 @@
 package sales_test
 
-// The sweep's one statement per SKU for its buyers' counts
-// (Tx.ReleaseUnitsOf); the harness is lifecycle_races_test.go's.
+// The statements that give buyers' units back to many buyers at once:
+// the sweep's (Tx.ReleaseEach, every SKU of its batch) and a batch's
+// (ReleaseUnitsOf, one SKU's buyers); the harness is
+// lifecycle_races_test.go's.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,9 +26,31 @@ import (
 // u-a and wait for u-z (A); C commits; A wants u-a (B): a cycle, broken
 // after deadlock_timeout, every buyer row in it held for a second. On this
 // small table PostgreSQL hashes the table instead (list order), so this
-// guards the order the statement now takes itself (locked first, ORDER BY
-// user_id COLLATE "C"), whatever the plan: B queues behind A, both commit.
+// guards the order each statement now takes itself (locked first, ORDER
+// BY user_id COLLATE "C"), whatever the plan: B queues behind A, both
+// commit.
 func TestReleaseUnitsOfLocksInBuyerOrder(t *testing.T) {
+	type unitsOf interface {
+		ReleaseUnitsOf(ctx context.Context, sku string, units map[string]int64) error
+	}
+	for name, release := range map[string]func(ctx context.Context, tx inventory.Tx, sku string, units map[string]int64) error{
+		"the sweep's ReleaseEach": func(ctx context.Context, tx inventory.Tx, sku string, units map[string]int64) error {
+			var claims []inventory.Order
+			for u, q := range units {
+				claims = append(claims, inventory.Order{SKU: sku, UserID: u, Quantity: q})
+			}
+			slices.SortFunc(claims, func(a, b inventory.Order) int { return strings.Compare(a.UserID, b.UserID) })
+			return tx.ReleaseEach(ctx, claims)
+		},
+		"a batch's ReleaseUnitsOf": func(ctx context.Context, tx inventory.Tx, sku string, units map[string]int64) error {
+			return tx.(unitsOf).ReleaseUnitsOf(ctx, sku, units)
+		},
+	} {
+		t.Run(name, func(t *testing.T) { releasesLockInBuyerOrder(t, release) })
+	}
+}
+
+func releasesLockInBuyerOrder(t *testing.T, releaseUnits func(ctx context.Context, tx inventory.Tx, sku string, units map[string]int64) error) {
 	db, raw := dbWithRawAccess(t, "postgres", 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -60,7 +86,7 @@ func TestReleaseUnitsOfLocksInBuyerOrder(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- db.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
-				return tx.ReleaseUnitsOf(ctx, sku, units)
+				return releaseUnits(ctx, tx, sku, units)
 			})
 		}()
 		return done
@@ -74,9 +100,9 @@ func TestReleaseUnitsOfLocksInBuyerOrder(t *testing.T) {
 	}
 	for _, err := range []error{<-a, <-b} {
 		if errors.Is(err, inventory.ErrConflict) {
-			t.Errorf("two ReleaseUnitsOf of one SKU deadlocked (%v): the rows are not locked in buyer order", err)
+			t.Errorf("two releases of one SKU deadlocked (%v): the rows are not locked in buyer order", err)
 		} else if err != nil {
-			t.Errorf("ReleaseUnitsOf: %v", err)
+			t.Errorf("release: %v", err)
 		}
 	}
 	if got := raw.queryInt(t, `SELECT units FROM buyer_units WHERE sku = $1 AND user_id = 'u-z'`, ``, sku); got != 3 {

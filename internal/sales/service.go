@@ -28,7 +28,7 @@ type Service struct {
 	limit      int64
 	// relay is the strategy's RelayReturns when it counts the stock
 	// outside the database: returns are marked for it and relayed.
-	relay func(ctx context.Context, sku string) (int, error)
+	relay func(ctx context.Context, skus ...string) (int, error)
 	// soldOut refuses the orders of a SKU just refused sold out without
 	// a round trip; nil when WithSoldOutTTL(0) turned it off.
 	soldOut    *soldOutMarks

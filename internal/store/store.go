@@ -24,11 +24,10 @@ type Store interface {
 	// PersistReserved serves the redis-reserve strategy
 	// (reservation.Sink).
 	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
-	// RelayReturns and SKUsRelaying serve the relay of their returns
-	// (inventory.ReturnRelay).
-	RelayReturns(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, returns []inventory.Order) error) (int, error)
+	// RelayMarked and SKUsRelaying serve the relay of their returns and
+	// restocks (inventory.ReturnRelay).
+	RelayMarked(ctx context.Context, skus []string, kind reservation.RelayKind, limit int, apply func(ctx context.Context, marked []reservation.Marked) ([]string, error)) (int, error)
 	SKUsRelaying(ctx context.Context, limit int) ([]string, error)
-	RelayRestocks(ctx context.Context, sku string, limit int, apply func(ctx context.Context, epoch int64, restocks []inventory.Order) error) (int, error)
 	RecheckSale(ctx context.Context, sku string, check func(ctx context.Context, r reservation.SaleRecheck) error) error
 	// SKUsAfter lists the SKUs on sale (every one with a stock row) a
 	// page at a time, in order, for the audit job.

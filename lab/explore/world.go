@@ -28,7 +28,7 @@ type store struct {
 	// them (a batch's leader inserts the others'; buyers may share one).
 	byUser map[string][]string
 	// returned: buyer -> units that its committed transactions gave back
-	// (ReturnUnits), the late commits of its lost answers included.
+	// (ReturnUnits, ReturnEach), the late commits of its lost answers included.
 	returned map[int]int64
 }
 
@@ -257,6 +257,24 @@ func (t *tx) ReturnUnits(ctx context.Context, sku string, quantity int64) error 
 	return nil
 }
 
+// ReturnEach is one statement (the sweep's): one step, as ReturnUnits;
+// none when it has nothing to return (no statement runs).
+func (t *tx) ReturnEach(ctx context.Context, returns []inventory.Order) error {
+	if len(returns) == 0 {
+		return nil
+	}
+	if err := t.step(ctx, stepReturn); err != nil {
+		return err
+	}
+	if err := t.Tx.ReturnEach(ctx, returns); err != nil {
+		return err
+	}
+	for _, r := range returns {
+		t.returned += r.Quantity
+	}
+	return nil
+}
+
 func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, error) {
 	if err := t.step(ctx, stepSweep); err != nil {
 		return nil, err
@@ -266,7 +284,7 @@ func (t *tx) ExpireLapsed(ctx context.Context, limit int) ([]inventory.Order, er
 
 // ClaimUnits takes the buyer's row lock (PER_USER_LIMIT): two orders of
 // one buyer queue there, and which claims first is the race of the
-// per-user limit. ReleaseUnits and ReleaseUnitsOf run on: they follow the
+// per-user limit. ReleaseUnits and ReleaseEach run on: they follow the
 // move of the order out of held (SettleOrder, ExpireLapsed: steps), which
 // decides the race they end.
 func (t *tx) ClaimUnits(ctx context.Context, sku, userID string, quantity, limit int64) (bool, error) {

@@ -15,7 +15,8 @@ import (
 
 // catchSweeper catches an instance mid-sweep, its sweep transaction open
 // with every write done and its commit not sent. The sweep gives units
-// back SKU by SKU (ReturnUnits, the last writes of its transaction), so a
+// back last, every SKU of its batch by one statement that takes their rows
+// in SKU order (Tx.ReturnEach), so a
 // lock the scenario holds on sku's stock row — a SKU nobody else orders
 // now — makes the sweeper that expired lapsed holds of sku wait there,
 // with its batch locked and changed. The waiting session names its
@@ -147,12 +148,12 @@ func (g *stockGate) waiter(ctx context.Context) (int, error) {
 			return 0, err
 		}
 		err := g.pg.QueryRow(ctx, `SELECT COALESCE(min(client_port), 0) FROM pg_stat_activity
-			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%UPDATE stock SET available = available +%'`, g.pid).Scan(&port)
+			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%SET available = available +%'`, g.pid).Scan(&port)
 		return port, err
 	}
 	var host sql.NullString
 	err := g.my.QueryRowContext(ctx, `SELECT min(HOST) FROM information_schema.PROCESSLIST
-		WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE '%UPDATE stock SET available = available +%'`).Scan(&host)
+		WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE '%SET available = available +%'`).Scan(&host)
 	if err != nil || !host.Valid {
 		return 0, err
 	}
