@@ -6,14 +6,17 @@
 #
 #   - the packages that load the machine (service processes, bursts, the
 #     fault runs, the schedule explorer; LOADED below) one at a time, so
-#     that their deadlines and figures are not another load's noise;
+#     that their deadlines and figures are not another load's noise, with
+#     them zklock, whose reconnection tests time a dial (under a burst
+#     beside it, a dial right after a cut connection timed out: CI);
 #   - every other package beside them, two at a time.
 #
 # Before the streams, every package (test files included) is compiled
 # once, two at a time, without linking: with -p 1 the go command compiles
 # one package at a time too, and two streams would compile the shared
 # dependencies twice. The pinned k6 (lab/cmd/demo's smoke test runs it;
-# its first build takes about 4 minutes) is built beside the light stream.
+# its first build takes about 4 minutes) is built beside that compilation,
+# not beside the tests.
 #
 # GO and TESTFLAGS come from the Makefile; a stream's failure fails the
 # whole, after both have ended.
@@ -23,7 +26,7 @@ GO="${GO:-go}"
 read -r -a flags <<<"${TESTFLAGS:--race -count=1 -timeout 20m}"
 
 # In this order: lab/cmd/demo last, by when k6 is built.
-LOADED=(./cmd/stock ./internal/sales ./lab/explore ./lab/faults ./lab/cmd/demo)
+LOADED=(./cmd/stock ./internal/sales ./internal/locking/zklock ./lab/explore ./lab/faults ./lab/cmd/demo)
 
 loaded_paths=$("$GO" list "${LOADED[@]}") || exit 1
 mapfile -t light < <("$GO" list ./... | grep -vxF "$loaded_paths")
@@ -33,13 +36,15 @@ build_flags=()
 for f in "${flags[@]}"; do
 	[ "$f" = "-race" ] && build_flags+=(-race)
 done
+(cd loadtest && "$GO" tool -n k6 >/dev/null) &
+k6=$!
 if ! "$GO" list "${build_flags[@]}" -export -test -deps ./... >/dev/null; then
 	echo "unit: compiling the packages and their tests failed" >&2
 	exit 1
 fi
+# A k6 that did not build fails the smoke test, which says why.
+wait "$k6" || true
 
-(cd loadtest && "$GO" tool -n k6 >/dev/null) &
-k6=$!
 "$GO" test "${flags[@]}" -p 1 "${LOADED[@]}" &
 loaded=$!
 "$GO" test "${flags[@]}" -p 2 "${light[@]}" &
@@ -48,7 +53,4 @@ rest=$!
 status=0
 wait "$loaded" || status=1
 wait "$rest" || status=1
-# A k6 that did not build fails the smoke test, which says so; only wait
-# for it here.
-wait "$k6" || true
 exit "$status"
