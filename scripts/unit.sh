@@ -40,6 +40,8 @@ done
 k6=$!
 if ! "$GO" list "${build_flags[@]}" -export -test -deps ./... >/dev/null; then
 	echo "unit: compiling the packages and their tests failed" >&2
+	kill "$k6" 2>/dev/null
+	wait "$k6"
 	exit 1
 fi
 # A k6 that did not build fails the smoke test, which says why.

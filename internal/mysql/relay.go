@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"slices"
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
@@ -67,24 +66,13 @@ func (s *Store) RelayMarked(ctx context.Context, skus []string, kind reservation
 			_ = rows.Close()
 			return 0, wrap(ctx, err)
 		}
-		if len(marked) == 0 || marked[len(marked)-1].SKU != o.SKU {
-			marked = append(marked, reservation.Marked{SKU: o.SKU, Sale: sale})
-		}
-		last := &marked[len(marked)-1]
-		last.Items = append(last.Items, o)
+		marked = reservation.AddMarked(marked, sale, o)
 	}
 	if err := rows.Err(); err != nil || len(marked) == 0 {
 		return 0, wrap(ctx, err)
 	}
 	taken, err := apply(ctx, marked)
-	var relayed []inventory.Order
-	handed := 0
-	for _, m := range marked {
-		handed += len(m.Items)
-		if slices.Contains(taken, m.SKU) {
-			relayed = append(relayed, m.Items...)
-		}
-	}
+	relayed, handed := reservation.TakenItems(marked, taken)
 	if len(relayed) > 0 {
 		if cerr := s.clearMarks(ctx, table, relayed); cerr != nil {
 			return 0, errors.Join(err, cerr)

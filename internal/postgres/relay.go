@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,30 +49,21 @@ func (s *Store) RelayMarked(ctx context.Context, skus []string, kind reservation
 		return 0, wrap(ctx, err)
 	}
 	var marked []reservation.Marked
-	var ids []string
-	var sku string
 	var sale int64
 	var o inventory.Order
-	if _, err := pgx.ForEachRow(rows, []any{&sku, &sale, &o.ID, &o.UserID, &o.Claimed, &o.Quantity}, func() error {
-		if len(marked) == 0 || marked[len(marked)-1].SKU != sku {
-			marked = append(marked, reservation.Marked{SKU: sku, Sale: sale})
-		}
-		o.SKU = sku
-		last := &marked[len(marked)-1]
-		last.Items = append(last.Items, o)
+	if _, err := pgx.ForEachRow(rows, []any{&o.SKU, &sale, &o.ID, &o.UserID, &o.Claimed, &o.Quantity}, func() error {
+		marked = reservation.AddMarked(marked, sale, o)
 		return nil
 	}); err != nil || len(marked) == 0 {
 		return 0, wrap(ctx, err)
 	}
 	taken, err := apply(ctx, marked)
-	for _, m := range marked {
-		if slices.Contains(taken, m.SKU) {
-			for _, o := range m.Items {
-				ids = append(ids, o.ID)
-			}
+	relayed, handed := reservation.TakenItems(marked, taken)
+	if len(relayed) > 0 {
+		ids := make([]string, len(relayed))
+		for i, o := range relayed {
+			ids[i] = o.ID
 		}
-	}
-	if len(ids) > 0 {
 		// Rows another transaction holds keep their marks: the next relay
 		// hands them over again (and the store takes them once), rather
 		// than this one waiting for it.
@@ -82,10 +72,6 @@ func (s *Store) RelayMarked(ctx context.Context, skus []string, kind reservation
 			WHERE id IN (SELECT id FROM `+table+` WHERE id = ANY($1::text[]::uuid[]) AND relay_pending FOR UPDATE SKIP LOCKED)`, ids); cerr != nil {
 			return 0, errors.Join(err, wrap(ctx, cerr))
 		}
-	}
-	handed := 0
-	for _, m := range marked {
-		handed += len(m.Items)
 	}
 	return handed, err
 }

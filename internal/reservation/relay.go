@@ -31,6 +31,30 @@ type Marked struct {
 	Items []inventory.Order
 }
 
+// AddMarked appends o, marked for the relay in sale of its SKU, to marked:
+// to the last SKU's items when it is o's, else as a new SKU. The engines'
+// RelayMarked read the rows in SKU order and group them with it.
+func AddMarked(marked []Marked, sale int64, o inventory.Order) []Marked {
+	if len(marked) == 0 || marked[len(marked)-1].SKU != o.SKU {
+		marked = append(marked, Marked{SKU: o.SKU, Sale: sale})
+	}
+	last := &marked[len(marked)-1]
+	last.Items = append(last.Items, o)
+	return marked
+}
+
+// TakenItems lists the items of the SKUs of marked that taken names (their
+// marks are the ones to clear), and how many items marked holds in all.
+func TakenItems(marked []Marked, taken []string) (items []inventory.Order, handed int) {
+	for _, m := range marked {
+		handed += len(m.Items)
+		if slices.Contains(taken, m.SKU) {
+			items = append(items, m.Items...)
+		}
+	}
+	return items, handed
+}
+
 // relayBatch is how many returns one relay transaction hands over.
 const relayBatch = 256
 
