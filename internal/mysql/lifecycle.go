@@ -331,7 +331,8 @@ func (t *tx) ReleaseEach(ctx context.Context, claims []inventory.Order) error {
 	}
 	// Ids that differ only in trailing spaces are one row (utf8mb4_bin
 	// pads): their units are summed under one spelling, as in
-	// ReleaseUnitsOf.
+	// ReleaseUnitsOf, or the CASE would give the row only its first
+	// matching WHEN's (TestSweepGivesBackEveryClaimOfIdsMariaDBPadsToOneBuyer).
 	type key struct{ sku, user string }
 	units := make(map[key]int64, len(claims))
 	for _, c := range claims {

@@ -71,3 +71,33 @@ func TestSweepAcrossSKUsGivesBackEveryUnitAndClaim(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepGivesBackEveryClaimOfIdsMariaDBPadsToOneBuyer (MariaDB): user
+// ids that differ only in trailing spaces are one buyer_units row there
+// (utf8mb4_bin pads). New orders refuse such ids, but rows written before
+// that may hold them. One sweep batch expiring an order of "pad" and one
+// of "pad " must give back both units to that one row: without summing
+// them under one spelling, ReleaseEach's CASE would apply only its first
+// matching WHEN and leave a unit claimed.
+func TestSweepGivesBackEveryClaimOfIdsMariaDBPadsToOneBuyer(t *testing.T) {
+	db, raw := dbWithRawAccess(t, "mysql", 4)
+	svc := sales.NewService(db, sqlrow.NewConditional(), sales.WithHoldTTL(time.Hour),
+		sales.WithPerUserLimit(2), sales.WithOrderTimeout(30*time.Second))
+	ctx := context.Background()
+	if err := svc.StartSale(ctx, "pad-sku", 5); err != nil {
+		t.Fatal(err)
+	}
+	place(t, svc, "pad-sku", "pad", 1)
+	second := place(t, svc, "pad-sku", "pad", 1)
+	// The second order as a row written before ids with trailing spaces
+	// were refused.
+	raw.exec(t, ``, `UPDATE orders SET user_id = 'pad ' WHERE id = ?`, second.ID)
+	raw.exec(t, ``, `UPDATE orders SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE state = 'held'`)
+	if n, err := svc.ExpireHolds(ctx, sales.DefaultSweepBatch); err != nil || n != 2 {
+		t.Fatalf("the sweep expired %d and answered %v; want 2, nil", n, err)
+	}
+	if left := raw.queryInt(t, ``, `SELECT COALESCE(SUM(units), 0) FROM buyer_units`); left != 0 {
+		t.Errorf("the buyer's row holds %d units after both its orders expired; want 0", left)
+	}
+	checkAudit(t, svc, "pad-sku", 5)
+}
