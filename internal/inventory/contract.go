@@ -64,6 +64,12 @@ type Strategy struct {
 	Level func(ctx context.Context, sku string) (Level, error)
 	// Ping answers whether the strategy's own backends answer.
 	Ping func(ctx context.Context) error
+	// BuyerUnits reads the units each of userIDs holds or has paid for in
+	// sku's sale, for a strategy that counts them outside the database
+	// (the reservation strategies count them in Redis); nil: the
+	// database's count (Store.BuyerUnits), which the order's transaction
+	// claims (PER_USER_LIMIT).
+	BuyerUnits func(ctx context.Context, sku string, userIDs []string) (map[string]int64, error)
 }
 
 // Strategy returns s itself: a Strategy is Strategic.

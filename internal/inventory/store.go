@@ -49,6 +49,11 @@ type Store interface {
 	// when sku is not ""), by id (the order they were placed in), those
 	// after after ("" for the first).
 	ListOrders(ctx context.Context, userID, sku, after string, limit int) ([]Order, error)
+	// BuyerUnits reads the units each of userIDs holds or has paid for in
+	// sku's current sale (PER_USER_LIMIT; a buyer with none is absent),
+	// outside any transaction and locking nothing: what a claim would
+	// find at that moment.
+	BuyerUnits(ctx context.Context, sku string, userIDs []string) (map[string]int64, error)
 	// FindAdminKey reads the record of an admin write's key; found is
 	// false when there is none (or it is older than AdminKeyRetention).
 	FindAdminKey(ctx context.Context, key string) (r AdminRecord, found bool, err error)

@@ -189,6 +189,34 @@ func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[
 	return read(existing, " ORDER BY user_id FOR UPDATE")
 }
 
+// BuyerUnits implements inventory.Store: one plain read of the primary
+// key, outside any transaction, locking nothing. The PAD SPACE collation
+// finds the rows of ids that differ only by trailing spaces (written before
+// such ids were refused) with the one asked for: their units are summed
+// under its spelling, as the store's claim counts them on that one row.
+func (s *Store) BuyerUnits(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
+	args := []any{sku}
+	for _, u := range userIDs {
+		args = append(args, u)
+	}
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(userIDs), "?")+`)`, args...)
+	if err != nil {
+		return nil, wrap(ctx, err)
+	}
+	defer rows.Close()
+	units := map[string]int64{}
+	for rows.Next() {
+		var u string
+		var n int64
+		if err := rows.Scan(&u, &n); err != nil {
+			return nil, wrap(ctx, err)
+		}
+		units[strings.TrimRight(u, " ")] += n
+	}
+	return units, wrap(ctx, rows.Err())
+}
+
 func (t *tx) ClaimFirstUnits(ctx context.Context, sku string, claims map[string]int64) ([]string, error) {
 	users := make([]string, 0, len(claims))
 	for u := range claims {

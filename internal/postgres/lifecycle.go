@@ -83,6 +83,19 @@ func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[
 	rows, err := t.tx.Query(ctx, `
 		SELECT user_id, units FROM buyer_units WHERE sku = $1 AND user_id = ANY($2)
 		ORDER BY user_id COLLATE "C" FOR UPDATE`, sku, userIDs)
+	return scanBuyerUnits(ctx, rows, err)
+}
+
+// BuyerUnits implements inventory.Store: one read of the primary key,
+// outside any transaction, locking nothing.
+func (s *Store) BuyerUnits(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT user_id, units FROM buyer_units WHERE sku = $1 AND user_id = ANY($2)`, sku, userIDs)
+	return scanBuyerUnits(ctx, rows, err)
+}
+
+// scanBuyerUnits reads the (user_id, units) rows of a query of
+// buyer_units.
+func scanBuyerUnits(ctx context.Context, rows pgx.Rows, err error) (map[string]int64, error) {
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}

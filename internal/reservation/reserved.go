@@ -140,6 +140,10 @@ type Reservations interface {
 	// Tally reads the SKU's bookkeeping (ErrSaleNotLoaded when it has
 	// none).
 	Tally(ctx context.Context, sku string) (Tally, error)
+	// Buyers reads the units each of userIDs has taken in the SKU's sale
+	// (PER_USER_LIMIT; a buyer with none is absent), as the reserve script
+	// counts them.
+	Buyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error)
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 }
@@ -244,7 +248,7 @@ func NewReserved(res Reservations, db EpochSales, opts ...ReservedOption) *Reser
 func (r *Reserved) Strategy() inventory.Strategy {
 	return inventory.Strategy{Name: r.name, TakeOrder: r.TakeOrder, StartSale: r.StartSaleWith, FinishStart: r.FinishStart,
 		StartCatalog: r.StartCatalog, FinishCatalog: r.FinishCatalog,
-		RelayReturns: r.RelayReturns, Audit: r.Audit, Level: r.Level, Ping: r.Ping}
+		RelayReturns: r.RelayReturns, Audit: r.Audit, Level: r.Level, Ping: r.Ping, BuyerUnits: r.BuyerUnits}
 }
 
 // TakeOrder reserves the order in the store.
@@ -501,3 +505,9 @@ func (r *Reserved) Level(ctx context.Context, sku string) (inventory.Level, erro
 
 // Ping checks the reservation store.
 func (r *Reserved) Ping(ctx context.Context) error { return r.res.Ping(ctx) }
+
+// BuyerUnits reads the buyers' units the reserve script counts
+// (PER_USER_LIMIT), for the sold-out mark's answers.
+func (r *Reserved) BuyerUnits(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
+	return r.res.Buyers(ctx, sku, userIDs)
+}

@@ -276,3 +276,24 @@ func (s *Store) Tally(ctx context.Context, sku string) (Tally, error) {
 		Returned: v[7], Returns: v[8], Restocked: v[9],
 	}, nil
 }
+
+// Buyers implements Reservations: one HMGET of the SKU's buyers' counts.
+func (s *Store) Buyers(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
+	v, err := s.rdb.HMGet(ctx, s.keys(sku).buyers, userIDs...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: buyers' units of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
+	}
+	units := make(map[string]int64, len(v))
+	for i, x := range v {
+		str, ok := x.(string)
+		if !ok {
+			continue // no count: none taken
+		}
+		n, err := strconv.ParseInt(str, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("buyers' units of %q in Redis: %q of %q: %w", sku, str, userIDs[i], err)
+		}
+		units[userIDs[i]] = n
+	}
+	return units, nil
+}

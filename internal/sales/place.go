@@ -49,6 +49,23 @@ func (s *Service) placeOrder(ctx context.Context, req inventory.Request) (invent
 		// probe again.
 		defer s.soldOut.probed(req.SKU, probe)
 	}
+	// The order runs to its own deadline even if the client hangs up: the
+	// transaction is atomic either way, and finishing it keeps the logs and
+	// the answer for a retry true. Set here only when the buyer's units
+	// are read first, so that the read and the order share it.
+	deadlineSet := false
+	if refused && s.limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		deadlineSet = true
+		// The buyer's units decide between the mark's answer and the
+		// limit's; unread, the store answers.
+		if err := s.refusalAtMark(ctx, req); err != nil {
+			return inventory.Order{}, err
+		}
+		refused = false
+	}
 	if refused {
 		// Refused sold out a moment ago: refused again without asking.
 		// Not with a key: a retry of an order that was taken must get its
@@ -65,11 +82,11 @@ func (s *Service) placeOrder(ctx context.Context, req inventory.Request) (invent
 		fingerprint = req.Fingerprint()
 	}
 
-	// The order runs to its own deadline even if the client hangs up: the
-	// transaction is atomic either way, and finishing it keeps the logs and
-	// the answer for a retry true.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
+	if !deadlineSet {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+	}
 
 	order := inventory.Order{
 		ID:       s.newID(),

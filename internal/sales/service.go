@@ -31,7 +31,10 @@ type Service struct {
 	relay func(ctx context.Context, skus ...string) (int, error)
 	// soldOut refuses the orders of a SKU just refused sold out without
 	// a round trip; nil when WithSoldOutTTL(0) turned it off.
-	soldOut    *soldOutMarks
+	soldOut *soldOutMarks
+	// buyers reads buyers' units for the mark's answers under a
+	// per-buyer limit (nil without one).
+	buyers     *buyerReads
 	soldOutTTL time.Duration
 	now        func() time.Time
 }
@@ -129,6 +132,13 @@ func NewService(store inventory.Store, strategic inventory.Strategic, opts ...Se
 	}
 	if s.soldOutTTL > 0 {
 		s.soldOut = newSoldOutMarks(s.soldOutTTL, s.now)
+		if s.limit > 0 {
+			read := store.BuyerUnits
+			if strategy.BuyerUnits != nil {
+				read = strategy.BuyerUnits
+			}
+			s.buyers = newBuyerReads(read)
+		}
 	}
 	s.relay = strategy.RelayReturns
 	return s

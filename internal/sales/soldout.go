@@ -1,6 +1,7 @@
 package sales
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -219,24 +220,47 @@ func (m *soldOutMarks) size() int {
 // markAnswers reports whether the sold-out mark refuses req without asking
 // the store. Never an order with a key: a retry of an order that was taken
 // must get its order back, and only the strategy knows where the key is
-// (the reservation strategies' reach the database later). Never under a
-// per-buyer limit: the store answers a buyer at the limit limit_reached
-// before it looks at the stock, and the mark, which does not know the
-// buyer's units, would answer sold_out instead, an answer that invites a
-// retry once units come back (found by review:
-// TestSoldOutMarkAnswersABuyerAtTheLimitAsTheStoreWould).
+// (the reservation strategies' reach the database later). Not under a
+// per-buyer limit here: the store answers a buyer at the limit
+// limit_reached before it looks at the stock, and the mark, which does not
+// know the buyer's units, would answer sold_out instead, an answer that
+// invites a retry once units come back (found by review:
+// TestSoldOutMarkAnswersABuyerAtTheLimitAsTheStoreWould); only the way in
+// reads them (markAdmits).
 func (s *Service) markAnswers(req inventory.Request) bool {
 	return req.IdempotencyKey == "" && s.limit == 0 && s.soldOut.refuses(req.SKU, req.Quantity)
 }
 
 // markAdmits is markAnswers at an order's way in, where in the mark's
 // second half one order at a time is let through as the probe that renews
-// it (soldOutMarks.admit).
+// it (soldOutMarks.admit). Under a per-buyer limit the mark answers here
+// too, with the buyer's units read (refusalAtMark): the sold-out answers
+// are most of a sale's, and the store's answer to each, a transaction
+// that claims the buyer's units and gives them back, cost the limited
+// burst more than half its rate (issue 38 item 6).
 func (s *Service) markAdmits(req inventory.Request) (refuse bool, probe uint64) {
-	if req.IdempotencyKey != "" || s.limit > 0 {
+	if req.IdempotencyKey != "" || (s.limit > 0 && s.buyers == nil) {
 		return false, 0
 	}
 	return s.soldOut.admit(req.SKU, req.Quantity)
+}
+
+// refusalAtMark is the answer to an order under a per-buyer limit that the
+// mark refuses: limit_reached when the buyer's units, read now, leave no
+// room for it (the store claims the buyer's units before it looks at the
+// stock, and answers that), sold_out otherwise; nil when the units could
+// not be read, and the order asks the store as it would unmarked. ctx is
+// the order's: its deadline bounds the read and the order after it.
+func (s *Service) refusalAtMark(ctx context.Context, req inventory.Request) error {
+	units, err := s.buyers.unitsOf(ctx, req.SKU, req.UserID)
+	switch {
+	case err != nil:
+		s.log.Debug("buyer's units not read; the store answers", "sku", req.SKU, "err", err)
+		return nil
+	case units+req.Quantity > s.limit:
+		return s.limitReached(req)
+	}
+	return s.soldOutError(req)
 }
 
 // markFor is the mark a taker may ask again while req waits its turn

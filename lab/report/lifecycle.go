@@ -83,6 +83,9 @@ type Lifecycle struct {
 	BurstOff       *LifecycleBurst   `json:"burst_off,omitempty"`
 	BurstRounds    []*LifecycleBurst `json:"burst_rounds,omitempty"`
 	BurstOffRounds []*LifecycleBurst `json:"burst_off_rounds,omitempty"`
+	// GoShape is the same comparison in the peers' shape (one instance,
+	// the Go client), for LIFECYCLE_GO_STRATEGIES.
+	GoShape *LifecycleGoShape `json:"go_shape,omitempty"`
 
 	Dir     string `json:"dir,omitempty"`
 	Command string `json:"command,omitempty"`
@@ -329,6 +332,10 @@ func (l *Lifecycle) Judge() Verdict {
 			}
 		}
 	}
+	if g := l.GoShape; g != nil {
+		b, viol, over := g.judge()
+		broken, violations, v.Oversold = append(broken, b...), append(violations, viol...), max(v.Oversold, over)
+	}
 	if l.LimitBreached > 0 {
 		violations = append(violations, fmt.Sprintf("%s accepted both orders of one buyer (PER_USER_LIMIT=%d)", plural(l.LimitBreached, "time the service", "times the service"), l.PerUserLimit))
 	}
@@ -386,7 +393,11 @@ type lifecycleRow struct {
 	Paid, LastPaid, Orders, Returned, Resold, Settled string
 	ExpiryResale, Sweep, CancelResale                 string
 	Limit, Audit, BurstOff, BurstOn, Ratio            string
-	Status, StatusClass, Problems, Unsupported        string
+	// GoShape is the Go client's one-instance on ÷ off (every buyer
+	// answered), GoShapeDetail its rates and rounds.
+	GoShape, GoShapeDetail                     string
+	GoShapeLow                                 bool
+	Status, StatusClass, Problems, Unsupported string
 	// Pairs lists every pair's rates (on / off) when there were several.
 	Pairs string
 	// OffSource says where the burst without the lifecycle came from
@@ -442,6 +453,7 @@ func lifecycleRows(r *Report, burst []Row) []lifecycleRow {
 			ratio := l.Burst.OrdersPerSec / off
 			row.Ratio, row.RatioLow = strconv.FormatFloat(ratio, 'f', 2, 64)+"×", ratio < LifecycleGoal
 		}
+		goShapeCell(&row, l.GoShape)
 		if l.Unsupported != "" {
 			// Nothing ran: no burst to set beside the main table's.
 			row.Unsupported, row.BurstOff, row.OffSource = l.Unsupported, "–", ""
@@ -513,14 +525,21 @@ func lifecycleLoad(r *Report) string {
 // lifecycleFindings are the report's lines on the lifecycle: the strategies
 // whose burst kept less than LifecycleGoal with it on.
 func lifecycleFindings(rows []lifecycleRow) []string {
-	var low []string
+	var low, goLow []string
 	for _, row := range rows {
 		if row.RatioLow {
 			low = append(low, fmt.Sprintf("%s on %s (%s)", row.Strategy, row.Backend, row.Ratio))
 		}
+		if row.GoShapeLow {
+			goLow = append(goLow, fmt.Sprintf("%s on %s (%s)", row.Strategy, row.Backend, row.GoShape))
+		}
 	}
-	if len(low) == 0 {
-		return nil
+	var out []string
+	if len(low) > 0 {
+		out = append(out, fmt.Sprintf("With the lifecycle on, the burst kept less than %s of its rate without it: %s.", fmtRatio(LifecycleGoal), strings.Join(low, ", ")))
 	}
-	return []string{fmt.Sprintf("With the lifecycle on, the burst kept less than %s of its rate without it: %s.", fmtRatio(LifecycleGoal), strings.Join(low, ", "))}
+	if len(goLow) > 0 {
+		out = append(out, fmt.Sprintf("With the lifecycle on, the Go client's one-instance burst kept less than %s of its rate without it (or did not run clean): %s.", fmtRatio(LifecycleGoal), strings.Join(goLow, ", ")))
+	}
+	return out
 }

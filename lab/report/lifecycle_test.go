@@ -168,7 +168,7 @@ func TestRenderLifecycle(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"| PostgreSQL | conditional | 40 / 40 | 9.20 s | 75 | 40 paid · 17 cancelled · 18 left to lapse | 35 (17 cancelled, 18 expired) | 35 | 310 ms (max 600 ms, 18 units) | 120 ms (max 260 ms) | 4.0 ms (17 units) | 30 / 40 | consistent | 267 † | 200 | **0.75×** | OK |",
+		"| PostgreSQL | conditional | 40 / 40 | 9.20 s | 75 | 40 paid · 17 cancelled · 18 left to lapse | 35 (17 cancelled, 18 expired) | 35 | 310 ms (max 600 ms, 18 units) | 120 ms (max 260 ms) | 4.0 ms (17 units) | 30 / 40 | consistent | 267 † | 200 | **0.75×** | – | OK |",
 		"| PostgreSQL | redis-reserve |", "not yet supported (issue 25 slice 5): HOLD_TTL is not supported",
 	} {
 		if !strings.Contains(md.String(), want) {
@@ -238,5 +238,41 @@ func TestLifecycleSaveLoad(t *testing.T) {
 	l := got.Lifecycles()[1]
 	if l.Strategy != "conditional" || l.Audit.Returned != 35 || l.Resale.ExpiryP50 != 310*time.Millisecond || l.Burst.OrdersPerSec != 200 || l.HoldTTL != 2*time.Second {
 		t.Errorf("round trip lost data: %+v", l)
+	}
+}
+
+// TestLifecycleGoShapeRatioCountsEveryBuyersAnswer: the one-instance
+// shape's ratio is units over the time until every buyer was answered,
+// median on over median off (not the sell window's, shown beside it); a
+// round that oversold fails the lifecycle's verdict.
+func TestLifecycleGoShapeRatioCountsEveryBuyersAnswer(t *testing.T) {
+	burst := func(window, all time.Duration) *GoBurst {
+		return &GoBurst{Stock: 3000, Buyers: 9000, Workers: 300, Orders: 3000, SoldOut: 6000,
+			SellWindow: window, OrdersPerSec: 3000 / window.Seconds(), Duration: all,
+			Audit: &Audit{Initial: 3000, Ordered: 3000, Orders: 3000, Consistent: true}}
+	}
+	l := lifecycleOf("postgres", "batched")
+	l.GoShape = &LifecycleGoShape{Instances: 1, Stock: 3000, Buyers: 9000, Workers: 300, HoldTTL: 15 * time.Minute, PerUserLimit: 1,
+		// On: every buyer answered in 1.2, 0.6 and 0.5 s; off in 0.5,
+		// 0.48 and 0.45 s. The sell windows are equal.
+		On:  []*GoBurst{burst(250*time.Millisecond, 1200*time.Millisecond), burst(250*time.Millisecond, 600*time.Millisecond), burst(250*time.Millisecond, 500*time.Millisecond)},
+		Off: []*GoBurst{burst(250*time.Millisecond, 500*time.Millisecond), burst(250*time.Millisecond, 480*time.Millisecond), burst(250*time.Millisecond, 450*time.Millisecond)},
+	}
+	answered, sell := l.GoShape.Ratios()
+	if answered < 0.79 || answered > 0.81 || sell != 1 {
+		t.Errorf("ratios %.3f (every buyer answered) and %.3f (sell window); want 5,000 ÷ 6,250 = 0.80 and 1", answered, sell)
+	}
+	r := fixture(t)
+	r.LifecycleRuns = []*Lifecycle{l}
+	row := lifecycleRows(r, r.Rows(Burst))[0]
+	if row.GoShape != "0.80×" || row.GoShapeLow || !strings.Contains(row.GoShapeDetail, "5,000 / 6,250 orders/s; sell window 1.00×; rounds 2,500 / 6,000 · 5,000 / 6,250 · 6,000 / 6,667") {
+		t.Errorf("row: %q (low %v) %q", row.GoShape, row.GoShapeLow, row.GoShapeDetail)
+	}
+	if v := l.Judge(); v.Status != StatusOK {
+		t.Errorf("a clean shape changed the verdict: %+v", v)
+	}
+	l.GoShape.On[1].Audit = &Audit{Initial: 3000, Available: -2, Ordered: 3002, Orders: 3002}
+	if v := l.Judge(); v.Status != StatusFail || v.Oversold != 2 || !strings.Contains(strings.Join(v.Problems, ";"), "one-instance burst on (round 2) oversold 2 units") {
+		t.Errorf("an oversold round: %+v", v)
 	}
 }

@@ -198,9 +198,11 @@ type page struct {
 	CatalogLoad string
 	// LifecycleRows are the lifecycle runs (orders that come back) beside
 	// the bursts; LifecycleLoad says what the scenario did,
+	// LifecycleGoShape what the Go client's one-instance burst did,
 	// LifecycleFindings which bursts fell under LifecycleGoal.
 	LifecycleRows     []lifecycleRow
 	LifecycleLoad     string
+	LifecycleGoShape  string
 	LifecycleFindings []string
 	LifecycleGoal     string
 	Backends          []backendView
@@ -357,6 +359,7 @@ func buildPage(r *Report, exists Exists) page {
 	p.CatalogLoad = catalogLoad(r)
 	p.LifecycleRows = lifecycleRows(r, burst)
 	p.LifecycleLoad = lifecycleLoad(r)
+	p.LifecycleGoShape = lifecycleGoShapeLoad(r)
 	p.LifecycleFindings = lifecycleFindings(p.LifecycleRows)
 	p.LifecycleGoal = fmtRatio(LifecycleGoal)
 	p.CostRows = costRows(r, burst, steady)

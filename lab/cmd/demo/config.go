@@ -117,16 +117,22 @@ type plan struct {
 	// LifecycleBuyers buyers (LifecycleVUs at a time) with holds of
 	// LifecycleHoldTTL, swept every LifecycleSweepEvery, for at most
 	// LifecycleDuration. Lifecycle false (LIFECYCLE=0) leaves it out.
-	Lifecycle             bool
-	LifecycleStrategies   []string
-	LifecycleStock        int
-	LifecycleBuyers       int
-	LifecycleVUs          int
-	LifecycleHoldTTL      time.Duration
-	LifecycleSweepEvery   time.Duration
-	LifecycleDuration     time.Duration
-	LifecycleBurstHold    time.Duration
-	LifecycleBurstRounds  int
+	Lifecycle            bool
+	LifecycleStrategies  []string
+	LifecycleStock       int
+	LifecycleBuyers      int
+	LifecycleVUs         int
+	LifecycleHoldTTL     time.Duration
+	LifecycleSweepEvery  time.Duration
+	LifecycleDuration    time.Duration
+	LifecycleBurstHold   time.Duration
+	LifecycleBurstRounds int
+	// LifecycleGoStrategies get the burst again in the peers' shape: one
+	// instance, the Go client, RatioBuyers orders for RatioStock units
+	// from RatioWorkers workers, with the lifecycle and without it taking
+	// turns, LifecycleGoRounds times (0 leaves it out).
+	LifecycleGoStrategies []string
+	LifecycleGoRounds     int
 	LifecyclePayPercent   int
 	LifecycleCancelPct    int
 	LifecycleTwicePercent int
@@ -179,9 +185,9 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	// away), so 40 units take about five rounds of holds and 200 about
 	// six. The duration only bounds it, at about twice that.
 	defLifecycleStock, defLifecycleHold, defLifecycleDuration, defLifecycleStrategies := 200, 3*time.Second, time.Minute, ""
-	defLifecycleBurstRounds := 3
+	defLifecycleBurstRounds, defLifecycleGoRounds := 3, 3
 	if p.Quick {
-		defLifecycleStock, defLifecycleHold, defLifecycleDuration, defLifecycleBurstRounds = 40, 2*time.Second, 30*time.Second, 1
+		defLifecycleStock, defLifecycleHold, defLifecycleDuration, defLifecycleBurstRounds, defLifecycleGoRounds = 40, 2*time.Second, 30*time.Second, 1, 1
 		defLifecycleStrategies = "conditional," + watchStrategy
 		defRounds = 1
 		defStock, defBuyers, defVUs, defMax = 300, 1200, 100, 20*time.Second
@@ -255,6 +261,8 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	// pairs by default (about 6 s a pair for 1,000 units), one quick; a
 	// burst sized up to BURST_MIN_SECONDS runs one pair (lifecycle.go).
 	p.LifecycleBurstRounds = integer("LIFECYCLE_BURST_ROUNDS", defLifecycleBurstRounds, 1, 9)
+	p.LifecycleGoStrategies = splitList(str("LIFECYCLE_GO_STRATEGIES", "batched,redis-reserve"))
+	p.LifecycleGoRounds = integer("LIFECYCLE_GO_ROUNDS", defLifecycleGoRounds, 0, 9)
 	p.LifecyclePayPercent = integer("LIFECYCLE_PAY_PERCENT", 50, 0, 100)
 	p.LifecycleCancelPct = integer("LIFECYCLE_CANCEL_PERCENT", 50, 0, 100)
 	p.LifecycleTwicePercent = integer("LIFECYCLE_TWICE_PERCENT", 25, 0, 100)
@@ -457,9 +465,10 @@ func (p plan) lifecycleVars() string {
 	if !p.Lifecycle {
 		return "LIFECYCLE=0"
 	}
-	return fmt.Sprintf("LIFECYCLE_STRATEGIES=%s LIFECYCLE_STOCK=%d LIFECYCLE_BUYERS=%d LIFECYCLE_VUS=%d LIFECYCLE_HOLD_TTL=%s LIFECYCLE_SWEEP_EVERY=%s LIFECYCLE_DURATION=%s LIFECYCLE_BURST_HOLD_TTL=%s LIFECYCLE_BURST_ROUNDS=%d LIFECYCLE_PAY_PERCENT=%d LIFECYCLE_CANCEL_PERCENT=%d LIFECYCLE_TWICE_PERCENT=%d",
+	return fmt.Sprintf("LIFECYCLE_STRATEGIES=%s LIFECYCLE_STOCK=%d LIFECYCLE_BUYERS=%d LIFECYCLE_VUS=%d LIFECYCLE_HOLD_TTL=%s LIFECYCLE_SWEEP_EVERY=%s LIFECYCLE_DURATION=%s LIFECYCLE_BURST_HOLD_TTL=%s LIFECYCLE_BURST_ROUNDS=%d LIFECYCLE_GO_STRATEGIES=%s LIFECYCLE_GO_ROUNDS=%d LIFECYCLE_PAY_PERCENT=%d LIFECYCLE_CANCEL_PERCENT=%d LIFECYCLE_TWICE_PERCENT=%d",
 		strings.Join(lifecycleStrategies(p), ","), p.LifecycleStock, p.LifecycleBuyers, p.LifecycleVUs, p.LifecycleHoldTTL, p.LifecycleSweepEvery,
-		p.LifecycleDuration, p.LifecycleBurstHold, p.LifecycleBurstRounds, p.LifecyclePayPercent, p.LifecycleCancelPct, p.LifecycleTwicePercent)
+		p.LifecycleDuration, p.LifecycleBurstHold, p.LifecycleBurstRounds, strings.Join(p.LifecycleGoStrategies, ","), p.LifecycleGoRounds,
+		p.LifecyclePayPercent, p.LifecycleCancelPct, p.LifecycleTwicePercent)
 }
 
 // catalogVars are the catalog's settings as the environment sets them.

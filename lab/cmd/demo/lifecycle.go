@@ -25,6 +25,8 @@ import (
 //  1. the demo's k6 burst (flashsale.js, the same units, buyers and VUs
 //     as the strategy's burst) with HOLD_TTL=LIFECYCLE_BURST_HOLD_TTL and
 //     PER_USER_LIMIT=1, then the same burst without them, for the ratio;
+//     and for LIFECYCLE_GO_STRATEGIES the same pair in the peers' shape,
+//     one instance and the Go client (lifecycle_goshape.go);
 //  2. loadtest/lifecycle.js's sale with holds of LIFECYCLE_HOLD_TTL, swept
 //     every LIFECYCLE_SWEEP_EVERY: buyers pay, cancel or let their hold
 //     lapse, some click twice, the rest retry until every unit is paid.
@@ -159,6 +161,11 @@ func (d *demo) runLifecycle(ctx context.Context, b backend, strategy string) {
 		}
 	}
 	l.SetBursts(on, off)
+	d.runLifecycleGoShape(ctx, b, strategy, l, runDir)
+	if ctx.Err() != nil {
+		l.Error = "interrupted"
+		return
+	}
 
 	// 2. The sale whose orders come back.
 	saleDir := filepath.Join(runDir, "sale")
@@ -217,6 +224,8 @@ func (d *demo) runLifecycleBurst(ctx context.Context, f *fleet, b backend, strat
 	what := "with the lifecycle on"
 	if hold == 0 {
 		what = "without it"
+	} else {
+		d.dropHolds(ctx, f, run.SKU)
 	}
 	d.progress.note("burst %s: %d orders, %.0f orders/s, p99 %s", what, lb.Orders, lb.OrdersPerSec, lb.P99.Round(time.Millisecond))
 	return lb

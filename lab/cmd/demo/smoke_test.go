@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flashsale/stock/lab/report"
 	"github.com/flashsale/stock/lab/testdb"
 	"github.com/flashsale/stock/lab/testetcd"
@@ -114,6 +116,7 @@ func TestSmokeRun(t *testing.T) {
 		Lifecycle: true, LifecycleStrategies: []string{"conditional"}, LifecycleStock: 10, LifecycleBuyers: 40, LifecycleVUs: 40,
 		LifecycleHoldTTL: time.Second, LifecycleSweepEvery: 250 * time.Millisecond, LifecycleDuration: 30 * time.Second,
 		LifecycleBurstHold: 15 * time.Minute, LifecycleBurstRounds: 1, LifecyclePayPercent: 50, LifecycleCancelPct: 50, LifecycleTwicePercent: 50,
+		LifecycleGoStrategies: []string{"conditional"}, LifecycleGoRounds: 1, RatioStock: 50, RatioBuyers: 150, RatioWorkers: 20,
 		Backends:   []backend{{Name: "postgres", URL: url}},
 		Strategies: []string{"conditional", "naive"},
 		StockBin:   stockBin,
@@ -235,6 +238,20 @@ func TestSmokeRun(t *testing.T) {
 			}
 			if b := l.BurstOff; b == nil || b.Orders != 100 || b.OrdersPerSec <= 0 || b.Audit == nil || b.Audit.Held != 0 || b.Error != "" {
 				t.Errorf("conditional's burst without the lifecycle: %+v", b)
+			}
+			// The one-instance shape: one round each side, audited, and
+			// the held orders of the side with holds dropped after it.
+			if g := l.GoShape; g == nil || len(g.On) != 1 || len(g.Off) != 1 || g.Error != "" {
+				t.Errorf("conditional's one-instance Go burst: %+v", g)
+			} else {
+				for _, b := range []*report.GoBurst{g.On[0], g.Off[0]} {
+					if b.Orders != 50 || b.SoldOut != 100 || len(b.Problems()) > 0 || report.AnsweredRate(b) <= 0 {
+						t.Errorf("a one-instance Go burst: %+v, problems %q", b, b.Problems())
+					}
+				}
+				if held, err := heldOrders(t.Context(), url, g.On[0].SKU); err != nil || held != 0 {
+					t.Errorf("the one-instance burst with holds left %d held orders (%v); want them dropped once measured", held, err)
+				}
 			}
 			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(l.Dir), "sale", "summary.json")); err != nil {
 				t.Errorf("the lifecycle's k6 summary: %v", err)
@@ -675,4 +692,16 @@ func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
 		}
 		l.Close()
 	}
+}
+
+// heldOrders counts sku's held orders in the PostgreSQL database of url.
+func heldOrders(ctx context.Context, url, sku string) (int, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM orders WHERE sku = $1 AND state = 'held'`, sku).Scan(&n)
+	return n, err
 }
