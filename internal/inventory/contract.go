@@ -50,6 +50,9 @@ type Strategy struct {
 	// ResetSKU clears what the strategy keeps per SKU (lock keys) for a
 	// new sale.
 	ResetSKU func(ctx context.Context, sku string) error
+	// ResetSKUs is ResetSKU for many SKUs (a catalog's start), in fewer
+	// round trips than one per SKU; nil: ResetSKU for each.
+	ResetSKUs func(ctx context.Context, skus []string) error
 	// RelayReturns gives back to the strategy's own store the returns the
 	// database marked for it (Tx.MarkRelay) of skus, of every SKU when
 	// skus is empty, and reports how many: the strategy counts the stock outside

@@ -45,6 +45,8 @@ type Locker interface {
 	// Reset clears a key's lock state for a new sale. Fencing tokens keep
 	// growing across it.
 	Reset(ctx context.Context, key string) error
+	// ResetAll is Reset for many keys at once (a catalog's new sales).
+	ResetAll(ctx context.Context, keys []string) error
 	// AdvanceFence makes every later token of key greater than atLeast:
 	// every token the lock service gives from now on, and every token this
 	// process hands on locally. (Another process may still hand on tokens
@@ -130,7 +132,7 @@ func New(name string, locker Locker, opts ...Option) *Locked {
 // Strategy implements Strategic: a deduction under the lock, a new sale frees
 // the lock, the readiness check asks the lock's backend.
 func (l *Locked) Strategy() inventory.Strategy {
-	return inventory.Strategy{Name: l.name, Deduct: l.Deduct, ResetSKU: l.ResetSKU, Ping: l.Ping}
+	return inventory.Strategy{Name: l.name, Deduct: l.Deduct, ResetSKU: l.ResetSKU, ResetSKUs: l.ResetSKUs, Ping: l.Ping}
 }
 
 func lockKey(sku string) string { return "sku:" + sku }
@@ -252,6 +254,16 @@ func lockError(err error) error {
 // (tokens only grow), as StartSale keeps the row's fence.
 func (l *Locked) ResetSKU(ctx context.Context, sku string) error {
 	return l.locker.Reset(ctx, lockKey(sku))
+}
+
+// ResetSKUs is ResetSKU for many SKUs (a catalog's start), in as few
+// round trips as the lock's backend allows.
+func (l *Locked) ResetSKUs(ctx context.Context, skus []string) error {
+	keys := make([]string, len(skus))
+	for i, sku := range skus {
+		keys[i] = lockKey(sku)
+	}
+	return l.locker.ResetAll(ctx, keys)
 }
 
 // Ping checks the lock's backend.

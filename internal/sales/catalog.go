@@ -76,6 +76,16 @@ func (s *Service) startCatalog(ctx context.Context, c inventory.CatalogStart) er
 	if _, err := s.store.StartCatalogWith(ctx, c); err != nil {
 		return err
 	}
+	if resetAll := s.strategy.ResetSKUs; resetAll != nil {
+		skus := make([]string, len(c.Starts))
+		for i, st := range c.Starts {
+			skus[i] = st.SKU
+		}
+		if err := resetAll(ctx, skus); err != nil {
+			return fmt.Errorf("reset %s state of %d SKUs: %w", s.strategy.Name, len(skus), err)
+		}
+		return nil
+	}
 	reset := s.strategy.ResetSKU
 	if reset == nil {
 		return nil

@@ -256,6 +256,7 @@ func (l *lostLeaseLocker) Acquire(ctx context.Context, _ string) (locked.Lease, 
 	return lostLease{ctx: leaseCtx}, nil
 }
 func (*lostLeaseLocker) Reset(context.Context, string) error               { return nil }
+func (*lostLeaseLocker) ResetAll(context.Context, []string) error          { return nil }
 func (*lostLeaseLocker) AdvanceFence(context.Context, string, int64) error { return nil }
 
 type lostLease struct{ ctx context.Context }

@@ -464,6 +464,7 @@ func (l *locker) Acquire(ctx context.Context, _ string) (locked.Lease, error) {
 // Reset and AdvanceFence touch no lock state the model keeps: its tokens
 // only grow.
 func (l *locker) Reset(context.Context, string) error               { return nil }
+func (l *locker) ResetAll(context.Context, []string) error          { return nil }
 func (l *locker) AdvanceFence(context.Context, string, int64) error { return nil }
 
 type lease struct {

@@ -477,3 +477,41 @@ func TestHandOverPassedOnWhenTheWaiterGivesUpInTakeOver(t *testing.T) {
 		t.Errorf("hold order %v: the hold P1 handed to P2, who gave up during takeOver, was not passed on to P3 (want [p1 p3 q1])", got)
 	}
 }
+
+// TestResetAllEndsTheHoldersOfEveryName: ResetAll of 300 names, three of
+// etcd's transactions of 128 deletes, deletes every name's queue as Reset
+// does one: the holders of a name in the first, the second and the last
+// transaction lose their leases, and another process takes each lock.
+func TestResetAllEndsTheHoldersOfEveryName(t *testing.T) {
+	cluster := testetcd.Start(t)
+	p := newLocker(t, cluster.Client(t))
+	q := newLocker(t, cluster.Client(t))
+	names := make([]string, 300)
+	for i := range names {
+		names[i] = fmt.Sprintf("sku-%03d", i)
+	}
+	var held []*etcdlock.Lease
+	for _, i := range []int{0, 150, 299} {
+		le, err := p.Acquire(t.Context(), names[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, le)
+	}
+	if err := q.ResetAll(t.Context(), names); err != nil {
+		t.Fatal(err)
+	}
+	for j, i := range []int{0, 150, 299} {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		other, err := q.Acquire(ctx, names[i])
+		cancel()
+		if err != nil {
+			t.Fatalf("%s after ResetAll: %v", names[i], err)
+		}
+		if held[j].Context().Err() == nil {
+			t.Errorf("after ResetAll q holds %s while p's lease of it has a live Context", names[i])
+		}
+		_ = other.Release(context.Background())
+		_ = held[j].Release(context.Background())
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/locked"
 	"github.com/flashsale/stock/internal/locking"
@@ -46,6 +48,30 @@ func (a adapted[L]) Acquire(ctx context.Context, key string) (locked.Lease, erro
 
 func (a adapted[L]) Reset(ctx context.Context, key string) error {
 	return a.backend.Reset(ctx, key)
+}
+
+// batchResetter is a backend that resets many keys in fewer round trips
+// than one per key (etcd: transactions of deletes; ZooKeeper: one check).
+type batchResetter interface {
+	ResetAll(ctx context.Context, keys []string) error
+}
+
+// resetWidth is how many keys of a backend without a batch reset are reset
+// at once.
+const resetWidth = 32
+
+// ResetAll resets keys: through the backend's own batch reset when it has
+// one, else one Reset per key, resetWidth at once.
+func (a adapted[L]) ResetAll(ctx context.Context, keys []string) error {
+	if b, ok := any(a.backend).(batchResetter); ok {
+		return b.ResetAll(ctx, keys)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(resetWidth)
+	for _, key := range keys {
+		g.Go(func() error { return a.backend.Reset(gctx, key) })
+	}
+	return g.Wait()
 }
 
 func (a adapted[L]) AdvanceFence(ctx context.Context, key string, atLeast int64) error {

@@ -33,6 +33,8 @@ import (
 type Client interface {
 	redis.Scripter
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	// Pipelined sends ResetAll's scripts many to a round trip.
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 var _ Client = (*redis.Client)(nil)

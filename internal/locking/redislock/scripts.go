@@ -1,8 +1,10 @@
 package redislock
 
 import (
+	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,6 +120,35 @@ var resetSource string
 // store that kept the highest token it accepted would refuse every later
 // holder.
 var resetScript = redis.NewScript(resetSource)
+
+// resetChunk is how many reset scripts resetKeys sends a round trip.
+const resetChunk = 1000
+
+// resetKeys runs resetScript for each of keys on c, resetChunk to a
+// pipeline, each pipeline under timeout when it is not 0; the first error
+// ends it.
+func resetKeys(ctx context.Context, c Client, keys []string, ttl, timeout time.Duration) error {
+	if err := resetScript.Load(ctx, c).Err(); err != nil {
+		return err
+	}
+	for chunk := range slices.Chunk(keys, resetChunk) {
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if timeout > 0 {
+			cctx, cancel = context.WithTimeout(ctx, timeout)
+		}
+		_, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
+			for _, key := range chunk {
+				resetScript.EvalSha(cctx, p, lockKeys(key), ms(ttl))
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("reset %d keys from %s: %w", len(chunk), chunk[0], err)
+		}
+	}
+	return nil
+}
 
 //go:embed lua/redlock_acquire.lua
 var redlockAcquireSource string
