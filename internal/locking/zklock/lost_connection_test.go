@@ -177,3 +177,42 @@ func TestCancelledWaiterComesBackAtItsContext(t *testing.T) {
 		t.Fatalf("Acquire returned %v after its context was cancelled (session %v)", late, session)
 	}
 }
+
+// TestAcquireWaitsOutRefusedRoundsOfDials: the connection drops and the
+// client's next two rounds of dials are refused, with the Acquire's first
+// request queued unsent. The client fails it with zk.ErrNoServer as each
+// round begins, and a request failed unsent in two rounds is given up
+// (sendUnsent): the Acquire must then wait for the reconnection within its
+// wait, as its later steps do, and get the lock (found in CI, under load:
+// TestReleaseAfterSuspension's local waiter gave up with "zk: could not
+// connect to a server").
+func TestAcquireWaitsOutRefusedRoundsOfDials(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	gate := newDialGate()
+	l, link := proxied(t, srv, zklock.WithDialer(gate.dial), zklock.WithSessionTimeout(20*time.Second))
+	gate.hold()
+	link.Cut()
+	<-gate.held // the client is in its dial
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	res := make(chan result, 1)
+	go func() {
+		le, err := l.Acquire(ctx, name)
+		res <- result{le, err}
+	}()
+	// Once the Acquire's first request sits unsent in the client's queue,
+	// the dial is refused: the round fails and flushes it.
+	if !awaitGoroutine(t, []string{"zklock.(*Locker).ensure", "zk.(*Conn).request("}, "queueRequest") {
+		t.Fatal("the Acquire's first request never queued")
+	}
+	gate.hold() // the next round's dial too
+	gate.verdict <- errors.New("refused (test)")
+	<-gate.held
+	gate.verdict <- errors.New("refused again (test)")
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("Acquire after two refused rounds of dials: %v; want the lock once the client reconnects", r.err)
+	}
+	release(t, r.le)
+}

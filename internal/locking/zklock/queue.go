@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/flashsale/stock/internal/backoff"
 	"github.com/flashsale/stock/internal/locking"
 )
 
@@ -19,8 +21,45 @@ import (
 
 // obtain creates this process's node for name and waits until it is the
 // lowest: the lock is then the process's in ZooKeeper. A wait that ends
-// leaves no node behind.
+// leaves no node behind. A connection lost before the node is created
+// (the client failed the request, unsent, in two rounds of dials; or the
+// create's answer was lost, and the node, if any, is deleted) gets
+// obtainRetries more attempts, each up to two more rounds of dials (found
+// in CI, under load: an Acquire gave up with "zk: could not connect to a
+// server" when the connection dropped and one dial failed). No more: with
+// the server gone the Acquire must fail soon with the node's error, for a
+// 503, not wait out its deadline as a busy lock
+// (TestServerDownIsANodeError).
 func (l *Locker) obtain(wctx context.Context, name string) (*node, error) {
+	var lost error // the first attempt's lost connection
+	for attempt := 0; ; attempt++ {
+		n, err := l.obtainOnce(wctx, name)
+		switch {
+		case err == nil:
+			return n, nil
+		case lost != nil && wctx.Err() != nil:
+			// The wait ended in the attempt after a lost connection:
+			// that loss is what stopped it (a 503 unavailable, not busy).
+			return nil, errors.Join(err, lost)
+		case !transient(err) || attempt >= obtainRetries:
+			return nil, err
+		}
+		lost = err
+		// A pause that grows keeps a client that fails at once from
+		// spinning.
+		if perr := backoff.Wait(wctx, backoff.Exponential(attempt, 10*time.Millisecond, 100*time.Millisecond)); perr != nil {
+			return nil, errors.Join(perr, err)
+		}
+	}
+}
+
+// obtainRetries is how many more attempts obtain makes after a connection
+// lost before its node was created.
+const obtainRetries = 1
+
+// obtainOnce is one attempt of obtain: a node created, and the wait for
+// its turn.
+func (l *Locker) obtainOnce(wctx context.Context, name string) (*node, error) {
 	dir := l.dir(name)
 	if err := l.ensure(wctx, name); err != nil {
 		return nil, err
