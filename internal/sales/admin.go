@@ -88,6 +88,12 @@ func (s *Service) replayStart(ctx context.Context, req inventory.SaleRequest, st
 		if err := finish(ctx, st, rec.Sale); err != nil {
 			return inventory.SaleStarted{}, s.classify(ctx, err)
 		}
+	} else if reset := s.strategy.ResetSKU; reset != nil {
+		// The first attempt may have failed after its commit, in the
+		// reset (as replayCatalog says).
+		if err := reset(ctx, st.SKU); err != nil {
+			return inventory.SaleStarted{}, s.classify(ctx, fmt.Errorf("reset %s state of %q: %w", s.strategy.Name, st.SKU, err))
+		}
 	}
 	s.log.Debug("sale start replayed", "sku", req.SKU, "sale", rec.Sale, "idempotency_key", req.IdempotencyKey)
 	return inventory.SaleStarted{Request: req, Replayed: true}, nil

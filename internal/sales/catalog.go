@@ -76,9 +76,16 @@ func (s *Service) startCatalog(ctx context.Context, c inventory.CatalogStart) er
 	if _, err := s.store.StartCatalogWith(ctx, c); err != nil {
 		return err
 	}
+	return s.resetCatalog(ctx, c.Starts)
+}
+
+// resetCatalog resets the strategy's per-SKU state (lock keys) of the
+// catalog's SKUs: in batches where the strategy can (ResetSKUs), else SKU
+// by SKU, resetWidth at once.
+func (s *Service) resetCatalog(ctx context.Context, starts []inventory.SaleStart) error {
 	if resetAll := s.strategy.ResetSKUs; resetAll != nil {
-		skus := make([]string, len(c.Starts))
-		for i, st := range c.Starts {
+		skus := make([]string, len(starts))
+		for i, st := range starts {
 			skus[i] = st.SKU
 		}
 		if err := resetAll(ctx, skus); err != nil {
@@ -92,7 +99,7 @@ func (s *Service) startCatalog(ctx context.Context, c inventory.CatalogStart) er
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(resetWidth)
-	for _, st := range c.Starts {
+	for _, st := range starts {
 		g.Go(func() error {
 			if err := reset(gctx, st.SKU); err != nil {
 				return fmt.Errorf("reset %s state of %q: %w", s.strategy.Name, st.SKU, err)
@@ -105,12 +112,19 @@ func (s *Service) startCatalog(ctx context.Context, c inventory.CatalogStart) er
 
 // replayCatalog answers a catalog start whose key the database has: the
 // sales were started. A strategy that keeps its own sales is asked to
-// finish them (its store may have missed some: the first attempt's 503).
+// finish them (its store may have missed some: the first attempt's 503);
+// one that keeps lock keys resets them again, since the first attempt may
+// have failed after its commit, in the reset (found by review: the retry
+// the 503 asks for answered 200 with the locks of the old sales left).
+// Resetting a lock again is safe: a holder that loses it cannot write
+// past the fence and the row's version.
 func (s *Service) replayCatalog(ctx context.Context, c inventory.CatalogStart) (inventory.CatalogStarted, error) {
 	if finish := s.strategy.FinishCatalog; finish != nil {
 		if err := finish(ctx, c.Starts); err != nil {
 			return inventory.CatalogStarted{}, s.classify(ctx, err)
 		}
+	} else if err := s.resetCatalog(ctx, c.Starts); err != nil {
+		return inventory.CatalogStarted{}, s.classify(ctx, err)
 	}
 	s.log.Debug("catalog start replayed", "skus", len(c.Starts), "idempotency_key", c.Key.Key)
 	return inventory.CatalogStarted{SKUs: len(c.Starts), Replayed: true}, nil

@@ -3,8 +3,11 @@ package redislock_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/locking/redislock"
 )
@@ -132,4 +135,35 @@ func TestResetAllFreesEveryKey(t *testing.T) {
 func TestRedlockResetAllFreesEveryKey(t *testing.T) {
 	_, clients := cluster(t, 3)
 	resetAllFreesEveryKey(t, newRedlock(t, clients, redislock.WithTTL(900*time.Millisecond)), newRedlock(t, clients))
+}
+
+// scriptsLostOnce is a client whose server loses its scripts (a restart)
+// right before the first pipeline it sends.
+type scriptsLostOnce struct {
+	*redis.Client
+	lost atomic.Bool
+}
+
+func (c *scriptsLostOnce) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	if c.lost.CompareAndSwap(false, true) {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			return nil, err
+		}
+	}
+	return c.Client.Pipelined(ctx, fn)
+}
+
+// TestResetAllAfterTheServerLostItsScripts: a server that lost the reset
+// script between its load and the pipeline (NOSCRIPT) gets it again, and
+// ResetAll still frees the keys, as Reset's Script.Run does for one key
+// (found by review).
+func TestResetAllAfterTheServerLostItsScripts(t *testing.T) {
+	c := shared.Client(t)
+	lossy := &scriptsLostOnce{Client: c}
+	holder := redislock.New(lossy, redislock.WithTTL(900*time.Millisecond))
+	t.Cleanup(func() { _ = holder.Close() })
+	resetAllFreesEveryKey(t, holder, newLocker(t, c))
+	if !lossy.lost.Load() {
+		t.Fatal("the scripts were never flushed: the test tested nothing")
+	}
 }

@@ -126,23 +126,34 @@ const resetChunk = 1000
 
 // resetKeys runs resetScript for each of keys on c, resetChunk to a
 // pipeline, each pipeline under timeout when it is not 0; the first error
-// ends it.
+// ends it. A server that lost the script (restarted since it was loaded:
+// NOSCRIPT) gets it again and the chunk once more, as Script.Run falls
+// back to EVAL for one key (found by review).
 func resetKeys(ctx context.Context, c Client, keys []string, ttl, timeout time.Duration) error {
 	if err := resetScript.Load(ctx, c).Err(); err != nil {
 		return err
 	}
-	for chunk := range slices.Chunk(keys, resetChunk) {
+	send := func(chunk []string) error {
 		cctx, cancel := ctx, context.CancelFunc(func() {})
 		if timeout > 0 {
 			cctx, cancel = context.WithTimeout(ctx, timeout)
 		}
+		defer cancel()
 		_, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for _, key := range chunk {
 				resetScript.EvalSha(cctx, p, lockKeys(key), ms(ttl))
 			}
 			return nil
 		})
-		cancel()
+		return err
+	}
+	for chunk := range slices.Chunk(keys, resetChunk) {
+		err := send(chunk)
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err = resetScript.Load(ctx, c).Err(); err == nil {
+				err = send(chunk)
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("reset %d keys from %s: %w", len(chunk), chunk[0], err)
 		}

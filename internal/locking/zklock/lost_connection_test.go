@@ -12,8 +12,11 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/locking"
+	"github.com/flashsale/stock/internal/locking/inventorylock"
 	"github.com/flashsale/stock/internal/locking/zklock"
+	"github.com/flashsale/stock/lab/testproxy"
 	"github.com/flashsale/stock/lab/testzk"
 )
 
@@ -191,9 +194,7 @@ func TestAcquireWaitsOutRefusedRoundsOfDials(t *testing.T) {
 	name := uniqueName(t)
 	gate := newDialGate()
 	l, link := proxied(t, srv, zklock.WithDialer(gate.dial), zklock.WithSessionTimeout(20*time.Second))
-	gate.hold()
-	link.Cut()
-	<-gate.held // the client is in its dial
+	dropAndHoldTheNextDial(t, l, link, gate)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
 	res := make(chan result, 1)
@@ -208,11 +209,75 @@ func TestAcquireWaitsOutRefusedRoundsOfDials(t *testing.T) {
 	}
 	gate.hold() // the next round's dial too
 	gate.verdict <- errors.New("refused (test)")
-	<-gate.held
+	heldDial(t, gate)
 	gate.verdict <- errors.New("refused again (test)")
 	r := <-res
 	if r.err != nil {
 		t.Fatalf("Acquire after two refused rounds of dials: %v; want the lock once the client reconnects", r.err)
 	}
 	release(t, r.le)
+}
+
+// TestAcquireCutByItsDeadlineInTheRetryIsUnavailable: the server is
+// unreachable throughout (three refused or held rounds of dials). The
+// first attempt fails with ErrNoServer after two rounds; the retry's
+// request waits in the third until the Acquire's deadline. The lost
+// connection is what stopped it: the error must say so (a 503
+// unavailable), not only that the wait ended (busy). Found by review:
+// joined with the deadline, locking.NotObtained dropped it, and with
+// ORDER_TIMEOUT=3s every zk-lock order of an outage was answered busy.
+func TestAcquireCutByItsDeadlineInTheRetryIsUnavailable(t *testing.T) {
+	srv := testzk.Start(t)
+	name := uniqueName(t)
+	gate := newDialGate()
+	l, link := proxied(t, srv, zklock.WithDialer(gate.dial), zklock.WithSessionTimeout(20*time.Second))
+	dropAndHoldTheNextDial(t, l, link, gate) // round 1's dial
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
+	defer cancel()
+	res := make(chan result, 1)
+	go func() {
+		le, err := l.Acquire(ctx, name)
+		res <- result{le, err}
+	}()
+	if !awaitGoroutine(t, []string{"zklock.(*Locker).ensure", "zk.(*Conn).request("}, "queueRequest") {
+		t.Fatal("the Acquire's first request never queued")
+	}
+	gate.hold()
+	gate.verdict <- errors.New("refused (test)")
+	heldDial(t, gate) // round 2
+	gate.hold()
+	gate.verdict <- errors.New("refused again (test)")
+	heldDial(t, gate)   // round 3: the first attempt failed as it began; the retry waits in it
+	r := <-res          // the deadline (6 s) ends the retry
+	gate.verdict <- nil // let the client reconnect, so that Close returns
+	if r.err == nil {
+		release(t, r.le)
+		t.Fatal("Acquire succeeded with every dial refused or held")
+	}
+	if filed := inventorylock.AcquireError(r.err); !errors.Is(filed, inventory.ErrUnavailable) {
+		t.Fatalf("server unreachable, the deadline ended the retry: %v\nfiled as %v; want inventory.ErrUnavailable (a 503 unavailable, not busy)", r.err, filed)
+	}
+}
+
+// dropAndHoldTheNextDial waits until l has a session (a lock taken and
+// given back), then drops its connection with its next dial held by gate,
+// and returns once the client is in that dial. Found in CI: armed before
+// the first connection was made, the gate let that dial through and the
+// test waited for a dial that never came.
+func dropAndHoldTheNextDial(t *testing.T, l *zklock.Locker, link *testproxy.Proxy, gate *dialGate) {
+	t.Helper()
+	release(t, acquire(t, l, t.Context(), uniqueName(t)+"-warm"))
+	gate.hold()
+	link.Cut()
+	heldDial(t, gate)
+}
+
+// heldDial waits for the client to be in a dial gate holds.
+func heldDial(t *testing.T, gate *dialGate) {
+	t.Helper()
+	select {
+	case <-gate.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client made no dial within 30 s")
+	}
 }

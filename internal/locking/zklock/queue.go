@@ -33,14 +33,19 @@ import (
 func (l *Locker) obtain(wctx context.Context, name string) (*node, error) {
 	var lost error // the first attempt's lost connection
 	for attempt := 0; ; attempt++ {
-		n, err := l.obtainOnce(wctx, name)
+		n, queued, err := l.obtainOnce(wctx, name)
 		switch {
 		case err == nil:
 			return n, nil
-		case lost != nil && wctx.Err() != nil:
-			// The wait ended in the attempt after a lost connection:
-			// that loss is what stopped it (a 503 unavailable, not busy).
-			return nil, errors.Join(err, lost)
+		case lost != nil && wctx.Err() != nil && !queued:
+			// The wait ended before the attempt after a lost connection
+			// reached the queue: the loss is what stopped it, and the
+			// answer is the node's error (a 503 unavailable), not the
+			// wait's, which locking.NotObtained adds (found by review:
+			// joined with the deadline, the loss was dropped, and every
+			// order of an outage was answered busy). Once queued, the
+			// lock was busy.
+			return nil, lost
 		case !transient(err) || attempt >= obtainRetries:
 			return nil, err
 		}
@@ -48,7 +53,7 @@ func (l *Locker) obtain(wctx context.Context, name string) (*node, error) {
 		// A pause that grows keeps a client that fails at once from
 		// spinning.
 		if perr := backoff.Wait(wctx, backoff.Exponential(attempt, 10*time.Millisecond, 100*time.Millisecond)); perr != nil {
-			return nil, errors.Join(perr, err)
+			return nil, lost
 		}
 	}
 }
@@ -58,11 +63,11 @@ func (l *Locker) obtain(wctx context.Context, name string) (*node, error) {
 const obtainRetries = 1
 
 // obtainOnce is one attempt of obtain: a node created, and the wait for
-// its turn.
-func (l *Locker) obtainOnce(wctx context.Context, name string) (*node, error) {
+// its turn; queued says whether the node was created.
+func (l *Locker) obtainOnce(wctx context.Context, name string) (n *node, queued bool, err error) {
 	dir := l.dir(name)
 	if err := l.ensure(wctx, name); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	guid := newGUID()
 	gen := l.generation()
@@ -88,19 +93,20 @@ func (l *Locker) obtainOnce(wctx context.Context, name string) (*node, error) {
 			// function does the same.)
 			l.spawn(func() { l.forget(dir, guid, "", gen) })
 		}
-		return nil, l.nodeError(err)
+		return nil, false, l.nodeError(err)
 	}
-	n := &node{name: name, path: path, version: 0, generation: l.nameGeneration(name)}
+	n = &node{name: name, path: path, version: 0, generation: l.nameGeneration(name)}
 	if err := l.awaitTurn(wctx, n); err != nil {
 		// Leave no node behind: it would hold up the next contenders. The
 		// deletion runs on a goroutine of the Locker's, retried until the
 		// node is gone, so that a waiter whose context ended comes back at
 		// once even when the server does not answer (found by review: up to
 		// half a session timeout late).
-		l.spawn(func() { l.forget(dir, guid, n.path, gen) })
-		return nil, err
+		path := n.path // n, a result, is nil by the time forget runs
+		l.spawn(func() { l.forget(dir, guid, path, gen) })
+		return nil, true, err
 	}
-	return n, nil
+	return n, true, nil
 }
 
 // createProtected creates an ephemeral sequential node named with guid in
