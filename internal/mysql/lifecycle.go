@@ -156,26 +156,7 @@ func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[
 	// without one is inserted by ClaimUnitsOf with a plain INSERT, which a
 	// row created meanwhile refuses.
 	read := func(users []string, lock string) (map[string]int64, error) {
-		args := []any{sku}
-		for _, u := range users {
-			args = append(args, u)
-		}
-		rows, err := t.tx.QueryContext(ctx, `
-			SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(users), "?")+`)`+lock, args...)
-		if err != nil {
-			return nil, wrap(ctx, err)
-		}
-		defer rows.Close()
-		units := map[string]int64{}
-		for rows.Next() {
-			var u string
-			var n int64
-			if err := rows.Scan(&u, &n); err != nil {
-				return nil, wrap(ctx, err)
-			}
-			units[u] = n
-		}
-		return units, wrap(ctx, rows.Err())
+		return readBuyerUnits(ctx, t.tx, sku, users, lock, func(u string) string { return u })
 	}
 	found, err := read(userIDs, "")
 	if err != nil || len(found) == 0 {
@@ -195,12 +176,18 @@ func (t *tx) LockBuyers(ctx context.Context, sku string, userIDs []string) (map[
 // such ids were refused) with the one asked for: their units are summed
 // under its spelling, as the store's claim counts them on that one row.
 func (s *Store) BuyerUnits(ctx context.Context, sku string, userIDs []string) (map[string]int64, error) {
+	return readBuyerUnits(ctx, s.db, sku, userIDs, "", func(u string) string { return strings.TrimRight(u, " ") })
+}
+
+// readBuyerUnits reads the units of users in sku's sale (the query ends
+// with suffix: a lock, or nothing), summed by key of each row's spelling.
+func readBuyerUnits(ctx context.Context, q querier, sku string, users []string, suffix string, key func(string) string) (map[string]int64, error) {
 	args := []any{sku}
-	for _, u := range userIDs {
+	for _, u := range users {
 		args = append(args, u)
 	}
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(userIDs), "?")+`)`, args...)
+	rows, err := q.QueryContext(ctx, `
+		SELECT user_id, units FROM buyer_units WHERE sku = ? AND user_id IN (`+placeholders(len(users), "?")+`)`+suffix, args...)
 	if err != nil {
 		return nil, wrap(ctx, err)
 	}
@@ -212,7 +199,7 @@ func (s *Store) BuyerUnits(ctx context.Context, sku string, userIDs []string) (m
 		if err := rows.Scan(&u, &n); err != nil {
 			return nil, wrap(ctx, err)
 		}
-		units[strings.TrimRight(u, " ")] += n
+		units[key(u)] += n
 	}
 	return units, wrap(ctx, rows.Err())
 }

@@ -14,6 +14,7 @@ import (
 // querier is what a pool and a transaction have in common.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 type tx struct {

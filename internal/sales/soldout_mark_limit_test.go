@@ -10,7 +10,6 @@ import (
 	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/sqlrow"
 	"github.com/flashsale/stock/internal/store"
-	"github.com/flashsale/stock/lab/testdb"
 )
 
 // TestSoldOutMarkUnderALimitAnswersFromTheBuyersUnits: under
@@ -23,45 +22,35 @@ import (
 // so a unit restocked through another instance stays refused to the
 // marked one within the mark's bound, as without a limit.
 func TestSoldOutMarkUnderALimitAnswersFromTheBuyersUnits(t *testing.T) {
-	for _, engine := range store.Engines {
-		for _, name := range markStrategies {
-			t.Run(engine+"/"+name, func(t *testing.T) {
-				t.Parallel()
-				ctx := context.Background()
-				db := testdb.New(t, engine, 8)
-				strategy := builders()[name](t, engine, db)
-				clock := &handClock{t: time.Unix(1_000_000, 0)}
-				a := sales.NewService(db, strategy, sales.WithPerUserLimit(1), sales.WithClock(clock.now), sales.WithSoldOutTTL(time.Second))
-				b := sales.NewService(db, strategy, sales.WithPerUserLimit(1))
-				if err := a.StartSale(ctx, "s", 1); err != nil {
-					t.Fatal(err)
-				}
-				clock.step(time.Millisecond)
-				if _, err := order(t, a, "s", "u1", ""); err != nil {
-					t.Fatalf("the only unit: %v", err)
-				}
-				if _, err := order(t, a, "s", "u2", ""); !errors.Is(err, inventory.ErrSoldOut) {
-					t.Fatalf("past the stock: %v, want sold out (which marks a)", err)
-				}
-				if _, err := b.Restock(ctx, "s", 1); err != nil {
-					t.Fatal(err)
-				}
-				clock.step(100 * time.Millisecond) // in the mark's first half
-				if _, err := order(t, a, "s", "u1", ""); !errors.Is(err, inventory.ErrLimitReached) {
-					t.Errorf("u1, at its limit, on the marked instance: %v; want limit reached, as the store answers", err)
-				}
-				if _, err := order(t, a, "s", "u3", ""); !errors.Is(err, inventory.ErrSoldOut) {
-					t.Errorf("u3 on the marked instance within the mark's bound: %v; want sold out without asking the store (which has the restocked unit)", err)
-				}
-				if _, err := order(t, b, "s", "u3", ""); err != nil {
-					t.Errorf("u3 on the unmarked instance: %v; want the restocked unit", err)
-				}
-				if level, err := b.Level(ctx, "s"); err != nil || level.Available != 0 {
-					t.Errorf("after the restocked unit was sold: %+v, %v; want 0 available", level, err)
-				}
-			})
+	forEachMarkStrategy(t, func(t *testing.T, a, b *sales.Service, clock *handClock) {
+		ctx := context.Background()
+		if err := a.StartSale(ctx, "s", 1); err != nil {
+			t.Fatal(err)
 		}
-	}
+		clock.step(time.Millisecond)
+		if _, err := order(t, a, "s", "u1", ""); err != nil {
+			t.Fatalf("the only unit: %v", err)
+		}
+		if _, err := order(t, a, "s", "u2", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Fatalf("past the stock: %v, want sold out (which marks a)", err)
+		}
+		if _, err := b.Restock(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.step(100 * time.Millisecond) // in the mark's first half
+		if _, err := order(t, a, "s", "u1", ""); !errors.Is(err, inventory.ErrLimitReached) {
+			t.Errorf("u1, at its limit, on the marked instance: %v; want limit reached, as the store answers", err)
+		}
+		if _, err := order(t, a, "s", "u3", ""); !errors.Is(err, inventory.ErrSoldOut) {
+			t.Errorf("u3 on the marked instance within the mark's bound: %v; want sold out without asking the store (which has the restocked unit)", err)
+		}
+		if _, err := order(t, b, "s", "u3", ""); err != nil {
+			t.Errorf("u3 on the unmarked instance: %v; want the restocked unit", err)
+		}
+		if level, err := b.Level(ctx, "s"); err != nil || level.Available != 0 {
+			t.Errorf("after the restocked unit was sold: %+v, %v; want 0 available", level, err)
+		}
+	}, sales.WithPerUserLimit(1))
 }
 
 // TestSoldOutMarkUnderALimitAnswersAsTheStoreDoes: the mark's answers

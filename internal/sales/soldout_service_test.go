@@ -40,8 +40,8 @@ var markStrategies = []string{strategies.NameConditional, strategies.NameBatched
 
 // forEachMarkStrategy runs test on both engines for markStrategies, each
 // with two instances (services) over one database and one strategy's
-// servers: a, whose clock the test moves, and b.
-func forEachMarkStrategy(t *testing.T, test func(t *testing.T, a, b *sales.Service, clock *handClock)) {
+// servers: a, whose clock the test moves, and b; both with opts.
+func forEachMarkStrategy(t *testing.T, test func(t *testing.T, a, b *sales.Service, clock *handClock), opts ...sales.ServiceOption) {
 	for _, engine := range store.Engines {
 		for _, name := range markStrategies {
 			t.Run(engine+"/"+name, func(t *testing.T) {
@@ -49,8 +49,8 @@ func forEachMarkStrategy(t *testing.T, test func(t *testing.T, a, b *sales.Servi
 				db := testdb.New(t, engine, 8)
 				strategy := builders()[name](t, engine, db)
 				clock := &handClock{t: time.Unix(1_000_000, 0)}
-				a := sales.NewService(db, strategy, sales.WithClock(clock.now), sales.WithSoldOutTTL(time.Second))
-				b := sales.NewService(db, strategy)
+				a := sales.NewService(db, strategy, append([]sales.ServiceOption{sales.WithClock(clock.now), sales.WithSoldOutTTL(time.Second)}, opts...)...)
+				b := sales.NewService(db, strategy, opts...)
 				test(t, a, b, clock)
 			})
 		}
