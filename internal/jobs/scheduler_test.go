@@ -104,6 +104,25 @@ func gaps(runs []run) []time.Duration {
 	return g
 }
 
+// twiceInAPeriod reports two runs closer than half a period, except
+// where the first of them started late: a run logged late after its lock
+// was taken (its goroutine scheduled late on a loaded machine) shortens
+// the gap to the next run, taken on time, by as much as it lengthens the
+// gap before it, so the two gaps still add up to about two periods (found
+// in CI: gaps of 660 ms and 142 ms, one run a period, read as a double).
+func twiceInAPeriod(g []time.Duration, every time.Duration) bool {
+	for i, d := range g {
+		if d >= every/2 {
+			continue
+		}
+		if i > 0 && g[i-1]+d >= 2*every-every/10 {
+			continue // late, then on time
+		}
+		return true
+	}
+	return false
+}
+
 // TestThreeInstancesRunEachPeriodOnce: three instances tick the same job,
 // one of them with a clock 30% of a period ahead, on the lock table of each
 // engine and on Redis (JOB_LOCK=redis). The job runs once a
@@ -149,7 +168,7 @@ func TestThreeInstancesRunEachPeriodOnce(t *testing.T) {
 				runs := log.all()
 				g := gaps(runs)
 				t.Logf("%d runs in %d periods; gaps %v", len(runs), periods, g)
-				tooClose := slices.ContainsFunc(g, func(d time.Duration) bool { return d < every/2 })
+				tooClose := twiceInAPeriod(g, every)
 				if control {
 					if !tooClose {
 						t.Fatal("control: without \"at least for\" the skewed instance's tick and the others' should both run in a period")
