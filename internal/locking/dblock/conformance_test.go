@@ -14,8 +14,11 @@ import (
 
 var engines = []string{"postgres", "mysql"}
 
-// ttl is short so that the suite's expiries take a second.
-const ttl = time.Second
+// ttl is short so that the suite's expiries take a couple of seconds, and
+// long enough that a holder's heartbeat (every third of it) survives a
+// loaded machine's stalls: at 1 s a holder lost its lease before its
+// release in CI (OwnerCheckedRelease, "no longer … at its release").
+const ttl = 2 * time.Second
 
 // proxied returns a Locker on dbURL's database that talks to it through a
 // proxy of its own, closed at t's end.
