@@ -254,7 +254,7 @@ func TestKilledRunnerFreesTheJobAfterAtMostFor(t *testing.T) {
 			if first := runs[0].began.Sub(at); first < atMost-every {
 				t.Fatalf("another instance ran the job %v after the runner died, before \"at most for\" %v ran out", first, atMost)
 			}
-			if g := gaps(runs); slices.ContainsFunc(g, func(d time.Duration) bool { return d < every/2 }) {
+			if g := gaps(runs); twiceInAPeriod(g, every) {
 				t.Fatalf("the survivors ran the job twice in a period: gaps %v", g)
 			}
 		})
