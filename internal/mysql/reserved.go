@@ -5,57 +5,93 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/reservation"
 )
 
 // PersistReserved writes orders that the redis-reserve strategy accepted in
-// Redis during sale epoch, in one transaction: the orders that are not in
-// the database yet, the deduction of their total, and their idempotency
-// records. It returns how many orders it wrote; orders already there (a
-// redelivered batch) are skipped, so a replay writes nothing.
-//
-// The stock row is locked first and its sale_epoch compared: a sale
-// started or renumbered since makes the batch stale
-// (inventory.ErrStaleSale), and nothing is written; a batch of a number the
-// database does not have yet (a renumbering not committed yet) is
-// ErrUnavailable, to be tried again. The deduction is unconditional: Redis
-// accepted these orders against the same initial stock, so the database
-// can only follow it, never refuse it.
+// Redis during sale epoch: PersistReservedEach of one batch, its outcome
+// as the error.
 func (s *Store) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
-	written := 0
-	err := s.inTx(ctx, func(ctx context.Context, t *tx) error {
-		current, err := t.lockSale(ctx, sku)
-		if errors.Is(err, inventory.ErrUnknownSKU) {
-			return fmt.Errorf("%w: %q has no sale in the database", inventory.ErrStaleSale, sku)
-		}
-		if err != nil {
-			return err
-		}
-		switch {
-		case epoch < current:
-			return fmt.Errorf("%w: %q is in sale %d, the orders are of sale %d", inventory.ErrStaleSale, sku, current, epoch)
-		case epoch > current:
-			return fmt.Errorf("%w: %q is in sale %d, the orders are of sale %d, not committed yet", inventory.ErrUnavailable, sku, current, epoch)
-		}
-		written, err = t.writeReserved(ctx, sku, orders)
-		if err != nil {
-			return err
-		}
-		if len(keys) > 0 {
-			// A key that exists already belongs to an order written
-			// before (this batch's earlier delivery): nothing to add.
-			if _, err := t.InsertIdempotencyRecords(ctx, keys); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	out, err := s.PersistReservedEach(ctx, []reservation.SaleBatch{{SKU: sku, Epoch: epoch, Orders: orders, Keys: keys}})
 	if err != nil {
 		return 0, err
 	}
-	return written, nil
+	return out[0].Written, out[0].Err
+}
+
+// PersistReservedEach implements reservation.Sink: orders that the
+// reservation strategies accepted in Redis, of many SKUs, in one
+// transaction. Of each batch it writes the orders that are not in the
+// database yet, the deduction of their total, and their idempotency
+// records; orders already there (a redelivered batch) are skipped, so a
+// replay writes nothing.
+//
+// The batches' stock rows are locked first, in one order (ascii_bin is
+// Go's byte order; two consumers whose batches share SKUs queue, never
+// deadlock), and each SKU's sale_epoch compared: a sale started or
+// renumbered since makes the batch stale (inventory.ErrStaleSale), and
+// nothing of it is written; a batch of a number the database does not
+// have yet (a renumbering not committed yet) is ErrUnavailable, to be
+// tried again. The deduction is unconditional: Redis accepted these orders
+// against the same initial stock, so the database can only follow it,
+// never refuse it.
+func (s *Store) PersistReservedEach(ctx context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error) {
+	var outcomes []reservation.SaleBatchOutcome
+	err := s.inTx(ctx, func(ctx context.Context, t *tx) error {
+		skus := reservation.BatchSKUs(batches)
+		args := make([]any, len(skus))
+		for i, sku := range skus {
+			args[i] = sku
+		}
+		// FORCE INDEX (PRIMARY): on a small table the optimizer scans it
+		// whole and locks rows outside the list (see DeductEach).
+		rows, err := t.tx.QueryContext(ctx, `
+			SELECT sku, sale_epoch FROM stock FORCE INDEX (PRIMARY) WHERE sku IN (`+placeholders(len(skus), "?")+`) ORDER BY sku FOR UPDATE`, args...)
+		if err != nil {
+			return wrap(ctx, err)
+		}
+		current := map[string]int64{}
+		for rows.Next() {
+			var sku string
+			var epoch int64
+			if err := rows.Scan(&sku, &epoch); err != nil {
+				rows.Close()
+				return wrap(ctx, err)
+			}
+			current[sku] = epoch
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return wrap(ctx, err)
+		}
+		var (
+			orders  []inventory.Order
+			keys    []inventory.IdempotencyRecord
+			writing []int
+		)
+		outcomes = reservation.JudgeSales(batches, current)
+		for i, b := range batches {
+			if outcomes[i].Err == nil {
+				orders, keys, writing = append(orders, b.Orders...), append(keys, b.Keys...), append(writing, i)
+			}
+		}
+		if len(orders) == 0 {
+			return nil
+		}
+		written, err := t.writeReserved(ctx, orders, keys)
+		if err != nil {
+			return err
+		}
+		reservation.CountWritten(batches, writing, outcomes, written)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return outcomes, nil
 }
 
 // lockSale locks the SKU's stock row and reads its sale number.
@@ -68,51 +104,75 @@ func (t *tx) lockSale(ctx context.Context, sku string) (int64, error) {
 	return current, wrap(ctx, err)
 }
 
-// writeReserved inserts the orders not written yet and deducts their total;
-// the caller holds the stock row's lock, which serialises the writers of
-// the SKU's orders, so the orders found here are all there will be.
-func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.Order) (int, error) {
+// writeReserved inserts the orders not written yet, deducts each SKU's
+// total and stores the idempotency records; it returns how many orders of
+// each SKU it wrote. The caller holds the SKUs' stock rows locked, which
+// serialises the writers of their orders, so the orders found here are
+// all there will be.
+func (t *tx) writeReserved(ctx context.Context, orders []inventory.Order, keys []inventory.IdempotencyRecord) (map[string]int, error) {
 	ids := make([]any, len(orders))
 	for i, o := range orders {
 		ids[i] = o.ID
 	}
 	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM orders WHERE id IN (`+placeholders(len(ids), "?")+`)`, ids...)
 	if err != nil {
-		return 0, wrap(ctx, err)
+		return nil, wrap(ctx, err)
 	}
 	there := map[string]bool{}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return 0, wrap(ctx, err)
+			return nil, wrap(ctx, err)
 		}
 		there[id] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, wrap(ctx, err)
+		return nil, wrap(ctx, err)
 	}
-	var fresh []inventory.Order
-	var total int64
+	var (
+		fresh   []inventory.Order
+		skus    []string
+		totals  = map[string]int64{}
+		written = map[string]int{}
+	)
 	for _, o := range orders {
-		if !there[o.ID] {
-			fresh = append(fresh, o)
-			total += o.Quantity
+		if there[o.ID] {
+			continue
+		}
+		fresh = append(fresh, o)
+		if _, seen := totals[o.SKU]; !seen {
+			skus = append(skus, o.SKU)
+		}
+		totals[o.SKU] += o.Quantity
+		written[o.SKU]++
+	}
+	if len(fresh) > 0 {
+		if _, err := t.InsertOrders(ctx, fresh); err != nil {
+			return nil, err
+		}
+		var cases strings.Builder
+		var caseArgs, in []any
+		for _, sku := range skus {
+			cases.WriteString(" WHEN ? THEN ?")
+			caseArgs = append(caseArgs, sku, totals[sku])
+			in = append(in, sku)
+		}
+		if _, err := t.tx.ExecContext(ctx, `
+			UPDATE stock FORCE INDEX (PRIMARY) SET available = available - CASE sku`+cases.String()+` END, version = version + 1
+			WHERE sku IN (`+placeholders(len(in), "?")+`)`, append(caseArgs, in...)...); err != nil {
+			return nil, wrap(ctx, err)
 		}
 	}
-	if len(fresh) == 0 {
-		return 0, nil
+	if len(keys) > 0 {
+		// A key that exists already belongs to an order written before
+		// (this batch's earlier delivery): nothing to add.
+		if _, err := t.InsertIdempotencyRecords(ctx, keys); err != nil {
+			return nil, err
+		}
 	}
-	if _, err := t.InsertOrders(ctx, fresh); err != nil {
-		return 0, err
-	}
-	if _, err := t.tx.ExecContext(ctx, `
-		UPDATE stock SET available = available - ?, version = version + 1
-		WHERE sku = ?`, total, sku); err != nil {
-		return 0, wrap(ctx, err)
-	}
-	return len(fresh), nil
+	return written, nil
 }
 
 // RecheckSale runs check in one transaction that holds the SKU's stock row
@@ -145,14 +205,8 @@ func (r myRecheck) Audit(ctx context.Context) (inventory.Audit, error) {
 }
 
 func (r myRecheck) Write(ctx context.Context, orders []inventory.Order, keys []inventory.IdempotencyRecord) error {
-	if _, err := r.t.writeReserved(ctx, r.sku, orders); err != nil {
-		return err
-	}
-	if len(keys) > 0 {
-		_, err := r.t.InsertIdempotencyRecords(ctx, keys)
-		return err
-	}
-	return nil
+	_, err := r.t.writeReserved(ctx, orders, keys)
+	return err
 }
 
 func (r myRecheck) Renumber(ctx context.Context, to int64) error {

@@ -13,49 +13,82 @@ import (
 )
 
 // PersistReserved writes orders that the redis-reserve strategy accepted in
-// Redis during sale epoch, in one transaction: the orders that are not in
-// the database yet, the deduction of their total, and their idempotency
-// records. It returns how many orders it wrote; orders already there (a
-// redelivered batch) are skipped, so a replay writes nothing.
-//
-// The stock row is locked first and its sale_epoch compared: a sale
-// started or renumbered since makes the batch stale
-// (inventory.ErrStaleSale), and nothing is written; a batch of a number the
-// database does not have yet (a renumbering not committed yet) is
-// ErrUnavailable, to be tried again. The deduction is unconditional: Redis
-// accepted these orders against the same initial stock, so the database
-// can only follow it, never refuse it.
+// Redis during sale epoch: PersistReservedEach of one batch, its outcome
+// as the error.
 func (s *Store) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
-	written := 0
-	err := s.inTx(ctx, func(ctx context.Context, t *tx) error {
-		var current int64
-		err := t.tx.QueryRow(ctx, `SELECT sale_epoch FROM stock WHERE sku = $1 FOR UPDATE`, sku).Scan(&current)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: %q has no sale in the database", inventory.ErrStaleSale, sku)
-		}
-		if err != nil {
-			return wrap(ctx, err)
-		}
-		switch {
-		case epoch < current:
-			return fmt.Errorf("%w: %q is in sale %d, the orders are of sale %d", inventory.ErrStaleSale, sku, current, epoch)
-		case epoch > current:
-			return fmt.Errorf("%w: %q is in sale %d, the orders are of sale %d, not committed yet", inventory.ErrUnavailable, sku, current, epoch)
-		}
-		written, err = t.writeReserved(ctx, sku, orders, keys)
-		return err
-	})
+	out, err := s.PersistReservedEach(ctx, []reservation.SaleBatch{{SKU: sku, Epoch: epoch, Orders: orders, Keys: keys}})
 	if err != nil {
 		return 0, err
 	}
-	return written, nil
+	return out[0].Written, out[0].Err
 }
 
-// writeReserved inserts the orders not written yet, deducts their total and
-// stores their idempotency records; the caller holds the stock row's lock,
-// which serialises the writers of the SKU's orders, so ON CONFLICT only
-// ever meets orders committed before.
-func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
+// PersistReservedEach implements reservation.Sink: orders that the
+// reservation strategies accepted in Redis, of many SKUs, in one
+// transaction. Of each batch it writes the orders that are not in the
+// database yet, the deduction of their total, and their idempotency
+// records; orders already there (a redelivered batch) are skipped, so a
+// replay writes nothing.
+//
+// The batches' stock rows are locked first, in one order (two consumers
+// whose batches share SKUs queue, never deadlock), and each SKU's
+// sale_epoch compared: a sale started or renumbered since makes the batch
+// stale (inventory.ErrStaleSale), and nothing of it is written; a batch of
+// a number the database does not have yet (a renumbering not committed
+// yet) is ErrUnavailable, to be tried again. The deduction is
+// unconditional: Redis accepted these orders against the same initial
+// stock, so the database can only follow it, never refuse it.
+func (s *Store) PersistReservedEach(ctx context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error) {
+	var outcomes []reservation.SaleBatchOutcome
+	err := s.inTx(ctx, func(ctx context.Context, t *tx) error {
+		rows, err := t.tx.Query(ctx, `
+			SELECT sku, sale_epoch FROM stock WHERE sku = ANY($1::text[]) ORDER BY sku COLLATE "C" FOR UPDATE`,
+			reservation.BatchSKUs(batches))
+		if err != nil {
+			return wrap(ctx, err)
+		}
+		current := map[string]int64{}
+		var sku string
+		var epoch int64
+		if _, err := pgx.ForEachRow(rows, []any{&sku, &epoch}, func() error {
+			current[sku] = epoch
+			return nil
+		}); err != nil {
+			return wrap(ctx, err)
+		}
+		var (
+			orders  []inventory.Order
+			keys    []inventory.IdempotencyRecord
+			writing []int
+		)
+		outcomes = reservation.JudgeSales(batches, current)
+		for i, b := range batches {
+			if outcomes[i].Err == nil {
+				orders, keys, writing = append(orders, b.Orders...), append(keys, b.Keys...), append(writing, i)
+			}
+		}
+		if len(orders) == 0 {
+			return nil
+		}
+		written, err := t.writeReserved(ctx, orders, keys)
+		if err != nil {
+			return err
+		}
+		reservation.CountWritten(batches, writing, outcomes, written)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}
+
+// writeReserved inserts the orders not written yet, deducts each SKU's
+// total and stores the idempotency records; it returns how many orders of
+// each SKU it wrote. The caller holds the SKUs' stock rows locked, which
+// serialises the writers of their orders, so ON CONFLICT only ever meets
+// orders committed before.
+func (t *tx) writeReserved(ctx context.Context, orders []inventory.Order, keys []inventory.IdempotencyRecord) (map[string]int, error) {
 	n := len(orders)
 	ids, skus, users, strategies, states := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	quantities, holds, claimed := make([]int64, n), make([]int64, n), make([]int64, n)
@@ -64,16 +97,16 @@ func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.O
 		ids[i], skus[i], quantities[i], users[i], strategies[i] = o.ID, o.SKU, o.Quantity, o.UserID, o.Strategy
 		states[i], holds[i], claimed[i], expiries[i] = stateOf(o), o.Hold.Microseconds(), o.Claimed, timeOrNull(o.ExpiresAt)
 	}
-	var written int
-	var total int64
 	// A held order's hold runs from here, on the database's clock, as the
 	// SQL strategies' do: its buyer can pay from now on, for the whole
 	// hold. Its 201 promised ExpiresAt (Redis's time of the order plus the
 	// hold), which this is never earlier than (GREATEST, also when Redis's
 	// clock runs ahead of the database's): a consumer that lags never
 	// shortens a hold (found by review:
-	// TestHeldOrderCanBePaidAfterTheConsumerCatchesUp).
-	if err := t.tx.QueryRow(ctx, `
+	// TestHeldOrderCanBePaidAfterTheConsumerCatchesUp). The deduction
+	// follows the rows inserted (a CTE's UPDATE runs whether or not the
+	// query reads it).
+	rows, err := t.tx.Query(ctx, `
 		WITH written AS (
 			INSERT INTO orders (id, sku, quantity, user_id, strategy, state, expires_at, claimed)
 			SELECT id::uuid, sku, quantity, user_id, strategy, state,
@@ -81,24 +114,37 @@ func (t *tx) writeReserved(ctx context.Context, sku string, orders []inventory.O
 			FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::timestamptz[], $9::bigint[])
 			     AS o (id, sku, quantity, user_id, strategy, state, hold, expires, claimed)
 			ON CONFLICT (id) DO NOTHING
-			RETURNING quantity
+			RETURNING sku, quantity
+		), totals AS (
+			SELECT sku, COUNT(*) AS orders, SUM(quantity) AS units FROM written GROUP BY sku
+		), deducted AS (
+			UPDATE stock s SET available = s.available - t.units, version = s.version + 1
+			FROM totals t WHERE s.sku = t.sku
 		)
-		SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM written`,
-		ids, skus, quantities, users, strategies, states, holds, expiries, claimed).Scan(&written, &total); err != nil {
-		return 0, wrap(ctx, err)
+		SELECT sku, orders FROM totals`,
+		ids, skus, quantities, users, strategies, states, holds, expiries, claimed)
+	if err != nil {
+		return nil, wrap(ctx, err)
 	}
-	if total > 0 {
-		if _, err := t.tx.Exec(ctx, `
-			UPDATE stock SET available = available - $2, version = version + 1
-			WHERE sku = $1`, sku, total); err != nil {
-			return 0, wrap(ctx, err)
+	written := map[string]int{}
+	for rows.Next() {
+		var sku string
+		var count int64
+		if err := rows.Scan(&sku, &count); err != nil {
+			rows.Close()
+			return nil, wrap(ctx, err)
 		}
+		written[sku] = int(count)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, err)
 	}
 	if len(keys) > 0 {
 		// A key that exists already belongs to an order written before
 		// (this batch's earlier delivery): nothing to add.
 		if _, err := t.InsertIdempotencyRecords(ctx, keys); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	return written, nil
@@ -139,7 +185,7 @@ func (r pgRecheck) Audit(ctx context.Context) (inventory.Audit, error) {
 }
 
 func (r pgRecheck) Write(ctx context.Context, orders []inventory.Order, keys []inventory.IdempotencyRecord) error {
-	_, err := r.t.writeReserved(ctx, r.sku, orders, keys)
+	_, err := r.t.writeReserved(ctx, orders, keys)
 	return err
 }
 

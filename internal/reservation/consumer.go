@@ -10,18 +10,19 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/flashsale/stock/internal/inventory"
 )
 
 // Sink is what a Consumer needs from the database.
 type Sink interface {
-	// PersistReserved writes in one transaction the orders of sale epoch
-	// that are not there yet, deducts their total and stores their
-	// idempotency records; orders already there are skipped. It returns
-	// how many it wrote, or inventory.ErrStaleSale when the SKU's sale is
-	// no longer epoch (nothing is written).
-	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
+	// PersistReservedEach writes the batches of many SKUs in one
+	// transaction. Of each batch it writes the orders that are not there
+	// yet, deducts their total and stores their idempotency records;
+	// orders already there are skipped. Each batch has its outcome: how
+	// many it wrote, or inventory.ErrStaleSale when its SKU's sale is no
+	// longer its Epoch, or inventory.ErrUnavailable when the database does
+	// not have that sale yet (nothing of the batch is written in either
+	// case). An error of the call itself means nothing was written.
+	PersistReservedEach(ctx context.Context, batches []SaleBatch) ([]SaleBatchOutcome, error)
 }
 
 // Observer hears what a Consumer does, for metrics. It is called from the
@@ -205,10 +206,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 // sale's). For callers that decide when the consumer moves (the schedule
 // explorer) instead of Run.
 func (c *Consumer) WriteOnce(ctx context.Context, sku string) (int, error) {
-	stream := c.store.keys(sku).orders
+	key := c.store.keys(sku).orders
 	for _, from := range []string{"0", ">"} {
 		streams, err := c.store.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: Group, Consumer: c.name, Streams: []string{stream, from}, Count: c.batch, Block: -1,
+			Group: Group, Consumer: c.name, Streams: []string{key, from}, Count: c.batch, Block: -1,
 		}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
@@ -223,7 +224,7 @@ func (c *Consumer) WriteOnce(ctx context.Context, sku string) (int, error) {
 		if len(msgs) == 0 {
 			continue
 		}
-		if !c.write(ctx, sku, msgs) {
+		if ok := c.writeBatches(ctx, []batch{{&stream{sku: sku}, msgs}}); !ok[0] {
 			return 0, fmt.Errorf("reservation consumer: the batch of %d orders of %q was not written", len(msgs), sku)
 		}
 		return len(msgs), nil

@@ -51,7 +51,7 @@ func (g *gatedSales) Audit(ctx context.Context, sku string) (inventory.Audit, er
 	return a, err
 }
 
-// persisted is one PersistReserved call as a sink saw it.
+// persisted is one batch of a PersistReservedEach call as a sink saw it.
 type persisted struct {
 	epoch  int64
 	orders []inventory.Order
@@ -64,10 +64,16 @@ type watchedSink struct {
 	calls chan persisted
 }
 
-func (w *watchedSink) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
-	n, err := w.Sink.PersistReserved(ctx, sku, epoch, orders, keys)
-	w.calls <- persisted{epoch: epoch, orders: append([]inventory.Order(nil), orders...), err: err}
-	return n, err
+func (w *watchedSink) PersistReservedEach(ctx context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error) {
+	out, err := w.Sink.PersistReservedEach(ctx, batches)
+	for i, b := range batches {
+		p := persisted{epoch: b.Epoch, orders: append([]inventory.Order(nil), b.Orders...), err: err}
+		if err == nil {
+			p.err = out[i].Err
+		}
+		w.calls <- p
+	}
+	return out, err
 }
 
 // batchWith waits for the sink's batch that holds order id.

@@ -449,15 +449,15 @@ type flakySink struct {
 	fails int
 }
 
-func (f *flakySink) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
+func (f *flakySink) PersistReservedEach(ctx context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error) {
 	f.mu.Lock()
 	fail := f.fails > 0
 	f.fails--
 	f.mu.Unlock()
 	if fail {
-		return 0, fmt.Errorf("%w: database down (test)", inventory.ErrUnavailable)
+		return nil, fmt.Errorf("%w: database down (test)", inventory.ErrUnavailable)
 	}
-	return f.Sink.PersistReserved(ctx, sku, epoch, orders, keys)
+	return f.Sink.PersistReservedEach(ctx, batches)
 }
 
 // TestDatabaseDownOrdersWait: while the database refuses writes, orders are
@@ -594,8 +594,12 @@ func TestNewSaleEntriesSortAfterOldOnes(t *testing.T) {
 // acknowledges before it has written.
 type droppingSink struct{}
 
-func (droppingSink) PersistReserved(_ context.Context, _ string, _ int64, orders []inventory.Order, _ []inventory.IdempotencyRecord) (int, error) {
-	return len(orders), nil
+func (droppingSink) PersistReservedEach(_ context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error) {
+	out := make([]reservation.SaleBatchOutcome, len(batches))
+	for i, b := range batches {
+		out[i].Written = len(b.Orders)
+	}
+	return out, nil
 }
 
 // TestAuditFindsOrdersLostOnTheirWay: once nothing is pending, the database

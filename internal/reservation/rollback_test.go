@@ -32,14 +32,18 @@ type holdFirstSink struct {
 	release chan struct{}
 }
 
-func (h *holdFirstSink) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
+func (h *holdFirstSink) PersistReservedEach(ctx context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error) {
 	first := false
 	h.once.Do(func() { first = true })
 	if first {
-		h.held <- append([]inventory.Order(nil), orders...)
+		var orders []inventory.Order
+		for _, b := range batches {
+			orders = append(orders, b.Orders...)
+		}
+		h.held <- orders
 		<-h.release
 	}
-	return h.Sink.PersistReserved(ctx, sku, epoch, orders, keys)
+	return h.Sink.PersistReservedEach(ctx, batches)
 }
 
 // TestBatchHeldAcrossARollbackIsFencedOff: Redis comes back from an older

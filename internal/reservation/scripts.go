@@ -95,6 +95,16 @@ var reserveSource string
 // (the server's replication id is not the one the sale was checked under).
 var reserveScript = redis.NewScript(luaReplID + reserveSource)
 
+//go:embed lua/ack.lua
+var ackSource string
+
+// ackScript acknowledges entries of a SKU's stream and deletes them, at
+// once: an entry acknowledged and left in the stream would keep the SKU in
+// the working sets, read every round.
+//
+// KEYS: orders. ARGV: the group, then the entry ids.
+var ackScript = redis.NewScript(ackSource)
+
 //go:embed lua/close.lua
 var closeSource string
 

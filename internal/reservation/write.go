@@ -15,9 +15,15 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 )
 
-// writers is how many SKUs' batches of a round are written at once, each
-// in its own transaction on the database pool.
-const writers = 8
+// A round's orders are written across SKUs: a catalog has no hot row, so
+// one SKU's batch is mostly a single order, and a transaction each made
+// the drain commit-bound (issue 38). Up to txOrders orders of many SKUs
+// go in one transaction (a SKU's batch is never split), and up to writers
+// such transactions run at once, each on SKUs of its own.
+const (
+	txOrders = 2048
+	writers  = 8
+)
 
 // readAndWrite reads the round's streams once (our pending entries where
 // we may have some, new ones elsewhere) and writes what it read, several
@@ -89,21 +95,36 @@ type batch struct {
 	msgs []redis.XMessage
 }
 
-// writeAll writes batches of different SKUs, up to writers at once: a
-// catalog's orders are one transaction per SKU, and one at a time they
-// would queue behind each other's commits.
-func (c *Consumer) writeAll(ctx context.Context, batches []batch) (progress, failed bool) {
-	ok := make([]bool, len(batches))
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, writers)
-	for i, b := range batches {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			ok[i] = c.write(ctx, b.st.sku, b.msgs)
-		})
+// skuWrite is a batch being written: its entries decoded and grouped by
+// sale, and the entries done with (written, dropped as an older sale's, or
+// unreadable), to acknowledge.
+type skuWrite struct {
+	batch
+	sales []saleEntries
+	done  []string
+	ok    bool
+}
+
+// saleEntries is entries of one SKU of one sale, oldest first.
+type saleEntries struct {
+	epoch   int64
+	entries []reserved
+}
+
+func (w *skuWrite) orders() (n int) {
+	for _, s := range w.sales {
+		n += len(s.entries)
 	}
-	wg.Wait()
+	return n
+}
+
+// writeAll writes batches of different SKUs to the database, then
+// acknowledges and deletes their entries done with. A batch's entries that
+// were not written stay pending, and its stream is read from its pending
+// entries next time (own). It reports whether anything was written and
+// whether something failed.
+func (c *Consumer) writeAll(ctx context.Context, batches []batch) (progress, failed bool) {
+	ok := c.writeBatches(ctx, batches)
 	for i, b := range batches {
 		if ok[i] {
 			progress = true
@@ -114,6 +135,176 @@ func (c *Consumer) writeAll(ctx context.Context, batches []batch) (progress, fai
 	return progress, failed
 }
 
+// writeBatches writes batches (each of one SKU, no two of the same) and
+// reports of each whether every entry of it is done with.
+func (c *Consumer) writeBatches(ctx context.Context, batches []batch) []bool {
+	// The batches are finished even if ctx ends meanwhile, under a bound
+	// of their own: stopping now would leave them to be claimed later.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.writeLimit)
+	defer cancel()
+	writes := make([]*skuWrite, len(batches))
+	for i, b := range batches {
+		writes[i] = c.decodeBatch(b)
+	}
+	var (
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, writers)
+		chunk []*skuWrite
+		size  int
+	)
+	flush := func() {
+		if len(chunk) == 0 {
+			return
+		}
+		ws := chunk
+		chunk, size = nil, 0
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			c.writeChunk(wctx, ws)
+		})
+	}
+	for _, w := range writes {
+		if n := w.orders(); n > 0 {
+			if size > 0 && size+n > txOrders {
+				flush()
+			}
+			chunk, size = append(chunk, w), size+n
+		}
+	}
+	flush()
+	wg.Wait()
+	c.acknowledge(wctx, writes)
+	ok := make([]bool, len(writes))
+	for i, w := range writes {
+		ok[i] = w.ok
+	}
+	return ok
+}
+
+// decodeBatch decodes b's entries and groups them by sale, in order; an
+// entry it cannot read is done with at once.
+func (c *Consumer) decodeBatch(b batch) *skuWrite {
+	w := &skuWrite{batch: b, ok: true}
+	sku := b.st.sku
+	for _, m := range b.msgs {
+		r, err := decode(sku, m)
+		if err != nil {
+			// Only this package's script writes the stream: an entry it
+			// cannot read is a bug, logged with its content.
+			c.log.Error("reservation consumer: dropping an unreadable stream entry", "sku", sku, "entry", m.ID, "values", m.Values, "err", err)
+			w.done = append(w.done, m.ID)
+			continue
+		}
+		if n := len(w.sales); n == 0 || w.sales[n-1].epoch != r.epoch {
+			w.sales = append(w.sales, saleEntries{epoch: r.epoch})
+		}
+		last := &w.sales[len(w.sales)-1]
+		last.entries = append(last.entries, r)
+	}
+	return w
+}
+
+// writeChunk writes the sales of ws (SKUs no other chunk has) in one
+// transaction and records each one's outcome.
+func (c *Consumer) writeChunk(ctx context.Context, ws []*skuWrite) {
+	type ref struct {
+		w    *skuWrite
+		sale *saleEntries
+	}
+	var (
+		batches []SaleBatch
+		refs    []ref
+	)
+	for _, w := range ws {
+		for i := range w.sales {
+			s := &w.sales[i]
+			b := SaleBatch{SKU: w.st.sku, Epoch: s.epoch, Orders: make([]inventory.Order, len(s.entries))}
+			for j, r := range s.entries {
+				b.Orders[j] = r.order
+				if r.key.Key != "" {
+					b.Keys = append(b.Keys, r.key)
+				}
+			}
+			batches, refs = append(batches, b), append(refs, ref{w, s})
+		}
+	}
+	outcomes, err := c.sink.PersistReservedEach(ctx, batches)
+	if err == nil && len(outcomes) != len(batches) {
+		err = fmt.Errorf("%d outcomes for %d batches", len(outcomes), len(batches))
+	}
+	if err != nil {
+		c.log.Error("reservation consumer: orders not written; they stay pending and are tried again",
+			"consumer", c.name, "skus", len(ws), "batches", len(batches), "err", err)
+		for _, w := range ws {
+			w.ok = false
+			c.obs.Failed(w.st.sku)
+		}
+		return
+	}
+	now := time.Now()
+	for i, o := range outcomes {
+		w, s := refs[i].w, refs[i].sale
+		switch {
+		case errors.Is(o.Err, inventory.ErrStaleSale):
+			// A restarted sale's orders, or orders a check of Redis has
+			// written already or fenced off (see Store.recheck).
+			c.log.Warn("reservation consumer: dropped a batch of an older sale number", "sku", w.st.sku, "epoch", s.epoch, "orders", len(s.entries), "err", o.Err)
+		case o.Err != nil:
+			c.log.Error("reservation consumer: batch not written; it stays pending and is tried again",
+				"consumer", c.name, "sku", w.st.sku, "orders", len(s.entries), "err", o.Err)
+			w.ok = false
+			c.obs.Failed(w.st.sku)
+			continue
+		default:
+			// Which of the batch's orders were new is not known (a
+			// redelivered batch skips those written before): the oldest
+			// stand for them.
+			lags := make([]time.Duration, min(o.Written, len(s.entries)))
+			for j := range lags {
+				lags[j] = max(0, now.Sub(s.entries[j].accepted))
+			}
+			c.obs.Written(w.st.sku, lags)
+		}
+		for _, r := range s.entries {
+			w.done = append(w.done, r.streamID)
+		}
+	}
+}
+
+// acknowledge acknowledges and deletes the entries done with, a script per
+// stream (atomic there), all in one pipeline: a transaction across streams
+// would cross hash slots on Redis Cluster.
+func (c *Consumer) acknowledge(ctx context.Context, ws []*skuWrite) {
+	type ack struct {
+		w   *skuWrite
+		cmd *redis.Cmd
+	}
+	var acks []ack
+	_, _ = c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, w := range ws {
+			if len(w.done) == 0 {
+				continue
+			}
+			args := make([]any, 0, len(w.done)+1)
+			args = append(args, Group)
+			for _, id := range w.done {
+				args = append(args, id)
+			}
+			acks = append(acks, ack{w, ackScript.Eval(ctx, p, []string{c.store.keys(w.st.sku).orders}, args...)})
+		}
+		return nil
+	})
+	for _, a := range acks {
+		if err := a.cmd.Err(); err != nil {
+			// The orders are in the database; their entries will be read
+			// again and written as nothing.
+			c.log.Warn("reservation consumer: written orders not yet acknowledged", "sku", a.w.st.sku, "orders", len(a.w.done), "err", err)
+			a.w.ok = false
+		}
+	}
+}
+
 // reserved is one stream entry, decoded.
 type reserved struct {
 	streamID string
@@ -121,95 +312,6 @@ type reserved struct {
 	order    inventory.Order
 	key      inventory.IdempotencyRecord
 	accepted time.Time
-}
-
-// write writes msgs (one SKU's entries, oldest first) to the database,
-// one transaction per sale epoch among them, then acknowledges and deletes
-// them. It reports whether all of them are done with.
-func (c *Consumer) write(ctx context.Context, sku string, msgs []redis.XMessage) bool {
-	// The batch is finished even if ctx ends meanwhile, under a bound of
-	// its own: stopping now would leave it to be claimed later.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.writeLimit)
-	defer cancel()
-	var (
-		group []reserved
-		done  []string
-	)
-	flush := func() bool {
-		if len(group) == 0 {
-			return true
-		}
-		orders := make([]inventory.Order, len(group))
-		var keys []inventory.IdempotencyRecord
-		for i, r := range group {
-			orders[i] = r.order
-			if r.key.Key != "" {
-				keys = append(keys, r.key)
-			}
-		}
-		written, err := c.sink.PersistReserved(wctx, sku, group[0].epoch, orders, keys)
-		switch {
-		case errors.Is(err, inventory.ErrStaleSale):
-			// A restarted sale's orders, or orders a check of Redis has
-			// written already or fenced off (see Store.recheck).
-			c.log.Warn("reservation consumer: dropped a batch of an older sale number", "sku", sku, "epoch", group[0].epoch, "orders", len(group), "err", err)
-		case err != nil:
-			c.log.Error("reservation consumer: batch not written; it stays pending and is tried again",
-				"consumer", c.name, "sku", sku, "orders", len(group), "err", err)
-			c.obs.Failed(sku)
-			return false
-		default:
-			// Which of the batch's orders were new is not known (a
-			// redelivered batch skips those written before): the oldest
-			// stand for them.
-			now := time.Now()
-			lags := make([]time.Duration, written)
-			for i := range lags {
-				lags[i] = max(0, now.Sub(group[i].accepted))
-			}
-			c.obs.Written(sku, lags)
-		}
-		for _, r := range group {
-			done = append(done, r.streamID)
-		}
-		group = group[:0]
-		return true
-	}
-	ok := true
-	for _, m := range msgs {
-		r, err := decode(sku, m)
-		if err != nil {
-			// Only this package's script writes the stream: an entry it
-			// cannot read is a bug, logged with its content.
-			c.log.Error("reservation consumer: dropping an unreadable stream entry", "sku", sku, "entry", m.ID, "values", m.Values, "err", err)
-			done = append(done, m.ID)
-			continue
-		}
-		if len(group) > 0 && group[0].epoch != r.epoch {
-			if ok = flush(); !ok {
-				break
-			}
-		}
-		group = append(group, r)
-	}
-	if ok {
-		ok = flush()
-	}
-	if len(done) > 0 {
-		stream := c.store.keys(sku).orders
-		_, err := c.store.rdb.TxPipelined(wctx, func(p redis.Pipeliner) error {
-			p.XAck(wctx, stream, Group, done...)
-			p.XDel(wctx, stream, done...)
-			return nil
-		})
-		if err != nil {
-			// The orders are in the database; their entries will be read
-			// again and written as nothing.
-			c.log.Warn("reservation consumer: written orders not yet acknowledged", "sku", sku, "orders", len(done), "err", err)
-			return false
-		}
-	}
-	return ok
 }
 
 // decode reads one stream entry written by the reserve script.

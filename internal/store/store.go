@@ -21,8 +21,9 @@ import (
 type Store interface {
 	inventory.Store
 	batched.Store
-	// PersistReserved serves the redis-reserve strategy
-	// (reservation.Sink).
+	// PersistReservedEach serves the reservation strategies' consumers
+	// (reservation.Sink); PersistReserved is the same for one SKU's batch.
+	PersistReservedEach(ctx context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error)
 	PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error)
 	// RelayMarked and SKUsRelaying serve the relay of their returns and
 	// restocks (inventory.ReturnRelay).

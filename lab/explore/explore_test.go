@@ -480,8 +480,12 @@ func TestHarnessRefusesUnexplainedAnswers(t *testing.T) {
 // acknowledges before it has written.
 type droppingSink struct{}
 
-func (droppingSink) PersistReserved(_ context.Context, _ string, _ int64, orders []inventory.Order, _ []inventory.IdempotencyRecord) (int, error) {
-	return len(orders), nil
+func (droppingSink) PersistReservedEach(_ context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error) {
+	out := make([]reservation.SaleBatchOutcome, len(batches))
+	for i, b := range batches {
+		out[i].Written = len(b.Orders)
+	}
+	return out, nil
 }
 
 // TestHarnessCatchesAWriterThatLosesOrders: the control of the reservation

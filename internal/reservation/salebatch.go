@@ -1,0 +1,67 @@
+package reservation
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// SaleBatch is orders of one SKU taken in one sale (Epoch), as a Sink
+// writes them.
+type SaleBatch struct {
+	SKU    string
+	Epoch  int64
+	Orders []inventory.Order
+	Keys   []inventory.IdempotencyRecord
+}
+
+// SaleBatchOutcome is what became of one SaleBatch: Written orders, or Err.
+type SaleBatchOutcome struct {
+	Written int
+	Err     error
+}
+
+// BatchSKUs returns the distinct SKUs of batches, sorted: the rows a Sink
+// locks, in the order every writer takes them.
+func BatchSKUs(batches []SaleBatch) []string {
+	skus := make([]string, 0, len(batches))
+	for _, b := range batches {
+		skus = append(skus, b.SKU)
+	}
+	slices.Sort(skus)
+	return slices.Compact(skus)
+}
+
+// JudgeSales compares each batch's sale with its SKU's current sale in the
+// database (current, read under the rows' locks; a SKU missing has no
+// sale): a batch of the current sale gets a nil Err, to be written; one
+// of an older sale or of a SKU without one ErrStaleSale; one of a sale
+// the database does not have yet ErrUnavailable.
+func JudgeSales(batches []SaleBatch, current map[string]int64) []SaleBatchOutcome {
+	out := make([]SaleBatchOutcome, len(batches))
+	for i, b := range batches {
+		cur, ok := current[b.SKU]
+		switch {
+		case !ok:
+			out[i].Err = fmt.Errorf("%w: %q has no sale in the database", inventory.ErrStaleSale, b.SKU)
+		case b.Epoch < cur:
+			out[i].Err = fmt.Errorf("%w: %q is in sale %d, the orders are of sale %d", inventory.ErrStaleSale, b.SKU, cur, b.Epoch)
+		case b.Epoch > cur:
+			out[i].Err = fmt.Errorf("%w: %q is in sale %d, the orders are of sale %d, not committed yet", inventory.ErrUnavailable, b.SKU, cur, b.Epoch)
+		}
+	}
+	return out
+}
+
+// CountWritten shares the orders written of each SKU (written) among the
+// batches written (writing, indexes of batches in order): a SKU has one
+// batch of its current sale.
+func CountWritten(batches []SaleBatch, writing []int, outcomes []SaleBatchOutcome, written map[string]int) {
+	for _, i := range writing {
+		sku := batches[i].SKU
+		n := min(written[sku], len(batches[i].Orders))
+		outcomes[i].Written = n
+		written[sku] -= n
+	}
+}
