@@ -143,7 +143,7 @@ func (t *tx) writeReserved(ctx context.Context, orders []inventory.Order, keys [
 	if len(keys) > 0 {
 		// A key that exists already belongs to an order written before
 		// (this batch's earlier delivery): nothing to add.
-		if _, err := t.InsertIdempotencyRecords(ctx, keys); err != nil {
+		if _, err := t.InsertIdempotencyRecords(ctx, reservation.KeysInOrder(keys)); err != nil {
 			return nil, err
 		}
 	}

@@ -80,9 +80,20 @@ type ConsumerOption func(*Consumer)
 // and its predecessor's entries are claimed like any dead consumer's.
 func WithConsumerName(n string) ConsumerOption { return func(c *Consumer) { c.name = n } }
 
-// WithBatch bounds the orders read from one SKU's stream and written in one
-// transaction. Default 512.
-func WithBatch(n int) ConsumerOption { return func(c *Consumer) { c.batch = int64(max(1, n)) } }
+// WithBatch bounds the orders read from one SKU's stream in one round, all
+// written in one transaction (with other SKUs' when they fit). Default
+// 512, at most 2,048 (a transaction's orders: one statement's placeholders
+// on MariaDB, one script's arguments on Redis).
+func WithBatch(n int) ConsumerOption {
+	return func(c *Consumer) { c.batch = int64(min(max(1, n), txOrders)) }
+}
+
+// WithWriteLimit bounds one transaction's write and the acknowledgement of
+// its entries, from its start; a write cut by it is tried again. Default
+// 10s.
+func WithWriteLimit(d time.Duration) ConsumerOption {
+	return func(c *Consumer) { c.writeLimit = max(time.Millisecond, d) }
+}
 
 // WithPoll sets how often a consumer whose working set is not empty reads
 // it again when a round wrote nothing (entries of another consumer, not

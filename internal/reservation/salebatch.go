@@ -3,6 +3,7 @@ package reservation
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -64,4 +65,16 @@ func CountWritten(batches []SaleBatch, writing []int, outcomes []SaleBatchOutcom
 		outcomes[i].Written = n
 		written[sku] -= n
 	}
+}
+
+// KeysInOrder returns keys sorted by key, the first of each key kept: the
+// order every writer inserts them in. The idempotency keys are one table
+// across SKUs while Redis keeps them per SKU, so two transactions of
+// disjoint SKUs may carry the same keys; inserted in batch order, each
+// could wait for a key the other inserted first (a deadlock: found by
+// review, TestWritersOfSharedKeysInOppositeOrderNeverDeadlock).
+func KeysInOrder(keys []inventory.IdempotencyRecord) []inventory.IdempotencyRecord {
+	out := slices.Clone(keys)
+	slices.SortStableFunc(out, func(a, b inventory.IdempotencyRecord) int { return strings.Compare(a.Key, b.Key) })
+	return slices.CompactFunc(out, func(a, b inventory.IdempotencyRecord) bool { return a.Key == b.Key })
 }

@@ -61,5 +61,8 @@ func (w *workingSet) next(n int) []*stream {
 }
 
 // roundSKUs bounds the streams one round reads: with a catalog of
-// unwritten orders, rounds take them in turn.
+// unwritten orders, rounds take them in turn. A round's SKUs are the stock
+// rows one transaction locks; on MariaDB, keep them under its IN-list
+// threshold (in_predicate_conversion_threshold, 1,000), past which the
+// list may become a join that locks rows outside it, out of order.
 const roundSKUs = 256

@@ -136,21 +136,31 @@ func (c *Consumer) writeAll(ctx context.Context, batches []batch) (progress, fai
 }
 
 // writeBatches writes batches (each of one SKU, no two of the same) and
-// reports of each whether every entry of it is done with.
+// reports of each whether every entry of it is done with. Each
+// transaction's entries are acknowledged as soon as it commits, so a slow
+// transaction never holds back the acknowledgement of the others.
 func (c *Consumer) writeBatches(ctx context.Context, batches []batch) []bool {
-	// The batches are finished even if ctx ends meanwhile, under a bound
-	// of their own: stopping now would leave them to be claimed later.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.writeLimit)
-	defer cancel()
 	writes := make([]*skuWrite, len(batches))
 	for i, b := range batches {
 		writes[i] = c.decodeBatch(b)
 	}
 	var (
-		wg    sync.WaitGroup
-		slots = make(chan struct{}, writers)
-		chunk []*skuWrite
-		size  int
+		wg       sync.WaitGroup
+		slots    = make(chan struct{}, writers)
+		chunk    []*skuWrite
+		size     int
+		nothing  []*skuWrite // entries all unreadable: only to acknowledge
+		chunkOut = func(ws []*skuWrite, write bool) {
+			// A chunk is finished even if ctx ends meanwhile, under a
+			// bound of its own from its start: stopping now would leave
+			// it to be claimed later.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.writeLimit)
+			defer cancel()
+			if write {
+				c.writeChunk(wctx, ws)
+			}
+			c.acknowledge(wctx, ws)
+		}
 	)
 	flush := func() {
 		if len(chunk) == 0 {
@@ -161,20 +171,25 @@ func (c *Consumer) writeBatches(ctx context.Context, batches []batch) []bool {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			c.writeChunk(wctx, ws)
+			chunkOut(ws, true)
 		})
 	}
 	for _, w := range writes {
-		if n := w.orders(); n > 0 {
-			if size > 0 && size+n > txOrders {
-				flush()
-			}
-			chunk, size = append(chunk, w), size+n
+		n := w.orders()
+		if n == 0 {
+			nothing = append(nothing, w)
+			continue
 		}
+		if size > 0 && size+n > txOrders {
+			flush()
+		}
+		chunk, size = append(chunk, w), size+n
 	}
 	flush()
+	if len(nothing) > 0 {
+		chunkOut(nothing, false)
+	}
 	wg.Wait()
-	c.acknowledge(wctx, writes)
 	ok := make([]bool, len(writes))
 	for i, w := range writes {
 		ok[i] = w.ok
