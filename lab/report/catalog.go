@@ -97,6 +97,9 @@ type Catalog struct {
 	// demo.
 	Wall  time.Duration `json:"wall_ns"`
 	Error string        `json:"error,omitempty"`
+	// Knee is every step of a load raised step by step (CATALOG_KNEE),
+	// in the order run, this run among them; empty for a single run.
+	Knee []KneeStep `json:"knee,omitempty"`
 }
 
 // MaxNotExact bounds the SKUs a Catalog lists by name; File has them all.
@@ -242,6 +245,24 @@ func (c *Catalog) Label() string {
 // SKU was audited and is exact; the control's oversell of any SKU is what
 // it is there to show. Oversold is the worst SKU's.
 func (c *Catalog) Judge() Verdict {
+	v := c.judgeRun()
+	violations, broken := c.kneeProblems()
+	if len(violations)+len(broken) == 0 {
+		return v
+	}
+	v.Problems = append(append(v.Problems, violations...), broken...)
+	switch {
+	case len(violations) > 0 && (v.Status == StatusOK || v.Status == StatusError):
+		v.Status = StatusFail
+	case v.Status == StatusOK:
+		v.Status = StatusError
+	}
+	return v
+}
+
+// judgeRun is Judge of this run alone, without the other steps of its
+// knee.
+func (c *Catalog) judgeRun() Verdict {
 	v := Verdict{Conserved: c.Audited > 0 && c.Initial == c.Available+c.Ordered}
 	if c.Worst != nil {
 		v.Oversold = c.Worst.Oversold()
@@ -316,7 +337,12 @@ type catalogRow struct {
 	Status, StatusClass, Problems, AuditTime, MasterKeys        string
 	// Drain is how long after the load the orders were all in the
 	// database, "" for the strategies that answer after the database.
-	Drain                         string
+	Drain string
+	// Knee is the steps of a load raised step by step, workers → orders/s
+	// (KneeHTML marks the row's step in bold, KneeMD too), and KneeAt
+	// where the curve flattened; "" for a single run.
+	KneeHTML                      template.HTML
+	KneeMD, KneeAt                string
 	Control, Bad, WorstRed, First bool
 }
 
@@ -375,6 +401,12 @@ func catalogRows(r *Report, burst []Row) []catalogRow {
 		if c.Drain > 0 {
 			row.Drain = fmtSeconds(c.Drain)
 		}
+		if len(c.Knee) > 0 {
+			// fmtRate writes digits and separators only: nothing to escape.
+			row.KneeHTML = template.HTML(c.kneeText(func(s string) string { return "<b>" + s + "</b>" }))
+			row.KneeMD = c.kneeText(func(s string) string { return "**" + s + "**" })
+			row.KneeAt = fmt.Sprintf("%d workers", c.KneeAt())
+		}
 		if c.Setup > 0 && c.Audited > 0 {
 			row.SetupRate = fmtRate(float64(c.SKUs) / c.Setup.Seconds())
 		}
@@ -428,6 +460,28 @@ func catalogLoad(r *Report) string {
 		s += fmt.Sprintf(" (the ten hottest took %s of the requests)", fmtPercent(c.Top10Share))
 	}
 	return s + ". Then every SKU is audited, and every one must be exact"
+}
+
+// catalogKnee says, when some strategies' loads were raised step by step,
+// how; "" otherwise.
+func catalogKnee(r *Report) string {
+	var knee, steps []string
+	for _, c := range r.Catalogs() {
+		if len(c.Knee) == 0 || slices.Contains(knee, c.Strategy) {
+			continue
+		}
+		knee = append(knee, c.Strategy)
+		if steps == nil {
+			for _, k := range c.Knee {
+				steps = append(steps, strconv.Itoa(k.Workers))
+			}
+		}
+	}
+	if len(knee) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("For %s the load is raised step by step (%s workers), each step on a catalog of its own, put on sale and audited like the others, until a step raises orders/s by less than %s over every step before it: then the service, not the client, bounds the figure. A row's figures are its step with the most orders/s; every step's orders/s is beside them, and a step that failed fails the row.",
+		strings.Join(knee, ", "), strings.Join(steps, ", "), fmtPercent(KneeGain-1))
 }
 
 // catalogChart draws orders/s across the catalog beside the one-hot-SKU

@@ -193,9 +193,10 @@ type page struct {
 	// database has the order (redis-reserve, redis-watch).
 	ReserveRows []reserveRow
 	// CatalogRows are the catalog runs beside the bursts; CatalogLoad
-	// says what the catalog scenario did.
-	CatalogRows []catalogRow
-	CatalogLoad string
+	// says what the catalog scenario did, CatalogKnee how its load was
+	// raised step by step ("" when it was not).
+	CatalogRows              []catalogRow
+	CatalogLoad, CatalogKnee string
 	// LifecycleRows are the lifecycle runs (orders that come back) beside
 	// the bursts; LifecycleLoad says what the scenario did,
 	// LifecycleGoShape what the Go client's one-instance burst did,
@@ -356,7 +357,7 @@ func buildPage(r *Report, exists Exists) page {
 	p.BatchRows = batchRows(r, burst)
 	p.ReserveRows = reserveRows(r, burst)
 	p.CatalogRows = catalogRows(r, burst)
-	p.CatalogLoad = catalogLoad(r)
+	p.CatalogLoad, p.CatalogKnee = catalogLoad(r), catalogKnee(r)
 	p.LifecycleRows = lifecycleRows(r, burst)
 	p.LifecycleLoad = lifecycleLoad(r)
 	p.LifecycleGoShape = lifecycleGoShapeLoad(r)

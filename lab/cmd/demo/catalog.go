@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,11 +77,44 @@ func catalogSKUs(prefix string, n int) []string {
 
 // runCatalog runs the catalog scenario against the fleet of strategy on b;
 // redisMasters is where a reserved strategy counts the stock (1 or the
-// cluster's masters), 0 for the others. It appends the run to the report.
+// cluster's masters), 0 for the others. A strategy of
+// CATALOG_KNEE_STRATEGIES runs it at each of CATALOG_KNEE_WORKERS in turn,
+// each step on a catalog of its own, until orders/s stops rising
+// (report.KneeRising); the others once, at CATALOG_WORKERS. It appends the
+// run that stands for them to the report (report.KneeFigure).
 func (d *demo) runCatalog(ctx context.Context, f *fleet, b backend, strategy string, redisMasters, round int) {
+	steps := []int{d.p.CatalogWorkers}
+	knee := slices.Contains(d.p.CatalogKneeStrategies, strategy) && len(d.p.CatalogKneeWorkers) > 1
+	if knee {
+		steps = d.p.CatalogKneeWorkers
+	}
+	var runs []*report.Catalog
+	for i, workers := range steps {
+		step := 0
+		if knee {
+			step = i + 1
+			d.progress.note("catalog: step %d of at most %d, %d workers", step, len(steps), workers)
+		}
+		runs = append(runs, d.catalogStep(ctx, f, b, strategy, redisMasters, round, workers, step))
+		if ctx.Err() != nil || !report.KneeRising(runs) {
+			break
+		}
+	}
+	if c := report.KneeFigure(runs); c != nil {
+		d.rep.CatalogRuns = append(d.rep.CatalogRuns, c)
+		if knee {
+			d.progress.note("catalog: %.0f orders/s at %d workers, the most of %d steps; flat from %d workers", c.OrdersPerSec, c.Workers, len(runs), c.KneeAt())
+		}
+	}
+}
+
+// catalogStep runs the catalog once, at workers workers; step numbers a
+// step of a knee (its SKUs and files apart from the other steps'), 0 for
+// a single run.
+func (d *demo) catalogStep(ctx context.Context, f *fleet, b backend, strategy string, redisMasters, round, workers, step int) *report.Catalog {
 	c := &report.Catalog{
 		Backend: b.Name, Strategy: strategy, RedisMasters: redisMasters, Round: round, Instances: len(f.instances),
-		SKUs: d.p.CatalogSKUs, StockPerSKU: int64(d.p.CatalogStock), Workers: d.p.CatalogWorkers, Duration: d.p.CatalogDuration,
+		SKUs: d.p.CatalogSKUs, StockPerSKU: int64(d.p.CatalogStock), Workers: workers, Duration: d.p.CatalogDuration,
 		ZipfS: d.p.CatalogZipfS, ZipfV: d.p.CatalogZipfV, AdminWorkers: d.p.CatalogAdminWorkers, SetupBatch: catalogRequestSKUs,
 	}
 	where := "db"
@@ -98,11 +132,15 @@ func (d *demo) runCatalog(ctx context.Context, f *fleet, b backend, strategy str
 		name += "-cluster"
 	}
 	c.Dir = filepath.ToSlash(filepath.Join("runs", name, fmt.Sprintf("round-%d", round), "catalog"))
-	d.rep.CatalogRuns = append(d.rep.CatalogRuns, c)
+	if step > 0 {
+		// k<step>-: 47 characters at most, under the service's 64.
+		c.Prefix += fmt.Sprintf("k%d-", step)
+		c.Dir += fmt.Sprintf("/workers-%d", workers)
+	}
 	runDir := filepath.Join(d.dir, filepath.FromSlash(c.Dir))
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		c.Error = err.Error()
-		return
+		return c
 	}
 	began := time.Now()
 	defer func() { c.Wall = time.Since(began) }()
@@ -133,7 +171,7 @@ func (d *demo) runCatalog(ctx context.Context, f *fleet, b backend, strategy str
 	if err != nil {
 		c.Error = fmt.Sprintf("putting %d SKUs on sale: %v", len(skus), err)
 		d.progress.note("catalog: %s", c.Error)
-		return
+		return c
 	}
 	if after := d.clusterKeys(ctx, redisMasters); len(after) == len(before) {
 		for i := range after {
@@ -201,6 +239,7 @@ func (d *demo) runCatalog(ctx context.Context, f *fleet, b backend, strategy str
 	d.progress.note("catalog audit in %.1fs%s: %s of %s SKUs exact, %s sold out, %s of %s units sold; worst SKU: %s → %s",
 		c.AuditTime.Seconds(), drainSuffix(c.Drain), fmtCount(c.Exact), fmtCount(c.Audited), fmtCount(c.SKUsSoldOut),
 		fmtCount(int(c.Ordered)), fmtCount(int(c.Initial)), worst, report.StatusText(v))
+	return c
 }
 
 // auditCatalog reads every SKU's audit, a bounded number at a time. With
@@ -425,7 +464,12 @@ func fmtCount(n int) string {
 func catalogSKUsLeft(cats []*report.Catalog) int {
 	n := 0
 	for _, c := range cats {
-		n += c.Audited - c.SKUsOrdered
+		if len(c.Knee) == 0 {
+			n += c.Audited - c.SKUsOrdered
+		}
+		for _, s := range c.Knee {
+			n += s.Audited - s.SKUsOrdered
+		}
 	}
 	return n
 }

@@ -104,6 +104,13 @@ type plan struct {
 	CatalogZipfS        float64
 	CatalogZipfV        float64
 	CatalogAdminWorkers int
+	// CatalogKneeStrategies raise the catalog's load step by step: at
+	// each of CatalogKneeWorkers in turn, on a catalog of its own, until
+	// a step raises orders/s by less than report.KneeGain over every step
+	// before it (the knee); the figure is the best step's. The other
+	// strategies run once, at CatalogWorkers.
+	CatalogKneeStrategies []string
+	CatalogKneeWorkers    []int
 	// CatalogCluster runs the catalog of redis-reserve and redis-watch a
 	// second time on a Redis Cluster of CatalogClusterMasters masters
 	// that the demo starts, beside the one durable Redis.
@@ -240,6 +247,23 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	// Redis write too), each committed to disk, so more at a time share
 	// the commits; 32 spread over three instances stay within their pools.
 	p.CatalogAdminWorkers = integer("CATALOG_ADMIN_WORKERS", 32, 1, 256)
+	// The knee: the strategies the goals compare (issue 38), from 100
+	// workers to 800, each step's orders/s against the steps before it.
+	// About 8-12 s a step (set-up, 5 s of load, the audit): 2-4 steps of
+	// 3 strategies on 2 backends add 2-5 minutes. Quick: 2 steps.
+	defKnee := "100,200,400,800"
+	if p.Quick {
+		defKnee = "50,200"
+	}
+	p.CatalogKneeStrategies = splitList(str("CATALOG_KNEE_STRATEGIES", "conditional,batched,redis-reserve"))
+	for _, w := range splitList(str("CATALOG_KNEE_WORKERS", defKnee)) {
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 1 || n > 2000 || (len(p.CatalogKneeWorkers) > 0 && n <= p.CatalogKneeWorkers[len(p.CatalogKneeWorkers)-1]) {
+			bad("CATALOG_KNEE_WORKERS=%q: want rising worker counts from 1 to 2000, comma-separated", str("CATALOG_KNEE_WORKERS", defKnee))
+			break
+		}
+		p.CatalogKneeWorkers = append(p.CatalogKneeWorkers, n)
+	}
 	p.CatalogCluster = env.Bool("CATALOG_CLUSTER", true)
 	p.CatalogClusterMasters = integer("CATALOG_CLUSTER_MASTERS", 3, 3, 9)
 	p.Lifecycle = env.Bool("LIFECYCLE", true)
@@ -429,7 +453,7 @@ func (p plan) settings(steadyRates map[string]int) []report.Setting {
 	}
 	if p.CatalogSKUs > 0 {
 		s = append(s, report.Setting{Name: "catalog", Value: p.catalogVars(),
-			Note: "round 1 of every strategy, on the same instances after its other scenarios: the SKUs put on sale, then the Go client (HTTP/1.1 keep-alive, closed loop) orders one unit at a time, each order's SKU drawn from Zipf(s, v) over the SKUs' ranks (P(k) ∝ (v+k)^-s), then every SKU audited"})
+			Note: "round 1 of every strategy, on the same instances after its other scenarios: the SKUs put on sale, then the Go client (HTTP/1.1 keep-alive, closed loop) orders one unit at a time, each order's SKU drawn from Zipf(s, v) over the SKUs' ranks (P(k) ∝ (v+k)^-s), then every SKU audited; CATALOG_KNEE_STRATEGIES do it at each of CATALOG_KNEE_WORKERS in turn, a catalog each, until orders/s stops rising"})
 		if p.CatalogCluster {
 			s = append(s, report.Setting{Name: "CATALOG_CLUSTER", Value: fmt.Sprintf("%d masters", p.CatalogClusterMasters),
 				Note: "redis-reserve and redis-watch run the catalog a second time on a Redis Cluster the demo starts (masters without replicas, appendfsync always), REDIS_MODE=cluster; CATALOG_CLUSTER=0 leaves it out"})
@@ -480,9 +504,14 @@ func (p plan) catalogVars() string {
 	if p.CatalogCluster {
 		cluster = "1"
 	}
-	return fmt.Sprintf("CATALOG_SKUS=%d CATALOG_STOCK=%d CATALOG_WORKERS=%d CATALOG_DURATION=%s CATALOG_ZIPF_S=%s CATALOG_ZIPF_V=%s CATALOG_ADMIN_WORKERS=%d CATALOG_CLUSTER=%s",
+	knee := make([]string, len(p.CatalogKneeWorkers))
+	for i, w := range p.CatalogKneeWorkers {
+		knee[i] = strconv.Itoa(w)
+	}
+	return fmt.Sprintf("CATALOG_SKUS=%d CATALOG_STOCK=%d CATALOG_WORKERS=%d CATALOG_DURATION=%s CATALOG_ZIPF_S=%s CATALOG_ZIPF_V=%s CATALOG_ADMIN_WORKERS=%d CATALOG_CLUSTER=%s CATALOG_KNEE_STRATEGIES=%s CATALOG_KNEE_WORKERS=%s",
 		p.CatalogSKUs, p.CatalogStock, p.CatalogWorkers, p.CatalogDuration,
-		strconv.FormatFloat(p.CatalogZipfS, 'f', -1, 64), strconv.FormatFloat(p.CatalogZipfV, 'f', -1, 64), p.CatalogAdminWorkers, cluster)
+		strconv.FormatFloat(p.CatalogZipfS, 'f', -1, 64), strconv.FormatFloat(p.CatalogZipfV, 'f', -1, 64), p.CatalogAdminWorkers, cluster,
+		strings.Join(p.CatalogKneeStrategies, ","), strings.Join(knee, ","))
 }
 
 func orDefault(v, def string) string {

@@ -113,6 +113,7 @@ func TestSmokeRun(t *testing.T) {
 		SteadyDuration: 2 * time.Second, SteadyMaxVUs: 20, SoldOutOrders: 500,
 		CatalogSKUs: 200, CatalogStock: 5, CatalogWorkers: 20, CatalogDuration: time.Second,
 		CatalogZipfS: 1.3, CatalogZipfV: 1, CatalogAdminWorkers: 8,
+		CatalogKneeStrategies: []string{"conditional"}, CatalogKneeWorkers: []int{10, 40},
 		Lifecycle: true, LifecycleStrategies: []string{"conditional"}, LifecycleStock: 10, LifecycleBuyers: 40, LifecycleVUs: 40,
 		LifecycleHoldTTL: time.Second, LifecycleSweepEvery: 250 * time.Millisecond, LifecycleDuration: 30 * time.Second,
 		LifecycleBurstHold: 15 * time.Minute, LifecycleBurstRounds: 1, LifecyclePayPercent: 50, LifecycleCancelPct: 50, LifecycleTwicePercent: 50,
@@ -212,6 +213,11 @@ func TestSmokeRun(t *testing.T) {
 				c.Hottest == nil || c.Hottest.Audit.Available != 0 || c.Top10Share < 0.4 || c.Setup <= 0 {
 				t.Errorf("conditional's catalog: %s; %+v", report.StatusText(v), c)
 			}
+			// Its knee: a step at 10 workers, then at 40 (a machine that
+			// gains under 10% from it stops there: both are the last).
+			if len(c.Knee) != 2 || c.Knee[0].Workers != 10 || c.Knee[1].Workers != 40 || c.Knee[0].Exact != 200 || c.Knee[1].Exact != 200 {
+				t.Errorf("conditional's knee: %+v", c.Knee)
+			}
 		case "naive":
 			if v.Status != report.StatusControlOversold && v.Status != report.StatusControlHeld {
 				t.Errorf("naive's catalog: %+v", v)
@@ -290,7 +296,8 @@ func TestLoadPlan(t *testing.T) {
 		p.SteadyDuration != 8*time.Second || p.Rounds != 3 || p.NaiveRaceWindow != "5ms" || len(p.Backends) != 2 || p.SteadyRate != 0 {
 		t.Errorf("defaults: %+v", p)
 	}
-	if p.CatalogSKUs != 10_000 || p.CatalogStock != 20 || p.CatalogWorkers != p.BurstVUs || p.CatalogZipfS != 1.3 || p.CatalogZipfV != 1 || !p.CatalogCluster {
+	if p.CatalogSKUs != 10_000 || p.CatalogStock != 20 || p.CatalogWorkers != p.BurstVUs || p.CatalogZipfS != 1.3 || p.CatalogZipfV != 1 || !p.CatalogCluster ||
+		!slices.Equal(p.CatalogKneeWorkers, []int{100, 200, 400, 800}) || !slices.Equal(p.CatalogKneeStrategies, []string{"conditional", "batched", "redis-reserve"}) {
 		t.Errorf("catalog defaults: %+v", p)
 	}
 	if !p.Lifecycle || p.LifecycleBurstRounds != 3 || p.LifecycleStock != 200 || p.LifecycleBuyers != 800 || p.LifecycleVUs != 200 || p.LifecycleHoldTTL != 3*time.Second ||
@@ -306,7 +313,7 @@ func TestLoadPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !q.Quick || q.BurstStock >= p.BurstStock || q.SteadyDuration >= p.SteadyDuration || len(q.Backends) != 1 || q.Backends[0].Name != "mysql" || q.SteadyRate != 250 ||
-		q.CatalogSKUs != 500 || q.CatalogDuration >= p.CatalogDuration {
+		q.CatalogSKUs != 500 || q.CatalogDuration >= p.CatalogDuration || !slices.Equal(q.CatalogKneeWorkers, []int{50, 200}) {
 		t.Errorf("quick: %+v", q)
 	}
 	q.Strategies = p.Strategies
@@ -323,11 +330,11 @@ func TestLoadPlan(t *testing.T) {
 		t.Errorf("LIFECYCLE=0 runs the lifecycle for %q", got)
 	}
 	_, err = loadPlan(env(map[string]string{"DEMO_BACKENDS": "oracle", "DB_MAX_CONNS": "31", "BURST_STOCK": "10", "BURST_BUYERS": "5", "STEADY_DURATION": "soon",
-		"CATALOG_ZIPF_S": "1", "CATALOG_ZIPF_V": "0.5", "LIFECYCLE_HOLD_TTL": "500ms"}))
+		"CATALOG_ZIPF_S": "1", "CATALOG_ZIPF_V": "0.5", "LIFECYCLE_HOLD_TTL": "500ms", "CATALOG_KNEE_WORKERS": "200,100"}))
 	if err == nil {
 		t.Fatal("bad plan accepted")
 	}
-	for _, want := range []string{"oracle", "DB_MAX_CONNS", "BURST_BUYERS=5", "STEADY_DURATION", `CATALOG_ZIPF_S="1" is not a number > 1`, `CATALOG_ZIPF_V="0.5" is not a number >= 1`, "LIFECYCLE_HOLD_TTL=500ms"} {
+	for _, want := range []string{"oracle", "DB_MAX_CONNS", "BURST_BUYERS=5", "STEADY_DURATION", `CATALOG_ZIPF_S="1" is not a number > 1`, `CATALOG_ZIPF_V="0.5" is not a number >= 1`, "LIFECYCLE_HOLD_TTL=500ms", `CATALOG_KNEE_WORKERS="200,100": want rising`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not mention %s", err, want)
 		}

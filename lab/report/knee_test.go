@@ -1,0 +1,102 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// kneeSteps are catalogs of conditional at 100, 200 and 400 workers with
+// the orders/s given, every SKU exact.
+func kneeSteps(rates ...float64) []*Catalog {
+	var steps []*Catalog
+	for i, rate := range rates {
+		c := catalogOf("conditional", 100, nil)
+		c.Workers, c.OrdersPerSec = 100<<i, rate
+		steps = append(steps, c)
+	}
+	return steps
+}
+
+// TestKneeStopsWhereOrdersPerSecondStopsRising: a step runs after another
+// only while each raised orders/s by at least 10% over every step before
+// it.
+func TestKneeStopsWhereOrdersPerSecondStopsRising(t *testing.T) {
+	for _, tc := range []struct {
+		rates  []float64
+		rising bool
+	}{
+		{[]float64{1000}, true},
+		{[]float64{1000, 1500}, true},
+		{[]float64{1000, 1090}, false},
+		{[]float64{1000, 1500, 1200}, false},
+		{[]float64{1000, 1500, 1700}, true},
+	} {
+		if got := KneeRising(kneeSteps(tc.rates...)); got != tc.rising {
+			t.Errorf("steps %v: rising %v, want %v", tc.rates, got, tc.rising)
+		}
+	}
+}
+
+// TestKneeFigureIsTheFastestStepUnlessOneFailed: the row of a knee shows its
+// step with the most orders/s, every step's beside it, and flat from the
+// fewest workers within 10% of the best; a step that failed its audit is
+// the row, failed, however fast the others were.
+func TestKneeFigureIsTheFastestStepUnlessOneFailed(t *testing.T) {
+	steps := kneeSteps(1000, 1500, 1400)
+	c := KneeFigure(steps)
+	if c != steps[1] || len(c.Knee) != 3 || c.KneeAt() != 200 {
+		t.Fatalf("figure at %d workers, %d steps, flat from %d: want the 200 workers' step, 3 steps, flat from 200", c.Workers, len(c.Knee), c.KneeAt())
+	}
+	if v := c.Judge(); v.Status != StatusOK {
+		t.Errorf("verdict %+v, want ok", v)
+	}
+	if got := c.kneeText(func(s string) string { return "[" + s + "]" }); got != "100 → 1,000 · [200 → 1,500] · 400 → 1,400" {
+		t.Errorf("knee text %q", got)
+	}
+
+	bad := kneeSteps(1000, 1500, 1400)
+	bad[2] = catalogOf("conditional", 100, oversellRank3)
+	bad[2].Workers, bad[2].OrdersPerSec = 400, 1700
+	c = KneeFigure(bad)
+	if c != bad[2] {
+		t.Fatalf("figure at %d workers, want the step that oversold", c.Workers)
+	}
+	if v := c.Judge(); v.Status != StatusFail {
+		t.Errorf("verdict %+v, want fail", v)
+	}
+	// A failed step that is not the figure still fails the row.
+	first := kneeSteps(1000, 1500)
+	first[0] = catalogOf("conditional", 100, oversellRank3)
+	first[0].Workers, first[0].OrdersPerSec = 100, 1000
+	c = KneeFigure(first)
+	if v := c.Judge(); c != first[0] || v.Status != StatusFail {
+		t.Errorf("figure at %d workers, verdict %+v: want the failed first step, failed", c.Workers, v)
+	}
+}
+
+// TestCatalogTableShowsTheKnee: the catalog's row gives every step's
+// orders/s, the figure's step marked, and the section says how the load
+// was raised.
+func TestCatalogTableShowsTheKnee(t *testing.T) {
+	r := fixture(t)
+	r.CatalogRuns = []*Catalog{KneeFigure(kneeSteps(1000, 1500, 1400))}
+	var html, md bytes.Buffer
+	if err := WriteHTML(&html, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteMarkdown(&md, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"workers → orders/s: 100 → 1,000 · <b>200 → 1,500</b> · 400 → 1,400", "flat from 200 workers",
+		"For conditional the load is raised step by step (100, 200, 400 workers)"} {
+		if !strings.Contains(html.String(), want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	for _, want := range []string{"| 1,500 (workers → orders/s: 100 → 1,000 · **200 → 1,500** · 400 → 1,400; flat from 200 workers) |"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
