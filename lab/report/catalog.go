@@ -97,6 +97,9 @@ type Catalog struct {
 	// demo.
 	Wall  time.Duration `json:"wall_ns"`
 	Error string        `json:"error,omitempty"`
+	// Cost is the CPU the load took, by process class (Answered every
+	// answer, Sold the 201s); nil on a Redis Cluster.
+	Cost *CPUCost `json:"cost,omitempty"`
 	// Knee is every step of a load raised step by step (CATALOG_KNEE),
 	// in the order run, this run among them; empty for a single run.
 	Knee []KneeStep `json:"knee,omitempty"`
@@ -341,9 +344,22 @@ type catalogRow struct {
 	// Knee is the steps of a load raised step by step, workers → orders/s
 	// (KneeHTML marks the row's step in bold, KneeMD too), and KneeAt
 	// where the curve flattened; "" for a single run.
-	KneeHTML                      template.HTML
-	KneeMD, KneeAt                string
+	KneeHTML       template.HTML
+	KneeMD, KneeAt string
+	// DBPerSold is the database's CPU per 201 over the load, DBVsBurst
+	// that against the same strategy's burst on one hot SKU (its selling
+	// window); "" when not measured.
+	DBPerSold, DBVsBurst          string
 	Control, Bad, WorstRed, First bool
+}
+
+// dbPerSold is the database's CPU per 201 in c, in microseconds.
+func dbPerSold(c *CPUCost) (float64, bool) {
+	db, ok := c.component(ComponentDatabase)
+	if !ok || !db.Measured() {
+		return 0, false
+	}
+	return perOrder(db.CPU, c.Sold)
 }
 
 // shortSKU writes a catalog's SKU without the run's prefix.
@@ -420,6 +436,14 @@ func catalogRows(r *Report, burst []Row) []catalogRow {
 			row.BurstPerSec = fmtRate(b.Stats.OrdersPerSec)
 			if c.OrdersPerSec > 0 {
 				row.VsBurst = fmtRatio(c.OrdersPerSec / b.Stats.OrdersPerSec)
+			}
+		}
+		if cat, ok := dbPerSold(c.Cost); ok {
+			row.DBPerSold = fmt.Sprintf("%.0f µs", cat)
+			if b, ok := burstOf[c.Backend+" "+c.Strategy]; ok && b.Run != nil {
+				if hot, ok := dbPerSold(b.Run.SellCost); ok && hot > 0 {
+					row.DBVsBurst = fmtRatio(cat / hot)
+				}
 			}
 		}
 		switch {

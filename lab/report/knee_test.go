@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 // kneeSteps are catalogs of conditional at 100, 200 and 400 workers with
@@ -98,5 +99,31 @@ func TestCatalogTableShowsTheKnee(t *testing.T) {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
+	}
+}
+
+// TestCatalogRowGivesTheDatabasesCPUPerSaleBesideTheBursts: the catalog's
+// database CPU per 201 is shown, and as a multiple of the same strategy's
+// burst on one hot SKU (issue 38's goal: at most 2×).
+func TestCatalogRowGivesTheDatabasesCPUPerSaleBesideTheBursts(t *testing.T) {
+	r := fixture(t)
+	for _, row := range r.Rows(Burst) {
+		if row.Run.Backend == "postgres" && row.Run.Strategy == "conditional" {
+			// 300 sold at 40 µs of database each.
+			row.Run.SellCost = sellCost(300, 10*time.Microsecond, 40*time.Microsecond, 10*time.Microsecond, 0.5, 0)
+		}
+	}
+	c := catalogOf("conditional", 100, nil)
+	c.Cost = &CPUCost{Answered: 600, Sold: 65, Components: []ComponentCost{{Name: ComponentDatabase, CPU: 65 * 60 * time.Microsecond}}}
+	r.CatalogRuns = []*Catalog{c}
+	var html, md bytes.Buffer
+	if err := WriteHTML(&html, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteMarkdown(&md, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "database 60 µs a 201, 1.5× the burst's"; !strings.Contains(html.String(), want) || !strings.Contains(md.String(), want) {
+		t.Errorf("the page or report.md lacks %q", want)
 	}
 }

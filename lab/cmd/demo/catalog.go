@@ -181,9 +181,23 @@ func (d *demo) catalogStep(ctx context.Context, f *fleet, b backend, strategy st
 	d.progress.note("catalog: %s SKUs of %d units on sale in %.2fs (%.0f SKUs/s, PUT /admin/stock of up to %d SKUs, %d retried after a 503)%s",
 		fmtCount(len(skus)), c.StockPerSKU, c.Setup.Seconds(), float64(len(skus))/c.Setup.Seconds(), catalogRequestSKUs, c.SetupRetries, masterKeysSuffix(c.MasterKeys))
 
-	// The load.
+	// The load, and what it cost. On the cluster the meter's Redis is
+	// not the cluster's: it measures one Redis only.
+	var meter *cpuMeter
+	var start cpuSample
+	if redisMasters <= 1 {
+		meter = d.meter(f, b, strategy).with(selfComponent())
+		start = meter.sample(0, 0)
+	}
 	t := goCatalog(ctx, catalogLoad{urls: urls, skus: skus, workers: c.Workers, duration: c.Duration, s: c.ZipfS, v: c.ZipfV, seed: catalogSeed})
 	c.Orders, c.SoldOut, c.Busy, c.Other = t.orders.Load(), t.soldOut.Load(), t.busy.Load(), t.other.Load()
+	if meter != nil {
+		note := "the load, from the first order to the last answer"
+		if redisMasters == 1 {
+			note += "; the orders still on their way to the database then are written after it"
+		}
+		c.Cost = meter.cost(start, meter.sample(t.answers.Load(), c.Orders), note)
+	}
 	c.Requests, c.Elapsed = t.answers.Load(), t.elapsed
 	if c.Elapsed > 0 {
 		c.OrdersPerSec = float64(c.Orders) / c.Elapsed.Seconds()
