@@ -17,12 +17,13 @@ import (
 	"github.com/flashsale/stock/lab/testredis"
 )
 
-// BenchmarkDrain: how fast one consumer writes orders waiting in Redis to
-// the database, 2,000 one-unit orders an iteration, as a catalog (2,000
-// SKUs, an order each) and as one hot SKU (2,000 orders), side by side on
-// each engine. The orders are taken with the consumer stopped; the clock
-// runs from its start to the commit of the last order. written/s is the
-// drain's rate.
+// BenchmarkDrain: how fast consumers write orders waiting in Redis to the
+// database, 2,000 one-unit orders an iteration, as a catalog (2,000 SKUs,
+// an order each) and as one hot SKU (2,000 orders), side by side on each
+// engine; one consumer, and three (as three instances run them: their
+// transactions share the catalog's rows, taken in one order). The orders
+// are taken with the consumers stopped; the clock runs from their start to
+// the commit of the last order. written/s is the drain's rate.
 //
 //	go test -run '^$' -bench Drain -benchtime 5x -count 3 ./internal/reservation/
 func BenchmarkDrain(b *testing.B) {
@@ -31,14 +32,16 @@ func BenchmarkDrain(b *testing.B) {
 			name string
 			skus int
 		}{{"catalog", 2000}, {"hot", 1}} {
-			b.Run(fmt.Sprintf("%s/%s", engine, shape.name), func(b *testing.B) {
-				benchDrain(b, engine, shape.skus, 2000)
-			})
+			for _, consumers := range []int{1, 3} {
+				b.Run(fmt.Sprintf("%s/%s/consumers=%d", engine, shape.name, consumers), func(b *testing.B) {
+					benchDrain(b, engine, shape.skus, 2000, consumers)
+				})
+			}
 		}
 	}
 }
 
-func benchDrain(b *testing.B, engine string, skus, orders int) {
+func benchDrain(b *testing.B, engine string, skus, orders, consumers int) {
 	ctx := context.Background()
 	db := testdb.New(b, engine, 16)
 	rdb := redis.NewClient(&redis.Options{Addr: testredis.StartDurable(b).Addr, MaxRetries: -1, PoolSize: 64})
@@ -70,17 +73,19 @@ func benchDrain(b *testing.B, engine string, skus, orders int) {
 		}
 		wg.Wait()
 		seen := &lags{}
-		consumer := res.NewConsumer(db, reservation.WithConsumerObserver(seen))
 		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
+		var running sync.WaitGroup
 		b.StartTimer()
 		began := time.Now()
-		go func() { defer close(done); _ = consumer.Run(runCtx) }()
+		for range consumers {
+			consumer := res.NewConsumer(db, reservation.WithConsumerObserver(seen))
+			running.Go(func() { _ = consumer.Run(runCtx) })
+		}
 		seen.waitFor(b, int64(orders))
 		total += time.Since(began)
 		b.StopTimer()
 		cancel()
-		<-done
+		running.Wait()
 	}
 	b.ReportMetric(float64(b.N*orders)/total.Seconds(), "written/s")
 }
