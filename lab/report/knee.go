@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/flashsale/stock/internal/strategies"
 )
 
 // KneeGain is how much a step of a catalog's knee must raise orders/s over
@@ -133,4 +135,77 @@ func (c *Catalog) kneeText(mark func(string) string) string {
 		}
 	}
 	return strings.Join(parts, " · ")
+}
+
+// The catalog's goals (issue 38), each in the run that measured it: across
+// the catalog, batched and redis-reserve (one Redis) sell at least
+// CatalogVsBurstGoal times their own burst on one hot SKU and
+// CatalogVsConditionalGoal times conditional's catalog, at a database CPU
+// per 201 at most CatalogDBCPUGoal times their burst's.
+const (
+	CatalogVsBurstGoal       = 1.0
+	CatalogVsConditionalGoal = 3.0
+	CatalogDBCPUGoal         = 2.0
+)
+
+// catalogGoalRow is one fast strategy's catalog against its goals.
+type catalogGoalRow struct {
+	Backend, Strategy                   string
+	OrdersPerSec, VsBurst, VsBurstMet   string
+	VsConditional, VsConditionalMet     string
+	DBPerSold, DBVsBurst, DBMet, KneeAt string
+}
+
+func catalogGoalRows(r *Report, burst []Row) []catalogGoalRow {
+	burstOf := map[string]Row{}
+	for _, row := range burst {
+		burstOf[row.Run.Backend+" "+row.Run.Strategy] = row
+	}
+	catalogOf := map[string]*Catalog{}
+	for _, c := range r.Catalogs() {
+		if k := c.Backend + " " + c.Strategy; c.RedisMasters <= 1 && catalogOf[k] == nil && c.Judge().Status == StatusOK {
+			catalogOf[k] = c
+		}
+	}
+	var out []catalogGoalRow
+	for _, b := range r.Backends {
+		cond := catalogOf[b+" "+strategies.NameConditional]
+		for _, s := range fastPaths {
+			c := catalogOf[b+" "+s]
+			if c == nil {
+				continue
+			}
+			g := catalogGoalRow{Backend: r.BackendLabel(b), Strategy: s, OrdersPerSec: fmtRate(c.OrdersPerSec),
+				VsBurst: "–", VsConditional: "–", DBPerSold: "–", DBVsBurst: "–", KneeAt: "–"}
+			if len(c.Knee) > 0 {
+				g.KneeAt = fmt.Sprintf("%d workers", c.KneeAt())
+			}
+			hot, hasBurst := burstOf[b+" "+s]
+			known := hasBurst && hot.Stats.OrdersPerSec > 0
+			if known {
+				v := c.OrdersPerSec / hot.Stats.OrdersPerSec
+				g.VsBurst = fmtRatio(v)
+				g.VsBurstMet = goalMark(true, v >= CatalogVsBurstGoal)
+			} else {
+				g.VsBurstMet = goalMark(false, false)
+			}
+			if cond != nil && cond.OrdersPerSec > 0 {
+				v := c.OrdersPerSec / cond.OrdersPerSec
+				g.VsConditional, g.VsConditionalMet = fmtRatio(v), goalMark(true, v >= CatalogVsConditionalGoal)
+			} else {
+				g.VsConditionalMet = goalMark(false, false)
+			}
+			g.DBMet = goalMark(false, false)
+			if cat, ok := dbPerSold(c.Cost); ok {
+				g.DBPerSold = fmt.Sprintf("%.0f µs", cat)
+				if hasBurst && hot.Run != nil {
+					if h, ok := dbPerSold(hot.Run.SellCost); ok && h > 0 {
+						g.DBVsBurst, g.DBMet = fmtRatio(cat/h), goalMark(true, cat <= CatalogDBCPUGoal*h)
+					}
+				}
+			}
+			out = append(out, g)
+		}
+	}
+	return out
 }

@@ -127,3 +127,33 @@ func TestCatalogRowGivesTheDatabasesCPUPerSaleBesideTheBursts(t *testing.T) {
 		t.Errorf("the page or report.md lacks %q", want)
 	}
 }
+
+// TestCatalogGoalsSayWhichHold: batched's catalog against its burst, against
+// conditional's catalog and in database CPU a 201, each marked.
+func TestCatalogGoalsSayWhichHold(t *testing.T) {
+	r := fixture(t)
+	r.Strategies = append(r.Strategies, "batched")
+	for _, run := range r.Runs {
+		if run.Backend == "postgres" && run.Strategy == "conditional" && run.Scenario == Burst {
+			b := *run
+			b.Strategy, b.Dir, b.Dashboard = "batched", "runs/postgres-batched/burst", ""
+			b.SellCost = sellCost(300, 10*time.Microsecond, 40*time.Microsecond, 10*time.Microsecond, 0.5, 0)
+			r.Runs = append(r.Runs, &b)
+			break
+		}
+	}
+	batched := KneeFigure(kneeSteps(250, 300))
+	batched.Strategy = "batched"
+	batched.Cost = &CPUCost{Answered: 600, Sold: 100, Components: []ComponentCost{{Name: ComponentDatabase, CPU: 100 * 100 * time.Microsecond}}}
+	r.CatalogRuns = []*Catalog{catalogOf("conditional", 100, nil), batched}
+	var md bytes.Buffer
+	if err := WriteMarkdown(&md, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	// 300 orders/s against a burst of 267 and conditional's 32.5; 100 µs
+	// of database a 201 against the burst's 40.
+	want := "| PostgreSQL | batched | 300 | 200 workers | 1.1× | yes | 9.2× | yes | 100 µs | 2.5× | **no** |"
+	if !strings.Contains(md.String(), want) {
+		t.Errorf("report.md lacks %q:\n%s", want, md.String())
+	}
+}

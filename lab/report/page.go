@@ -197,6 +197,10 @@ type page struct {
 	// raised step by step ("" when it was not).
 	CatalogRows              []catalogRow
 	CatalogLoad, CatalogKnee string
+	// CatalogGoalRows hold batched's and redis-reserve's catalogs against
+	// their goals (knee.go).
+	CatalogGoalRows                                                []catalogGoalRow
+	CatalogVsBurstGoal, CatalogVsConditionalGoal, CatalogDBCPUGoal string
 	// LifecycleRows are the lifecycle runs (orders that come back) beside
 	// the bursts; LifecycleLoad says what the scenario did,
 	// LifecycleGoShape what the Go client's one-instance burst did,
@@ -358,6 +362,8 @@ func buildPage(r *Report, exists Exists) page {
 	p.ReserveRows = reserveRows(r, burst)
 	p.CatalogRows = catalogRows(r, burst)
 	p.CatalogLoad, p.CatalogKnee = catalogLoad(r), catalogKnee(r)
+	p.CatalogGoalRows = catalogGoalRows(r, burst)
+	p.CatalogVsBurstGoal, p.CatalogVsConditionalGoal, p.CatalogDBCPUGoal = fmtRatio(CatalogVsBurstGoal), fmtRatio(CatalogVsConditionalGoal), fmtRatio(CatalogDBCPUGoal)
 	p.LifecycleRows = lifecycleRows(r, burst)
 	p.LifecycleLoad = lifecycleLoad(r)
 	p.LifecycleGoShape = lifecycleGoShapeLoad(r)
