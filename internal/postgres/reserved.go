@@ -13,31 +13,17 @@ import (
 )
 
 // PersistReserved writes orders that the redis-reserve strategy accepted in
-// Redis during sale epoch: PersistReservedEach of one batch, its outcome
-// as the error.
+// Redis during sale epoch (reservation.PersistOne).
 func (s *Store) PersistReserved(ctx context.Context, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
-	out, err := s.PersistReservedEach(ctx, []reservation.SaleBatch{{SKU: sku, Epoch: epoch, Orders: orders, Keys: keys}})
-	if err != nil {
-		return 0, err
-	}
-	return out[0].Written, out[0].Err
+	return reservation.PersistOne(ctx, s, sku, epoch, orders, keys)
 }
 
-// PersistReservedEach implements reservation.Sink: orders that the
-// reservation strategies accepted in Redis, of many SKUs, in one
-// transaction. Of each batch it writes the orders that are not in the
-// database yet, the deduction of their total, and their idempotency
-// records; orders already there (a redelivered batch) are skipped, so a
-// replay writes nothing.
-//
-// The batches' stock rows are locked first, in one order (two consumers
-// whose batches share SKUs queue, never deadlock), and each SKU's
-// sale_epoch compared: a sale started or renumbered since makes the batch
-// stale (inventory.ErrStaleSale), and nothing of it is written; a batch of
-// a number the database does not have yet (a renumbering not committed
-// yet) is ErrUnavailable, to be tried again. The deduction is
-// unconditional: Redis accepted these orders against the same initial
-// stock, so the database can only follow it, never refuse it.
+// PersistReservedEach implements reservation.Sink in one transaction: the
+// batches' stock rows are locked in SKU order (COLLATE "C": two consumers
+// whose batches share SKUs queue, never deadlock) and their sales read,
+// then reservation.WriteJudged writes what is of the current sale. The
+// deduction is unconditional: Redis accepted these orders against the same
+// initial stock, so the database can only follow it, never refuse it.
 func (s *Store) PersistReservedEach(ctx context.Context, batches []reservation.SaleBatch) ([]reservation.SaleBatchOutcome, error) {
 	var outcomes []reservation.SaleBatchOutcome
 	err := s.inTx(ctx, func(ctx context.Context, t *tx) error {
@@ -56,26 +42,10 @@ func (s *Store) PersistReservedEach(ctx context.Context, batches []reservation.S
 		}); err != nil {
 			return wrap(ctx, err)
 		}
-		var (
-			orders  []inventory.Order
-			keys    []inventory.IdempotencyRecord
-			writing []int
-		)
-		outcomes = reservation.JudgeSales(batches, current)
-		for i, b := range batches {
-			if outcomes[i].Err == nil {
-				orders, keys, writing = append(orders, b.Orders...), append(keys, b.Keys...), append(writing, i)
-			}
-		}
-		if len(orders) == 0 {
-			return nil
-		}
-		written, err := t.writeReserved(ctx, orders, keys)
-		if err != nil {
-			return err
-		}
-		reservation.CountWritten(batches, writing, outcomes, written)
-		return nil
+		outcomes, err = reservation.WriteJudged(batches, current, func(orders []inventory.Order, keys []inventory.IdempotencyRecord) (map[string]int, error) {
+			return t.writeReserved(ctx, orders, keys)
+		})
+		return err
 	})
 	if err != nil {
 		return nil, err

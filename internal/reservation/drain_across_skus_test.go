@@ -333,18 +333,7 @@ func TestWritersOfTheSameSKUsInOppositeOrderNeverDeadlock(t *testing.T) {
 				}
 				return nil
 			}
-			errs := make(chan error, 2)
-			var wg sync.WaitGroup
-			for _, descending := range []bool{false, true} {
-				wg.Go(func() { errs <- write(descending) })
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Fatalf("a writer failed: %v", err)
-				}
-			}
+			bothWriters(t, func(writer int) error { return write(writer == 1) })
 			for _, sku := range names {
 				if a, err := db.Audit(ctx, sku); err != nil || !a.Consistent() || a.Orders != 2*rounds {
 					t.Fatalf("%s: audit %+v %v, want %d orders", sku, a, err, 2*rounds)
@@ -396,18 +385,25 @@ func TestWritersOfSharedKeysInOppositeOrderNeverDeadlock(t *testing.T) {
 				}
 				return nil
 			}
-			errs := make(chan error, 2)
-			var wg sync.WaitGroup
-			for writer := range 2 {
-				wg.Go(func() { errs <- write(writer) })
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Fatalf("a writer failed: %v", err)
-				}
-			}
+			bothWriters(t, write)
 		})
+	}
+}
+
+// bothWriters runs write for writers 0 and 1 at once and fails the test if
+// either failed.
+func bothWriters(t *testing.T, write func(writer int) error) {
+	t.Helper()
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for writer := range 2 {
+		wg.Go(func() { errs <- write(writer) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a writer failed: %v", err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package reservation
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -53,6 +54,45 @@ func JudgeSales(batches []SaleBatch, current map[string]int64) []SaleBatchOutcom
 		}
 	}
 	return out
+}
+
+// WriteJudged is the part of a Sink's PersistReservedEach common to the
+// engines, once the transaction holds the batches' stock rows and has read
+// their sales (current): it judges each batch (JudgeSales), writes the
+// orders and keys of those of the current sale in one call of write, and
+// counts what each of them wrote.
+func WriteJudged(batches []SaleBatch, current map[string]int64,
+	write func(orders []inventory.Order, keys []inventory.IdempotencyRecord) (map[string]int, error)) ([]SaleBatchOutcome, error) {
+	var (
+		orders  []inventory.Order
+		keys    []inventory.IdempotencyRecord
+		writing []int
+	)
+	outcomes := JudgeSales(batches, current)
+	for i, b := range batches {
+		if outcomes[i].Err == nil {
+			orders, keys, writing = append(orders, b.Orders...), append(keys, b.Keys...), append(writing, i)
+		}
+	}
+	if len(orders) == 0 {
+		return outcomes, nil
+	}
+	written, err := write(orders, keys)
+	if err != nil {
+		return nil, err
+	}
+	CountWritten(batches, writing, outcomes, written)
+	return outcomes, nil
+}
+
+// PersistOne is PersistReserved for a Sink: PersistReservedEach of one
+// batch, its outcome as the error.
+func PersistOne(ctx context.Context, sink Sink, sku string, epoch int64, orders []inventory.Order, keys []inventory.IdempotencyRecord) (int, error) {
+	out, err := sink.PersistReservedEach(ctx, []SaleBatch{{SKU: sku, Epoch: epoch, Orders: orders, Keys: keys}})
+	if err != nil {
+		return 0, err
+	}
+	return out[0].Written, out[0].Err
 }
 
 // CountWritten shares the orders written of each SKU (written) among the
