@@ -419,8 +419,9 @@ func catalogRows(r *Report, burst []Row) []catalogRow {
 		}
 		if len(c.Knee) > 0 {
 			// fmtRate writes digits and separators only: nothing to escape.
-			row.KneeHTML = template.HTML(c.kneeText(func(s string) string { return "<b>" + s + "</b>" }))
-			row.KneeMD = c.kneeText(func(s string) string { return "**" + s + "**" })
+			row.KneeHTML = template.HTML(c.kneeText(func(s string) string { return `<b class="nw">` + s + "</b>" },
+				func(s string) string { return `<span class="nw">` + s + "</span>" }))
+			row.KneeMD = c.kneeText(func(s string) string { return "**" + s + "**" }, nil)
 			row.KneeAt = fmt.Sprintf("%d workers", c.KneeAt())
 		}
 		if c.Setup > 0 && c.Audited > 0 {

@@ -119,19 +119,24 @@ func (c *Catalog) kneeProblems() (violations, broken []string) {
 }
 
 // kneeText writes the knee's steps in one line, "100 → 1,150 · 200 →
-// 1,380 …" (workers → orders/s), the figure's step marked with mark.
-func (c *Catalog) kneeText(mark func(string) string) string {
+// 1,380 …" (workers → orders/s), the figure's step marked with mark, and
+// every step passed through each when it is not nil (to keep a step on
+// one line of a narrow cell).
+func (c *Catalog) kneeText(mark, each func(string) string) string {
 	if len(c.Knee) == 0 {
 		return ""
 	}
 	parts := make([]string, len(c.Knee))
 	for i, s := range c.Knee {
 		parts[i] = fmt.Sprintf("%d → %s", s.Workers, fmtRate(s.OrdersPerSec))
-		if s.Workers == c.Workers {
-			parts[i] = mark(parts[i])
-		}
 		if s.Status == StatusFail || s.Status == StatusError {
 			parts[i] += " (" + string(s.Status) + ")"
+		}
+		switch {
+		case s.Workers == c.Workers:
+			parts[i] = mark(parts[i])
+		case each != nil:
+			parts[i] = each(parts[i])
 		}
 	}
 	return strings.Join(parts, " · ")

@@ -52,7 +52,7 @@ func TestKneeFigureIsTheFastestStepUnlessOneFailed(t *testing.T) {
 	if v := c.Judge(); v.Status != StatusOK {
 		t.Errorf("verdict %+v, want ok", v)
 	}
-	if got := c.kneeText(func(s string) string { return "[" + s + "]" }); got != "100 → 1,000 · [200 → 1,500] · 400 → 1,400" {
+	if got := c.kneeText(func(s string) string { return "[" + s + "]" }, nil); got != "100 → 1,000 · [200 → 1,500] · 400 → 1,400" {
 		t.Errorf("knee text %q", got)
 	}
 
@@ -89,7 +89,7 @@ func TestCatalogTableShowsTheKnee(t *testing.T) {
 	if err := WriteMarkdown(&md, r, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"workers → orders/s: 100 → 1,000 · <b>200 → 1,500</b> · 400 → 1,400", "flat from 200 workers",
+	for _, want := range []string{`workers → orders/s:<br><span class="nw">100 → 1,000</span> · <b class="nw">200 → 1,500</b> · <span class="nw">400 → 1,400</span>`, "flat from 200 workers",
 		"For conditional the load is raised step by step (100, 200, 400 workers)"} {
 		if !strings.Contains(html.String(), want) {
 			t.Errorf("the page lacks %q", want)
@@ -123,8 +123,11 @@ func TestCatalogRowGivesTheDatabasesCPUPerSaleBesideTheBursts(t *testing.T) {
 	if err := WriteMarkdown(&md, r, nil); err != nil {
 		t.Fatal(err)
 	}
-	if want := "database 60 µs a 201, 1.5× the burst's"; !strings.Contains(html.String(), want) || !strings.Contains(md.String(), want) {
-		t.Errorf("the page or report.md lacks %q", want)
+	if want := `<span class="nw">database 60 µs a 201</span>,<br><span class="nw">1.5× the burst's</span>`; !strings.Contains(html.String(), want) {
+		t.Errorf("the page lacks %q", want)
+	}
+	if want := "database 60 µs a 201, 1.5× the burst's"; !strings.Contains(md.String(), want) {
+		t.Errorf("report.md lacks %q", want)
 	}
 }
 
