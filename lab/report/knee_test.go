@@ -160,3 +160,18 @@ func TestCatalogGoalsSayWhichHold(t *testing.T) {
 		t.Errorf("report.md lacks %q:\n%s", want, md.String())
 	}
 }
+
+// TestCatalogChartShowsTheControlsSwatchOnlyWithAControl: the chart's legend
+// names the control's colour only when a control's bars are drawn.
+func TestCatalogChartShowsTheControlsSwatchOnlyWithAControl(t *testing.T) {
+	r := fixture(t)
+	burst := r.Rows(Burst)
+	r.CatalogRuns = []*Catalog{catalogOf("conditional", 100, nil)}
+	if chart := string(catalogChart(r, "postgres", burst)); strings.Contains(chart, "control") {
+		t.Error("a chart without a control names the control's colour")
+	}
+	r.CatalogRuns = append(r.CatalogRuns, catalogOf("naive", 100, oversellRank3))
+	if chart := string(catalogChart(r, "postgres", burst)); !strings.Contains(chart, "control") {
+		t.Error("a chart with a control does not name its colour")
+	}
+}
