@@ -2,6 +2,7 @@ package batched
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -24,7 +25,11 @@ type batchOrder struct {
 	// order of one Service, so one batch shares it.
 	limit int64
 	done  chan batchResult
-	lead  chan struct{}
+	// lead hands o the queue whose next batch it is to take.
+	lead chan *skuQueue
+	// queue is the queue o is in, under batcher.mu: its lane's, or its
+	// SKU's once its row was found held (see batcher).
+	queue *skuQueue
 	// answered: done has its answer. Only the goroutine that answers o
 	// (its batch's leader) reads and writes it.
 	answered bool
@@ -39,26 +44,45 @@ type batchResult struct {
 func newBatchOrder(ctx context.Context, order inventory.Order, key string, fingerprint []byte, limit int64) *batchOrder {
 	return &batchOrder{
 		ctx: ctx, sku: order.SKU, quantity: order.Quantity, key: key, fingerprint: fingerprint, order: order, limit: limit,
-		done: make(chan batchResult, 1), lead: make(chan struct{}, 1),
+		done: make(chan batchResult, 1), lead: make(chan *skuQueue, 1),
 	}
 }
 
 // batchRunner runs one batch under ctx and returns one answer per order, in
-// the batch's order.
+// the batch's order. A lane's runner answers errRowHeld for an order whose
+// SKU's row another transaction holds: the batcher moves it to its SKU's
+// queue instead of answering it.
 type batchRunner func(ctx context.Context, batch []*batchOrder) []batchResult
 
-// batcher forms batches of the orders on one SKU (group commit). The first
-// order on an idle SKU leads: it takes the queue (at most max orders) as a
-// batch and runs it on its own goroutine, while orders that arrive meanwhile
-// queue. When the batch is done, the leader answers every order of it and
-// hands the lead to the oldest queued order, whose goroutine takes the next
-// batch. No goroutine is started: every batch runs on the goroutine of one
-// of its orders' callers, so its owner is that caller and nothing outlives
-// the orders.
+// errRowHeld is a lane batch's answer for an order whose SKU's row
+// another transaction held: nothing was decided for it. It never leaves
+// the package.
+var errRowHeld = errors.New("the SKU's row is held by another transaction")
+
+// batcher forms batches of the orders of a queue (group commit): a SKU's,
+// or a lane's that many SKUs share. The first order on an idle queue
+// leads: it takes the queue (at most max orders) as a batch and runs it on
+// its own goroutine, while orders that arrive meanwhile queue. When the
+// batch is done, the leader answers every order of it and hands the lead
+// to the oldest queued order, whose goroutine takes the next batch. No
+// goroutine is started: every batch runs on the goroutine of one of its
+// orders' callers, so its owner is that caller and nothing outlives the
+// orders.
+//
+// A lane's batch does not wait for a row another transaction holds (a
+// sale start deleting a large sale's orders, another instance's batch, a
+// paused client): it decides the other SKUs and answers errRowHeld for
+// that SKU's orders, which the batcher moves to a queue of that SKU
+// alone (held), whose batches wait for the row (runHeld). The SKU's orders
+// still queued in the lane move with them, and its later orders join that
+// queue until it is empty, so a SKU's orders are decided in arrival order
+// wherever they queue, and a held row holds up only its own SKU.
 type batcher struct {
 	max  int
 	wait time.Duration
 	run  batchRunner
+	// runHeld runs the batches of a SKU whose row was held (see batcher).
+	runHeld batchRunner
 
 	// laneOf names the queue an order of a SKU joins: the SKU itself
 	// (one batch a SKU, newBatcher's default), or one of a few lanes that
@@ -67,6 +91,9 @@ type batcher struct {
 
 	mu     sync.Mutex
 	queues map[string]*skuQueue
+	// held is the queue of each SKU whose row a lane batch found held,
+	// while an order of it is queued or in flight.
+	held map[string]*skuQueue
 
 	// queued, when set (tests), hears each order once it is in its queue.
 	queued func(o *batchOrder)
@@ -77,7 +104,10 @@ type batcher struct {
 // skuQueue is one queue's state (a SKU's, or a lane's), under batcher.mu.
 // It exists while an order of it is queued or in flight.
 type skuQueue struct {
-	lane    string
+	lane string
+	// held: the queue of one SKU whose row was held (batcher.held), not
+	// one of queues.
+	held    bool
 	pending []*batchOrder
 	// led: a leader exists (taking, running, or told to take the next batch).
 	led bool
@@ -89,7 +119,8 @@ type skuQueue struct {
 }
 
 func newBatcher(maxSize int, wait time.Duration, run batchRunner) *batcher {
-	return &batcher{max: max(1, maxSize), wait: max(0, wait), run: run, queues: map[string]*skuQueue{}, observe: nopQueueObserver{},
+	return &batcher{max: max(1, maxSize), wait: max(0, wait), run: run, runHeld: run,
+		queues: map[string]*skuQueue{}, held: map[string]*skuQueue{}, observe: nopQueueObserver{},
 		laneOf: func(sku string) string { return sku }}
 }
 
@@ -102,21 +133,15 @@ func newBatcher(maxSize int, wait time.Duration, run batchRunner) *batcher {
 func (b *batcher) submit(o *batchOrder) (inventory.Order, error) {
 	b.observe.Joining(o.ctx)
 	b.mu.Lock()
-	lane := b.laneOf(o.sku)
-	q := b.queues[lane]
+	q := b.held[o.sku]
 	if q == nil {
-		q = &skuQueue{lane: lane}
-		b.queues[lane] = q
+		lane := b.laneOf(o.sku)
+		if q = b.queues[lane]; q == nil {
+			q = &skuQueue{lane: lane}
+			b.queues[lane] = q
+		}
 	}
-	q.pending = append(q.pending, o)
-	if q.full != nil && len(q.pending) >= b.max {
-		close(q.full)
-		q.full = nil
-	}
-	leads := !q.led
-	if leads {
-		q.led, q.next = true, o
-	}
+	leads := b.joinLocked(q, o)
 	b.mu.Unlock()
 	if b.queued != nil {
 		b.queued(o)
@@ -131,11 +156,11 @@ func (b *batcher) submit(o *batchOrder) (inventory.Order, error) {
 		select {
 		case r := <-o.done:
 			return r.order, r.err
-		case <-o.lead:
+		case q := <-o.lead:
 			b.lead(q, o)
 		case <-expired:
 			b.observe.Woken(o.ctx) // by its own deadline
-			if b.withdraw(q, o) {
+			if b.withdraw(o) {
 				return inventory.Order{}, busyQueued(o.ctx)
 			}
 			// In a batch, or told to lead: the answer comes on done, or
@@ -149,11 +174,28 @@ func busyQueued(ctx context.Context) error {
 	return fmt.Errorf("%w: deadline passed while queued for a batch: %w", inventory.ErrBusy, context.Cause(ctx))
 }
 
-// withdraw takes o out of the queue if it is still only queued (neither in
+// joinLocked puts o at the end of q and reports whether it is to lead q
+// (q had no leader). b.mu is held.
+func (b *batcher) joinLocked(q *skuQueue, o *batchOrder) (leads bool) {
+	o.queue = q
+	q.pending = append(q.pending, o)
+	if q.full != nil && len(q.pending) >= b.max {
+		close(q.full)
+		q.full = nil
+	}
+	leads = !q.led
+	if leads {
+		q.led, q.next = true, o
+	}
+	return leads
+}
+
+// withdraw takes o out of its queue if it is still only queued (neither in
 // a batch nor told to lead).
-func (b *batcher) withdraw(q *skuQueue, o *batchOrder) bool {
+func (b *batcher) withdraw(o *batchOrder) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	q := o.queue
 	if q.next == o {
 		return false
 	}
@@ -233,15 +275,75 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 		batch, taken = nil, nil // queued again: no longer this leader's to answer
 	}
 	if len(batch) > 0 {
-		ctx, cancel := batchContext(self.ctx, batch)
-		results := b.run(ctx, batch)
-		cancel()
-		for i, o := range batch {
-			b.answer(o, results[i])
+		run := b.run
+		if q.held {
+			run = b.runHeld
 		}
+		ctx, cancel := batchContext(self.ctx, batch)
+		results := run(ctx, batch)
+		cancel()
+		var rowHeld []*batchOrder
+		for i, o := range batch {
+			switch {
+			case errors.Is(results[i].err, errRowHeld) && q.held:
+				// A held queue's batch waits for its row: it cannot
+				// find it held. Never moved twice.
+				b.answer(o, batchResult{err: fmt.Errorf("%w: a batch that waits for its row found it held", inventory.ErrUnavailable)})
+			case errors.Is(results[i].err, errRowHeld):
+				rowHeld = append(rowHeld, o)
+			default:
+				b.answer(o, results[i])
+			}
+		}
+		if len(rowHeld) > 0 {
+			b.moveToHeld(q, rowHeld)
+		}
+		// Every order taken is answered or queued again: none is this
+		// leader's to answer should the hand-off panic.
+		taken = nil
 	}
 	b.handOff(q)
 	handedOff = true
+}
+
+// moveToHeld moves the orders of a lane's batch whose SKU's row was held
+// (in the batch's order) to their SKU's queue, with that SKU's orders
+// still queued in the lane q behind them, which came later; a queue
+// created for them is led by its oldest order. Nothing of them was
+// decided, so none is answered.
+func (b *batcher) moveToHeld(q *skuQueue, rowHeld []*batchOrder) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var leaders []*batchOrder
+	skus := map[string]bool{}
+	join := func(o *batchOrder) {
+		h := b.held[o.sku]
+		if h == nil {
+			h = &skuQueue{lane: o.sku, held: true}
+			b.held[o.sku] = h
+		}
+		if b.joinLocked(h, o) {
+			leaders = append(leaders, o)
+		}
+	}
+	for _, o := range rowHeld {
+		skus[o.sku] = true
+		join(o)
+	}
+	kept := q.pending[:0]
+	for _, o := range q.pending {
+		if skus[o.sku] {
+			join(o)
+			continue
+		}
+		kept = append(kept, o)
+	}
+	clear(q.pending[len(kept):])
+	q.pending = kept
+	for _, o := range leaders {
+		b.observe.Woken(o.ctx)
+		o.lead <- o.queue
+	}
 }
 
 // waitForMore waits up to b.wait for the queue to fill, unless it is full
@@ -285,16 +387,20 @@ func (b *batcher) handOff(q *skuQueue) {
 }
 
 // handOffLocked tells the oldest queued order to lead the next batch, or
-// forgets the SKU when nothing is queued. b.mu is held.
+// forgets the queue when nothing is queued. b.mu is held.
 func (b *batcher) handOffLocked(q *skuQueue) {
 	if len(q.pending) == 0 {
 		q.led, q.next = false, nil
-		delete(b.queues, q.lane)
+		if q.held {
+			delete(b.held, q.lane)
+		} else {
+			delete(b.queues, q.lane)
+		}
 		return
 	}
 	q.next = q.pending[0]
 	b.observe.Woken(q.next.ctx)
-	q.next.lead <- struct{}{}
+	q.next.lead <- q
 }
 
 // answer hands o its answer (never blocks: done is buffered and o is

@@ -334,12 +334,18 @@ func (t *fakeBatchTx) DeductIfAvailable(_ context.Context, _ string, total int64
 }
 
 // DeductEach deducts from the one stock the fake has, SKU after SKU.
-func (t *fakeBatchTx) DeductEach(ctx context.Context, skus []string, totals []int64) ([]bool, error) {
-	fitted := make([]bool, len(skus))
+func (t *fakeBatchTx) DeductEach(ctx context.Context, skus []string, totals []int64) ([]Deduction, error) {
+	out := make([]Deduction, len(skus))
 	for i := range skus {
-		fitted[i], _ = t.DeductIfAvailable(ctx, skus[i], totals[i])
+		out[i] = Deduction{Exists: true, Level: inventory.Level{Available: t.st.available}}
+		out[i].Deducted, _ = t.DeductIfAvailable(ctx, skus[i], totals[i])
 	}
-	return fitted, nil
+	return out, nil
+}
+
+// DeductEachSkippingHeld is DeductEach: nothing else holds the fake's rows.
+func (t *fakeBatchTx) DeductEachSkippingHeld(ctx context.Context, skus []string, totals []int64) ([]Deduction, error) {
+	return t.DeductEach(ctx, skus, totals)
 }
 
 func (t *fakeBatchTx) LockLevel(context.Context, string) (inventory.Level, error) {
@@ -449,7 +455,7 @@ func TestBatchSoldOutAcceptsInArrivalOrderWhileTheyFit(t *testing.T) {
 	store := newFakeBatchStore(4)
 	b := New(store)
 	batch := batchOf(order("a", 3, "", "u"), order("b", 2, "", "u"), order("c", 1, "", "u"), order("d", 2, "", "u"))
-	results := b.runBatch(context.Background(), batch)
+	results := b.runBatch(context.Background(), batch, false)
 	for i, want := range []error{nil, inventory.ErrSoldOut, nil, inventory.ErrSoldOut} {
 		if got := results[i].err; !errors.Is(got, want) || (want == nil && got != nil) {
 			t.Errorf("order %s: %v, want %v", batch[i].order.ID, got, want)
@@ -475,7 +481,7 @@ func TestBatchDuplicateKeys(t *testing.T) {
 		order("d", 1, "known", "u"), // a retry of an order the database has
 		order("e", 1, "", "u"),
 	)
-	results := b.runBatch(context.Background(), batch)
+	results := b.runBatch(context.Background(), batch, false)
 	if results[0].err != nil || results[0].order.ID != "a" {
 		t.Errorf("a: %+v", results[0])
 	}
@@ -515,7 +521,7 @@ func TestBatchKeyTakenConcurrently(t *testing.T) {
 	}
 	b := New(store)
 	batch := batchOf(order("mine", 1, "k", "u"), order("e", 1, "", "u"))
-	results := b.runBatch(context.Background(), batch)
+	results := b.runBatch(context.Background(), batch, false)
 	if results[0].err != nil || results[0].order.ID != "theirs" {
 		t.Errorf("the key's order is theirs; got %+v", results[0])
 	}
@@ -538,7 +544,7 @@ func TestBatchCommitOutcomeUnknown(t *testing.T) {
 			b := New(store)
 			wrapped := &lostCommit{fakeBatchStore: store, landed: landed}
 			b.store = wrapped
-			results := b.runBatch(context.Background(), batchOf(order("a", 1, "", "u"), order("b", 1, "", "u")))
+			results := b.runBatch(context.Background(), batchOf(order("a", 1, "", "u"), order("b", 1, "", "u")), false)
 			for _, r := range results {
 				if landed && r.err != nil {
 					t.Errorf("the commit landed, yet %v", r.err)
@@ -707,7 +713,7 @@ func TestBatchKeyBelongsToFirstAcceptedOrder(t *testing.T) {
 		order("g", 1, "j", "u"),     // fits in what d left
 		order("h", 1, "", "u"),      // nothing left
 	)
-	results := b.runBatch(context.Background(), batch)
+	results := b.runBatch(context.Background(), batch, false)
 	want := []struct {
 		id  string
 		err error
@@ -748,7 +754,7 @@ func TestBatchKeysTakenOneAfterAnotherDoNotMakeBatchBusy(t *testing.T) {
 	for _, k := range keys {
 		batch = append(batch, order("mine-"+k, 1, k, "u"))
 	}
-	results := b.runBatch(context.Background(), batch)
+	results := b.runBatch(context.Background(), batch, false)
 	for i, r := range results {
 		want := "theirs-" + keys[i]
 		if i == len(keys)-1 {
@@ -799,7 +805,7 @@ func TestBatchClaimsBeforeTheStockAndGivesBackWhatDidNotFit(t *testing.T) {
 		return newBatchOrder(ctx, inventory.Order{ID: id, SKU: "s", Quantity: q, UserID: user}, "", nil, 2)
 	}
 	batch := batchOf(mk("1", "a", 2), mk("2", "a", 1), mk("3", "b", 1), mk("4", "c", 1), mk("5", "d", 2))
-	results := b.runBatch(ctx, batch)
+	results := b.runBatch(ctx, batch, false)
 	want := []error{inventory.ErrLimitReached, nil, nil, inventory.ErrSoldOut, inventory.ErrSoldOut}
 	for i, w := range want {
 		if got := results[i].err; !errors.Is(got, w) || (w == nil && got != nil) {

@@ -23,6 +23,10 @@ type skuPart struct {
 	total     int64
 	claims    map[string]int64
 	windowErr error
+	// rowHeld: another transaction held the SKU's row, and the batch
+	// skipped it (decideBatch's skipHeld): nothing is decided for its
+	// orders.
+	rowHeld bool
 }
 
 // partsOf splits a batch by SKU, in SKU order (byte order): the order in
@@ -55,6 +59,15 @@ type unknownSKU struct {
 }
 
 func (u unknownSKU) Error() string { return fmt.Sprintf("unknown skus %q: %v", u.skus, u.err) }
+
+// with adds sku, which has no row (err says so), to u.
+func (u unknownSKU) with(sku string, err error) unknownSKU {
+	if u.err == nil {
+		u.err = err
+	}
+	u.skus = append(u.skus, sku)
+	return u
+}
 func (u unknownSKU) Unwrap() error { return u.err }
 
 // decideBatch is the batch's transaction, whatever SKUs its orders are
@@ -73,7 +86,11 @@ func (u unknownSKU) Unwrap() error { return u.err }
 // arrival order while each order fits), so no schedule takes more than
 // is there. The SKUs of one batch are one transaction: they commit
 // together or not at all.
-func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batchResult) (inventory.Order, error) {
+//
+// With skipHeld (a lane's batch), the stock rows another transaction
+// holds are skipped, not waited for: their SKUs' orders are answered
+// errRowHeld, with nothing decided and their buyers' claims given back.
+func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batchResult, skipHeld bool) (inventory.Order, error) {
 	var keys []string
 	for _, o := range batch {
 		if o.key != "" && !slices.Contains(keys, o.key) {
@@ -102,7 +119,7 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 		p.plan, p.total = planBatch(p.orders, known, math.MaxInt64, p.limit, p.held)
 		p.claims = claimsOf(p.orders, p.plan, p.limit)
 	}
-	if err := deductParts(ctx, tx, parts, known); err != nil {
+	if err := deductParts(ctx, tx, parts, known, skipHeld); err != nil {
 		return inventory.Order{}, err
 	}
 
@@ -111,6 +128,12 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	var records []inventory.IdempotencyRecord
 	priors := map[string]inventory.Order{} // by key
 	for _, p := range parts {
+		if p.rowHeld {
+			for _, i := range p.idx {
+				results[i].err = errRowHeld
+			}
+			continue
+		}
 		for j, o := range p.orders {
 			i := p.idx[j]
 			switch d := p.plan[j]; d.verdict {
@@ -163,7 +186,7 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 	}
 	for _, p := range parts {
 		for j, d := range p.plan {
-			if d.verdict == follows {
+			if d.verdict == follows && !p.rowHeld {
 				// Set above before the expiries were known.
 				results[p.idx[j]] = results[p.idx[d.of]]
 			}
@@ -186,10 +209,14 @@ func decideBatch(ctx context.Context, tx Tx, batch []*batchOrder, results []batc
 
 // deductParts deducts each part's total: one conditional UPDATE for a
 // batch of one SKU, one statement for every SKU of a batch of several
-// (DeductEach, the rows locked in SKU order); a SKU its stock cannot cover
-// is then planned again under its row lock (replanUnderLock), SKU by SKU
-// in SKU order.
-func deductParts(ctx context.Context, tx Tx, parts []*skuPart, known map[string]inventory.IdempotencyRecord) error {
+// (DeductEach, the rows locked in SKU order), or, with skipHeld, one
+// statement that skips the rows other transactions hold
+// (DeductEachSkippingHeld), whose parts are marked rowHeld and their
+// claims given back. A SKU its stock cannot cover is then planned again
+// from its row as read under its lock (that statement's, or LockLevel's
+// for a batch of one SKU), and what that plan accepts is deducted by one
+// more statement for them all.
+func deductParts(ctx context.Context, tx Tx, parts []*skuPart, known map[string]inventory.IdempotencyRecord, skipHeld bool) error {
 	var skus []string
 	var totals []int64
 	var want []*skuPart
@@ -198,82 +225,121 @@ func deductParts(ctx context.Context, tx Tx, parts []*skuPart, known map[string]
 			skus, totals, want = append(skus, p.sku), append(totals, p.total), append(want, p)
 		}
 	}
-	var fitted []bool
-	switch len(want) {
-	case 0:
+	var done []Deduction
+	var err error
+	// A level comes back with every row, except from the conditional
+	// UPDATE of one SKU.
+	levels := true
+	switch {
+	case len(want) == 0:
 		return nil
-	case 1:
-		ok, err := tx.DeductIfAvailable(ctx, skus[0], totals[0])
-		if err != nil {
-			return err
-		}
-		fitted = []bool{ok}
+	case skipHeld:
+		done, err = tx.DeductEachSkippingHeld(ctx, skus, totals)
+	case len(want) == 1:
+		var ok bool
+		ok, err = tx.DeductIfAvailable(ctx, skus[0], totals[0])
+		done, levels = []Deduction{{Deducted: ok}}, false
 	default:
-		var err error
-		if fitted, err = tx.DeductEach(ctx, skus, totals); err != nil {
-			return err
-		}
+		done, err = tx.DeductEach(ctx, skus, totals)
+	}
+	if err != nil {
+		return err
 	}
 	// Every SKU without a row is found in this pass, so that the batch
 	// runs again once without all of them (found by review: one at a
 	// time, a batch of 256 orders for missing SKUs took 256
 	// transactions).
 	var unknown unknownSKU
+	var again []*skuPart
 	for i, p := range want {
-		if fitted[i] {
+		d := done[i]
+		if d.Deducted {
 			continue
 		}
-		err := replanUnderLock(ctx, tx, p, known)
-		switch {
-		case errors.Is(err, inventory.ErrUnknownSKU):
-			if unknown.err == nil {
-				unknown.err = err
+		if d.Held {
+			p.rowHeld = true
+			if len(p.claims) > 0 {
+				if err := tx.ReleaseUnitsOf(ctx, p.sku, p.claims); err != nil {
+					return err
+				}
 			}
-			unknown.skus = append(unknown.skus, p.sku)
-		case err != nil:
+			continue
+		}
+		if !levels {
+			level, err := tx.LockLevel(ctx, p.sku)
+			switch {
+			case errors.Is(err, inventory.ErrUnknownSKU):
+				unknown = unknown.with(p.sku, err)
+				continue
+			case err != nil:
+				return err
+			}
+			d = Deduction{Exists: true, Level: level}
+		}
+		if !d.Exists {
+			unknown = unknown.with(p.sku, fmt.Errorf("%w: %q", inventory.ErrUnknownSKU, p.sku))
+			continue
+		}
+		if err := replan(ctx, tx, p, d.Level, known); err != nil {
 			return err
+		}
+		if p.total > 0 {
+			again = append(again, p)
 		}
 	}
 	if len(unknown.skus) > 0 {
 		return unknown
 	}
-	return nil
+	return deductReplanned(ctx, tx, again)
 }
 
-// replanUnderLock is a SKU whose stock could not cover its orders: it
-// locks the row, reads what is left and plans p again with it (its
-// window's refusal for every order when the sale is not open), giving
-// back the claims of the orders refused, and deducts the new total.
-func replanUnderLock(ctx context.Context, tx Tx, p *skuPart, known map[string]inventory.IdempotencyRecord) error {
-	level, err := tx.LockLevel(ctx, p.sku)
-	if err != nil {
-		return err
-	}
+// replan plans p again with its row's level, read under its lock: what
+// is left (nothing, with its window's refusal for every order, when the
+// sale is not open), giving back the claims of the orders refused.
+func replan(ctx context.Context, tx Tx, p *skuPart, level inventory.Level, known map[string]inventory.IdempotencyRecord) error {
 	available := level.Available
 	if p.windowErr = level.Refusal(0); p.windowErr != nil {
-		// Not open: nothing fits, and the orders that would have taken
-		// stock are told why.
 		available = 0
 	}
 	p.plan, p.total = planBatch(p.orders, known, available, p.limit, p.held)
 	if unclaimed := surplus(p.claims, claimsOf(p.orders, p.plan, p.limit)); len(unclaimed) > 0 {
-		if err := tx.ReleaseUnitsOf(ctx, p.sku, unclaimed); err != nil {
-			return err
-		}
+		return tx.ReleaseUnitsOf(ctx, p.sku, unclaimed)
 	}
-	if p.total <= 0 {
+	return nil
+}
+
+// deductReplanned deducts the totals of the parts planned again under
+// their row locks (in SKU order, as parts are): each fits what its row
+// held, so only the clock refuses one (its window ended between the read
+// and the write); then nothing is committed, and the batch runs again and
+// reads it shut (found by review: a plain error here failed every SKU of
+// the batch with a 503).
+func deductReplanned(ctx context.Context, tx Tx, parts []*skuPart) error {
+	refused := func(p *skuPart) error {
+		return fmt.Errorf("%w: %q's deduction of %d, planned under its row lock, was refused (its window ended meanwhile)", inventory.ErrConflict, p.sku, p.total)
+	}
+	switch len(parts) {
+	case 0:
 		return nil
+	case 1:
+		ok, err := tx.DeductIfAvailable(ctx, parts[0].sku, parts[0].total)
+		if err == nil && !ok {
+			err = refused(parts[0])
+		}
+		return err
 	}
-	ok, err := tx.DeductIfAvailable(ctx, p.sku, p.total)
+	skus, totals := make([]string, len(parts)), make([]int64, len(parts))
+	for i, p := range parts {
+		skus[i], totals[i] = p.sku, p.total
+	}
+	done, err := tx.DeductEach(ctx, skus, totals)
 	if err != nil {
 		return err
 	}
-	if !ok {
-		// Under the row lock only the clock moves: the window ended
-		// between the read and the write. Nothing is committed; the batch
-		// runs again and reads it shut (found by review: a plain error
-		// here failed every SKU of the batch with a 503).
-		return fmt.Errorf("%w: %d units of %q under the row lock, yet the deduction of %d was refused (its window ended meanwhile)", inventory.ErrConflict, level.Available, p.sku, p.total)
+	for i, d := range done {
+		if !d.Deducted {
+			return refused(parts[i])
+		}
 	}
 	return nil
 }

@@ -49,13 +49,14 @@ type nopObserver struct{}
 func (nopObserver) BatchDone(int, time.Duration, string) {}
 
 type config struct {
-	lanes    int
-	max      int
-	wait     time.Duration
-	attempts int
-	log      *slog.Logger
-	obs      Observer
-	queue    QueueObserver
+	lanes       int
+	heldBatches int
+	max         int
+	wait        time.Duration
+	attempts    int
+	log         *slog.Logger
+	obs         Observer
+	queue       QueueObserver
 }
 
 // Option configures Batched.
@@ -72,9 +73,20 @@ func WithMax(n int) Option {
 // batches run side by side. In a catalog, where a SKU seldom has two
 // orders in flight, a batch of one SKU is one order and one commit; a
 // lane's batch is many. A SKU always joins the same lane, so its orders
-// are batched in arrival order as before. Default 8; 0: a batch per SKU.
+// are batched in arrival order as before. A lane's batch skips the rows
+// other transactions hold, and their SKUs' orders move to queues of
+// their own (see batcher), so a held row holds up its SKU only. Default
+// 1, the biggest batches; 0: a batch per SKU, each waiting for its row.
 func WithLanes(n int) Option {
 	return func(c *config) { c.lanes = max(0, n) }
+}
+
+// WithHeldBatches bounds the batches of SKUs whose row a lane found held
+// (see WithLanes) that run at once, each holding a connection while it
+// waits for its row, so that the lanes keep the rest of the pool however
+// many rows are held. Default 4.
+func WithHeldBatches(n int) Option {
+	return func(c *config) { c.heldBatches = max(1, n) }
 }
 
 // WithWait makes the leader of a batch wait up to d for more orders (less

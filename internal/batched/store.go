@@ -17,7 +17,23 @@ type Store interface {
 	InBatchTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 }
 
-// Tx is the transaction of a batch of orders on one SKU.
+// Deduction is what DeductEach did to one SKU's row.
+type Deduction struct {
+	// Deducted: the total was taken.
+	Deducted bool
+	// Exists: the SKU has a stock row.
+	Exists bool
+	// Held: another transaction held the row, which was skipped, neither
+	// locked nor read (DeductEachSkippingHeld).
+	Held bool
+	// Level is the row as read under its lock, before the deduction. The
+	// lock is held until the transaction ends, so a SKU not deducted is
+	// planned again from it without another read (a catalog's batch is
+	// mostly sold-out SKUs: a read each cost a round trip each).
+	Level inventory.Level
+}
+
+// Tx is the transaction of a batch of orders, of one SKU or of many.
 type Tx interface {
 	// DeductIfAvailable subtracts total only if at least total is
 	// available, and bumps the version.
@@ -25,9 +41,15 @@ type Tx interface {
 	// DeductEach subtracts totals[i] from skus[i] (distinct, in SKU byte
 	// order) for each SKU whose sale is open and has that much available,
 	// bumping their versions, in one statement (a read and an UPDATE on
-	// MariaDB), with the rows locked in the order given; it reports which
-	// it deducted. A SKU without a row is not deducted.
-	DeductEach(ctx context.Context, skus []string, totals []int64) ([]bool, error)
+	// MariaDB), with the rows locked in the order given; it reports, in
+	// the order of skus, which it deducted and each row as it read it
+	// under its lock. A SKU without a row is not deducted.
+	DeductEach(ctx context.Context, skus []string, totals []int64) ([]Deduction, error)
+	// DeductEachSkippingHeld is DeductEach for a lane's batch: it never
+	// waits for a row. A row another transaction holds is neither locked
+	// nor deducted, and comes back Held (FOR UPDATE SKIP LOCKED), so that
+	// one held row holds up only its own SKU's orders.
+	DeductEachSkippingHeld(ctx context.Context, skus []string, totals []int64) ([]Deduction, error)
 	// LockLevel reads the stock row and locks it until the transaction
 	// ends: SELECT … FOR UPDATE (inventory.ErrUnknownSKU when there is
 	// none).

@@ -227,9 +227,12 @@ const openNow = `(starts_at IS NULL OR starts_at <= statement_timestamp()) AND (
 
 // levelQuery reads a stock row as inventory.Level: the window's state
 // judged by the database's clock.
-const levelQuery = `SELECT available, version, fence,
-	CASE WHEN starts_at > statement_timestamp() THEN 1 WHEN ends_at <= statement_timestamp() THEN 2 ELSE 0 END
+const levelQuery = `SELECT available, version, fence, ` + windowCase + `
 	FROM stock WHERE sku = $1`
+
+// windowCase is a stock row's window state (inventory.Level's Window) on
+// the database's clock.
+const windowCase = `CASE WHEN starts_at > statement_timestamp() THEN 1 WHEN ends_at <= statement_timestamp() THEN 2 ELSE 0 END`
 
 func readLevel(ctx context.Context, q querier, sku, query string) (inventory.Level, error) {
 	var l inventory.Level

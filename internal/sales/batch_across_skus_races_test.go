@@ -3,6 +3,7 @@ package sales_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,9 +24,16 @@ import (
 // GC pause or the network can take between two statements.
 type hookedBatchStore struct {
 	store.Store
-	txs        atomic.Int64
-	began      chan struct{} // hears each transaction begin, when not nil
+	txs   atomic.Int64
+	began chan struct{} // hears each transaction begin, when not nil
+	// gate, when set, holds the next transaction before it begins, until
+	// it is closed.
+	gate atomic.Pointer[chan struct{}]
+	// afterLevel hears each row read and locked, by LockLevel or by
+	// DeductEach, once the statement is done.
 	afterLevel func(sku string)
+	// lockLevels counts the rows read again by LockLevel.
+	lockLevels atomic.Int64
 }
 
 func (s *hookedBatchStore) InBatchTx(ctx context.Context, fn func(context.Context, batched.Tx) error) error {
@@ -35,6 +43,9 @@ func (s *hookedBatchStore) InBatchTx(ctx context.Context, fn func(context.Contex
 		case s.began <- struct{}{}:
 		default:
 		}
+	}
+	if gate := s.gate.Swap(nil); gate != nil {
+		<-*gate
 	}
 	return s.Store.InBatchTx(ctx, func(ctx context.Context, tx batched.Tx) error {
 		return fn(ctx, laneHookedTx{Tx: tx, s: s})
@@ -47,11 +58,35 @@ type laneHookedTx struct {
 }
 
 func (t laneHookedTx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {
+	t.s.lockLevels.Add(1)
 	l, err := t.Tx.LockLevel(ctx, sku)
 	if err == nil && t.s.afterLevel != nil {
 		t.s.afterLevel(sku)
 	}
 	return l, err
+}
+
+func (t laneHookedTx) DeductEach(ctx context.Context, skus []string, totals []int64) ([]batched.Deduction, error) {
+	return t.afterLevels(skus)(t.Tx.DeductEach(ctx, skus, totals))
+}
+
+func (t laneHookedTx) DeductEachSkippingHeld(ctx context.Context, skus []string, totals []int64) ([]batched.Deduction, error) {
+	return t.afterLevels(skus)(t.Tx.DeductEachSkippingHeld(ctx, skus, totals))
+}
+
+// afterLevels calls afterLevel for each row a DeductEach statement read
+// and locked.
+func (t laneHookedTx) afterLevels(skus []string) func([]batched.Deduction, error) ([]batched.Deduction, error) {
+	return func(done []batched.Deduction, err error) ([]batched.Deduction, error) {
+		if err == nil && t.s.afterLevel != nil {
+			for i, d := range done {
+				if d.Exists && !d.Held {
+					t.s.afterLevel(skus[i])
+				}
+			}
+		}
+		return done, err
+	}
 }
 
 // queueSignal hears each order that waits in its lane's queue.
@@ -72,16 +107,21 @@ type answer struct {
 }
 
 // inOneBatch places reqs through svc so that they form one batch of its
-// lane, in the order given: a gate order's batch waits on the gate SKU's
-// row (held) while they queue one after the other; then the row is freed.
-// It returns how many transactions the batch took, and their answers.
+// lane, in the order given: a gate order's batch is held before its
+// transaction begins while they queue one after the other; then it goes
+// on. (A held row would not do: the lane skips it.) It returns how many
+// transactions the batch took, and their answers.
 func inOneBatch(t *testing.T, db store.Store, hooked *hookedBatchStore, queued queueSignal, svc *sales.Service, reqs []inventory.Request, beforeRelease ...func()) (int64, []answer) {
 	t.Helper()
 	ctx := context.Background()
 	if err := svc.StartSale(ctx, "gate", 100); err != nil {
 		t.Fatal(err)
 	}
-	release := testdb.HoldRow(t, db, "gate")
+	for len(queued) > 0 {
+		<-queued // an earlier order's: each waits for its answer too
+	}
+	hold := make(chan struct{})
+	hooked.gate.Store(&hold)
 	gate := make(chan answer, 1)
 	hooked.began = make(chan struct{}, 1)
 	go func() {
@@ -89,7 +129,7 @@ func inOneBatch(t *testing.T, db store.Store, hooked *hookedBatchStore, queued q
 		gate <- answer{o, err}
 	}()
 	select {
-	case <-hooked.began: // the gate's batch is in flight, waiting on its row
+	case <-hooked.began: // the gate's batch is in flight, held
 	case <-time.After(10 * time.Second):
 		t.Fatal("the gate order's batch never began")
 	}
@@ -110,9 +150,7 @@ func inOneBatch(t *testing.T, db store.Store, hooked *hookedBatchStore, queued q
 		f()
 	}
 	before := hooked.txs.Load()
-	if err := release(); err != nil {
-		t.Fatal(err)
-	}
+	close(hold)
 	if g := <-gate; g.err != nil {
 		t.Fatalf("gate order: %v", g.err)
 	}
@@ -202,6 +240,63 @@ func TestASaleWindowEndingWhileABatchReplansRefusesOnlyThatSKU(t *testing.T) {
 			for i, a := range got[:2] {
 				if o := inventory.Outcome(a.err); o != "created" && o != "ended" && o != "sold_out" {
 					t.Errorf("win's order %d: %s (%v), want created, ended or sold out", i+1, o, a.err)
+				}
+			}
+		})
+	}
+}
+
+// TestSoldOutSKUsOfABatchAreNotReadAgain: one batch of ten orders, each
+// for a sold-out SKU, two for a SKU with one unit left and one for a SKU
+// with plenty. The first statement locks and reads every row, so the SKUs
+// it could not deduct are planned again from what it read: no row is read
+// a second time (a catalog's batch is mostly sold-out SKUs, and each
+// such read was a round trip under the batch's locks), and the answers
+// are those of the orders served one at a time, in one transaction.
+func TestSoldOutSKUsOfABatchAreNotReadAgain(t *testing.T) {
+	for _, engine := range store.Engines {
+		t.Run(engine, func(t *testing.T) {
+			db, hooked, queued, svc := newHookedService(t, engine)
+			ctx := context.Background()
+			var reqs []inventory.Request
+			for i := range 10 {
+				sku := fmt.Sprintf("gone-%02d", i)
+				if err := svc.StartSale(ctx, sku, 1); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: "early"}); err != nil {
+					t.Fatal(err)
+				}
+				reqs = append(reqs, inventory.Request{SKU: sku, Quantity: 1, UserID: fmt.Sprintf("u%d", i)})
+			}
+			for sku, n := range map[string]int64{"last-one": 1, "plenty": 50} {
+				if err := svc.StartSale(ctx, sku, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reqs = append(reqs,
+				inventory.Request{SKU: "last-one", Quantity: 1, UserID: "first"},
+				inventory.Request{SKU: "last-one", Quantity: 1, UserID: "second"},
+				inventory.Request{SKU: "plenty", Quantity: 2, UserID: "third"})
+			reads := hooked.lockLevels.Load()
+			txs, got := inOneBatch(t, db, hooked, queued, svc, reqs)
+			want := append(slices.Repeat([]string{"sold_out"}, 10), "created", "sold_out", "created")
+			for i, a := range got {
+				if o := inventory.Outcome(a.err); o != want[i] {
+					t.Errorf("order %d (%s): %s (%v), want %s", i, reqs[i].SKU, o, a.err, want[i])
+				}
+			}
+			// The gate's batch is one SKU's (its conditional UPDATE
+			// fits): it reads nothing again either.
+			if n := hooked.lockLevels.Load() - reads; n != 0 {
+				t.Errorf("%d rows read again after the batch's statement locked and read them all", n)
+			}
+			if txs != 1 {
+				t.Errorf("the batch took %d transactions, want 1", txs)
+			}
+			for sku, want := range map[string]int64{"gone-00": 1, "last-one": 1, "plenty": 2} {
+				if a, err := db.Audit(ctx, sku); err != nil || !a.Consistent() || a.Ordered != want {
+					t.Errorf("%s: audit %+v (%v), want %d ordered", sku, a, err, want)
 				}
 			}
 		})

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/metrics"
@@ -70,7 +69,7 @@ func Defaults() Config {
 		CASMaxAttempts:   50,
 		CASMaxInFlight:   2,
 		BatchMax:         256,
-		BatchLanes:       batched.DefaultLanes,
+		BatchLanes:       LanesByEngine,
 		RedisAddrs:       []string{"127.0.0.1:6379"},
 		EtcdEndpoints:    []string{"127.0.0.1:2379"},
 		ZKServers:        []string{"127.0.0.1:2181"},

@@ -323,11 +323,18 @@ func (t *batchTx) DeductIfAvailable(ctx context.Context, sku string, total int64
 	return t.Tx.DeductIfAvailable(ctx, sku, total)
 }
 
-func (t *batchTx) DeductEach(ctx context.Context, skus []string, totals []int64) ([]bool, error) {
+func (t *batchTx) DeductEach(ctx context.Context, skus []string, totals []int64) ([]batched.Deduction, error) {
 	if err := t.step(ctx, stepWrite); err != nil {
 		return nil, err
 	}
 	return t.Tx.DeductEach(ctx, skus, totals)
+}
+
+func (t *batchTx) DeductEachSkippingHeld(ctx context.Context, skus []string, totals []int64) ([]batched.Deduction, error) {
+	if err := t.step(ctx, stepWrite); err != nil {
+		return nil, err
+	}
+	return t.Tx.DeductEachSkippingHeld(ctx, skus, totals)
 }
 
 func (t *batchTx) LockLevel(ctx context.Context, sku string) (inventory.Level, error) {

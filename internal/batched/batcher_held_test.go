@@ -1,0 +1,104 @@
+package batched
+
+import (
+	"context"
+	"testing"
+
+	"github.com/flashsale/stock/internal/inventory"
+)
+
+// submitSKU submits an order of sku through h, as h.submit does for "s".
+func (h *harness) submitSKU(ctx context.Context, id, sku string) submitted {
+	h.t.Helper()
+	o := newBatchOrder(ctx, inventory.Order{ID: id, SKU: sku, Quantity: 1}, "", nil, 0)
+	s := submitted{o: o, answer: make(chan batchResult, 1)}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		order, err := h.b.submit(o)
+		s.answer <- batchResult{order: order, err: err}
+	}()
+	if q := <-h.queued; q != o {
+		h.t.Fatalf("queued %s, want %s", q.order.ID, id)
+	}
+	return s
+}
+
+// TestBatcherMovesAHeldSKUsOrdersToItsOwnQueueInArrivalOrder: one lane
+// for every SKU. a1's lane batch finds a's row held (errRowHeld) while
+// b1, a2 and b2 queue in the lane. a1 moves to a queue of a alone, and a2,
+// queued in the lane behind it, moves with it: a's batch is a1 then a2,
+// and the lane's next batch is b1 and b2 only. a3, which comes while a's
+// batch runs, joins a's queue, not the lane. Every order gets its own
+// answer, and nothing is left queued.
+func TestBatcherMovesAHeldSKUsOrdersToItsOwnQueueInArrivalOrder(t *testing.T) {
+	lane, held := newGatedRunner(), newGatedRunner()
+	h := newHarness(t, 256, func(ctx context.Context, batch []*batchOrder) []batchResult {
+		results := lane.run(ctx, batch)
+		for i, o := range batch {
+			if o.sku == "a" {
+				results[i] = batchResult{err: errRowHeld}
+			}
+		}
+		return results
+	})
+	h.b.runHeld = held.run
+	h.b.laneOf = lanes(1)
+	ctx := context.Background()
+
+	a1 := h.submitSKU(ctx, "a1", "a")
+	wantBatch(t, lane, "a1")
+	b1, a2, b2 := h.submitSKU(ctx, "b1", "b"), h.submitSKU(ctx, "a2", "a"), h.submitSKU(ctx, "b2", "b")
+	lane.release <- struct{}{}
+	wantBatch(t, held, "a1", "a2")
+	wantBatch(t, lane, "b1", "b2")
+
+	a3 := h.submitSKU(ctx, "a3", "a")
+	lane.release <- struct{}{}
+	wantOwnOrder(t, b1)
+	wantOwnOrder(t, b2)
+	held.release <- struct{}{}
+	wantOwnOrder(t, a1)
+	wantOwnOrder(t, a2)
+	wantBatch(t, held, "a3")
+	held.release <- struct{}{}
+	wantOwnOrder(t, a3)
+
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if len(h.b.queues) != 0 || len(h.b.held) != 0 {
+		t.Errorf("an idle batcher keeps %d lanes and %d held SKUs' queues", len(h.b.queues), len(h.b.held))
+	}
+}
+
+// TestBatcherHeldQueueLeaderMayBeTheLanesLeader: the lane's leader's own
+// order is the one whose row is held: it moves to its SKU's queue and
+// leads it once the lane's batch is answered and handed on, so neither
+// queue waits for the other.
+func TestBatcherHeldQueueLeaderMayBeTheLanesLeader(t *testing.T) {
+	lane, held := newGatedRunner(), newGatedRunner()
+	h := newHarness(t, 256, func(ctx context.Context, batch []*batchOrder) []batchResult {
+		results := lane.run(ctx, batch)
+		for i, o := range batch {
+			if o.sku == "a" {
+				results[i] = batchResult{err: errRowHeld}
+			}
+		}
+		return results
+	})
+	h.b.runHeld = held.run
+	h.b.laneOf = lanes(1)
+	ctx := context.Background()
+
+	b0 := h.submitSKU(ctx, "b0", "b")
+	wantBatch(t, lane, "b0")
+	a1, b1 := h.submitSKU(ctx, "a1", "a"), h.submitSKU(ctx, "b1", "b")
+	lane.release <- struct{}{}
+	wantOwnOrder(t, b0)
+	wantBatch(t, lane, "a1", "b1") // led by a1's goroutine
+	lane.release <- struct{}{}
+	wantOwnOrder(t, b1)
+	wantBatch(t, held, "a1")
+	held.release <- struct{}{}
+	wantOwnOrder(t, a1)
+}
