@@ -15,12 +15,12 @@ func TestBatchLanesLeftUnsetAreTheEngines(t *testing.T) {
 		{"mysql://root@127.0.0.1/stock", LanesByEngine, 2},
 		{"mysql://root@127.0.0.1/stock", 0, 0},
 		{"postgres://127.0.0.1/stock", 8, 8},
+		{"", LanesByEngine, 1},
 	} {
 		cfg := Defaults()
 		cfg.DatabaseURL, cfg.BatchLanes = c.url, c.lanes
-		got, err := batchLanes(cfg)
-		if err != nil || got != c.want {
-			t.Errorf("%s with BATCH_LANES %d: %d lanes (%v), want %d", c.url, c.lanes, got, err, c.want)
+		if got := batchLanes(cfg); got != c.want {
+			t.Errorf("%s with BATCH_LANES %d: %d lanes, want %d", c.url, c.lanes, got, c.want)
 		}
 	}
 }
