@@ -59,7 +59,7 @@ func TestABatchOfTwoSKUsDecidesEachOnItsOwn(t *testing.T) {
 // arriving in opposite orders (instance 1: a then b; instance 2: b then
 // a), with lost commit answers; and two instances on one SKU, where one
 // finds the row the other holds and moves its orders to the SKU's own
-// queue, without faults. Nothing oversold on either SKU, every
+// queue. Nothing oversold on either SKU, every
 // answer true to the rows, each SKU's history linearizable, and no
 // deadlock (the rows are taken in SKU order).
 func TestEveryScheduleOfABatchAcrossSKUs(t *testing.T) {
@@ -68,22 +68,25 @@ func TestEveryScheduleOfABatchAcrossSKUs(t *testing.T) {
 			t.Parallel()
 			x := open(t, engine)
 			s := seed(t)
-			lostAnswers := explore.Faults{Max: 1, LostCommitAnswer: true}
+			// MariaDB's SKIP LOCKED sometimes waits for a row another
+			// transaction holds instead of skipping it, which no schedule
+			// decides: a schedule that did not replay is run again, and
+			// one that still does not is left out and counted (under
+			// CI's load one did, once). On PostgreSQL one is a bug.
+			retry := 0
+			if engine == "mysql" {
+				retry = 2
+			}
 			for _, sc := range []explore.Scenario{
 				{Name: "one batch of two SKUs, one fits and one does not", Stocks: []int64{1, 1}, SKUOf: []int{0, 1, 1},
-					Quantities: []int64{1, 1, 1}, MaxSchedules: scaled(t, 400), Samples: scaled(t, 50), Faults: lostAnswers},
+					Quantities: []int64{1, 1, 1}, MaxSchedules: scaled(t, 400), Samples: scaled(t, 50)},
 				{Name: "two instances batching two SKUs in opposite orders", Stocks: []int64{1, 1}, SKUOf: []int{0, 1, 1, 0},
-					Quantities: []int64{1, 1, 1, 1}, Instances: 2, MaxSchedules: scaled(t, 200), Samples: scaled(t, 50), Faults: lostAnswers},
-				// Without lost commit answers: under CI's load, one such
-				// schedule of this row did not replay on MariaDB (the
-				// explorer's reading of lock waits; see the closing
-				// note). A held SKU's queue resolves a lost answer as a
-				// batch of one SKU does, which the rows above explore.
+					Quantities: []int64{1, 1, 1, 1}, Instances: 2, MaxSchedules: scaled(t, 200), Samples: scaled(t, 50)},
 				{Name: "two instances on one SKU, whose row one finds held", Stock: 2,
 					Quantities: []int64{1, 1, 1}, Instances: 2, MaxSchedules: scaled(t, 200), Samples: scaled(t, 50)},
 			} {
 				sc.Name = fmt.Sprintf("batched, %s, on %s", sc.Name, engine)
-				sc.Strategy, sc.Seed = oneLane, s
+				sc.Strategy, sc.Faults, sc.Seed, sc.RetryUnreplayed = oneLane, explore.Faults{Max: 1, LostCommitAnswer: true}, s, retry
 				r, err := x.Explore(context.Background(), sc)
 				if err != nil {
 					t.Fatalf("%s: %v", sc.Name, err)

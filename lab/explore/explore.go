@@ -65,6 +65,10 @@ type Scenario struct {
 	// the schedule gives it.
 	Strategy func(Env) inventory.Strategic
 	Faults   Faults
+	// RetryUnreplayed is as Lifecycle's: how often a schedule the server
+	// did not replay is run again before it is counted and left out; 0:
+	// it is an error. MariaDB's SKIP LOCKED (a batched lane's) needs it.
+	RetryUnreplayed int
 	// Retry makes the buyers one client: the same request under the same
 	// idempotency key, sent again while the first is still under way (a
 	// retry after a timeout or a 503). Quantities must then be equal.
@@ -238,7 +242,7 @@ const maxFailures = 3
 // means the harness itself could not go on (the database went away, a
 // schedule did not replay the same).
 func (x *Explorer) Explore(ctx context.Context, sc Scenario) (Report, error) {
-	return walk(ctx, sc.Name, sc.MaxSchedules, sc.Samples, sc.Seed, 0, func(pick picker) (result, error) {
+	return walk(ctx, sc.Name, sc.MaxSchedules, sc.Samples, sc.Seed, sc.RetryUnreplayed, func(pick picker) (result, error) {
 		return x.run(ctx, sc, pick)
 	})
 }
