@@ -7,33 +7,18 @@ import (
 	"github.com/flashsale/stock/internal/inventory"
 )
 
-// submitSKU submits an order of sku through h, as h.submit does for "s".
+// submitSKU submits a one-unit order of sku through h.
 func (h *harness) submitSKU(ctx context.Context, id, sku string) submitted {
 	h.t.Helper()
-	o := newBatchOrder(ctx, inventory.Order{ID: id, SKU: sku, Quantity: 1}, "", nil, 0)
-	s := submitted{o: o, answer: make(chan batchResult, 1)}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		order, err := h.b.submit(o)
-		s.answer <- batchResult{order: order, err: err}
-	}()
-	if q := <-h.queued; q != o {
-		h.t.Fatalf("queued %s, want %s", q.order.ID, id)
-	}
-	return s
+	return h.submitOrder(newBatchOrder(ctx, inventory.Order{ID: id, SKU: sku, Quantity: 1}, "", nil, 0))
 }
 
-// TestBatcherMovesAHeldSKUsOrdersToItsOwnQueueInArrivalOrder: one lane
-// for every SKU. a1's lane batch finds a's row held (errRowHeld) while
-// b1, a2 and b2 queue in the lane. a1 moves to a queue of a alone, and a2,
-// queued in the lane behind it, moves with it: a's batch is a1 then a2,
-// and the lane's next batch is b1 and b2 only. a3, which comes while a's
-// batch runs, joins a's queue, not the lane. Every order gets its own
-// answer, and nothing is left queued.
-func TestBatcherMovesAHeldSKUsOrdersToItsOwnQueueInArrivalOrder(t *testing.T) {
-	lane, held := newGatedRunner(), newGatedRunner()
-	h := newHarness(t, 256, func(ctx context.Context, batch []*batchOrder) []batchResult {
+// newHeldHarness is a harness of one lane for every SKU whose lane
+// batches find the row of SKU "a" held (errRowHeld), with a gated runner
+// for the lane's batches and one for the held queues'.
+func newHeldHarness(t *testing.T) (h *harness, lane, held *gatedRunner) {
+	lane, held = newGatedRunner(), newGatedRunner()
+	h = newHarness(t, 256, func(ctx context.Context, batch []*batchOrder) []batchResult {
 		results := lane.run(ctx, batch)
 		for i, o := range batch {
 			if o.sku == "a" {
@@ -44,6 +29,18 @@ func TestBatcherMovesAHeldSKUsOrdersToItsOwnQueueInArrivalOrder(t *testing.T) {
 	})
 	h.b.runHeld = held.run
 	h.b.laneOf = lanes(1)
+	return h, lane, held
+}
+
+// TestBatcherMovesAHeldSKUsOrdersToItsOwnQueueInArrivalOrder: one lane
+// for every SKU. a1's lane batch finds a's row held (errRowHeld) while
+// b1, a2 and b2 queue in the lane. a1 moves to a queue of a alone, and a2,
+// queued in the lane behind it, moves with it: a's batch is a1 then a2,
+// and the lane's next batch is b1 and b2 only. a3, which comes while a's
+// batch runs, joins a's queue, not the lane. Every order gets its own
+// answer, and nothing is left queued.
+func TestBatcherMovesAHeldSKUsOrdersToItsOwnQueueInArrivalOrder(t *testing.T) {
+	h, lane, held := newHeldHarness(t)
 	ctx := context.Background()
 
 	a1 := h.submitSKU(ctx, "a1", "a")
@@ -76,18 +73,7 @@ func TestBatcherMovesAHeldSKUsOrdersToItsOwnQueueInArrivalOrder(t *testing.T) {
 // leads it once the lane's batch is answered and handed on, so neither
 // queue waits for the other.
 func TestBatcherHeldQueueLeaderMayBeTheLanesLeader(t *testing.T) {
-	lane, held := newGatedRunner(), newGatedRunner()
-	h := newHarness(t, 256, func(ctx context.Context, batch []*batchOrder) []batchResult {
-		results := lane.run(ctx, batch)
-		for i, o := range batch {
-			if o.sku == "a" {
-				results[i] = batchResult{err: errRowHeld}
-			}
-		}
-		return results
-	})
-	h.b.runHeld = held.run
-	h.b.laneOf = lanes(1)
+	h, lane, held := newHeldHarness(t)
 	ctx := context.Background()
 
 	b0 := h.submitSKU(ctx, "b0", "b")

@@ -63,7 +63,12 @@ func newHarness(t *testing.T, maxSize int, run batchRunner) *harness {
 
 func (h *harness) submit(ctx context.Context, id string, quantity int64) submitted {
 	h.t.Helper()
-	o := newBatchOrder(ctx, inventory.Order{ID: id, SKU: "s", Quantity: quantity}, "", nil, 0)
+	return h.submitOrder(newBatchOrder(ctx, inventory.Order{ID: id, SKU: "s", Quantity: quantity}, "", nil, 0))
+}
+
+// submitOrder submits o on its own goroutine and waits until it is queued.
+func (h *harness) submitOrder(o *batchOrder) submitted {
+	h.t.Helper()
 	s := submitted{o: o, answer: make(chan batchResult, 1)}
 	h.wg.Add(1)
 	go func() {
@@ -72,7 +77,7 @@ func (h *harness) submit(ctx context.Context, id string, quantity int64) submitt
 		s.answer <- batchResult{order: order, err: err}
 	}()
 	if q := <-h.queued; q != o {
-		h.t.Fatalf("queued %s, want %s", q.order.ID, id)
+		h.t.Fatalf("queued %s, want %s", q.order.ID, o.order.ID)
 	}
 	return s
 }

@@ -14,7 +14,44 @@ import (
 	"github.com/flashsale/stock/internal/store"
 )
 
-var errHolderDone = errors.New("the holder let the row go")
+var errHolderDone = errors.New("the holder let the rows go")
+
+// holdRows locks the rows of skus in a transaction of db's until letGo
+// (or the test's end), as a sale start or a paused client would, and
+// returns its session, for waitBlockedBy. letGo returns once the
+// transaction has rolled back.
+func holdRows(t *testing.T, db inventory.Store, skus ...string) (session int64, letGo func()) {
+	t.Helper()
+	sessions, release := make(chan int64, 1), make(chan struct{})
+	holder := async(func() (inventory.Order, int, error) {
+		return inventory.Order{}, 0, db.InTx(context.Background(), func(ctx context.Context, tx inventory.Tx) error {
+			for _, sku := range skus {
+				if _, err := tx.LockLevel(ctx, sku); err != nil {
+					return err
+				}
+			}
+			sessions <- sessionOf(ctx, t, tx)
+			<-release
+			return errHolderDone
+		})
+	})
+	select {
+	case session = <-sessions:
+	case h := <-holder:
+		t.Fatalf("hold the rows of %q: %v", skus, h.err)
+	}
+	var once sync.Once
+	letGo = func() {
+		once.Do(func() {
+			close(release)
+			if h := await(t, holder, "the holder"); !errors.Is(h.err, errHolderDone) {
+				t.Errorf("the holder: %v", h.err)
+			}
+		})
+	}
+	t.Cleanup(letGo) // a failed test lets the rows go too
+	return session, letGo
+}
 
 // TestAHeldRowHoldsUpOnlyItsOwnSKUsOrders: every SKU in one lane (the
 // default), and another transaction holds the row of "held" (1 unit), as
@@ -41,21 +78,7 @@ func TestAHeldRowHoldsUpOnlyItsOwnSKUsOrders(t *testing.T) {
 				}
 			}
 
-			session, release := make(chan int64, 1), make(chan struct{})
-			var releaseOnce sync.Once
-			letGo := func() { releaseOnce.Do(func() { close(release) }) }
-			t.Cleanup(letGo) // a failed test lets the row go too
-			held := async(func() (inventory.Order, int, error) {
-				return inventory.Order{}, 0, db.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
-					if _, err := tx.LockLevel(ctx, "held"); err != nil {
-						return err
-					}
-					session <- sessionOf(ctx, t, tx)
-					<-release
-					return errHolderDone
-				})
-			})
-			holder := <-session
+			holder, letGo := holdRows(t, db, "held")
 
 			first := async(func() (inventory.Order, int, error) {
 				o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: "held", Quantity: 1, UserID: "first"})
@@ -82,10 +105,6 @@ func TestAHeldRowHoldsUpOnlyItsOwnSKUsOrders(t *testing.T) {
 			})
 			<-queued // buyer 2 waits in the process, behind buyer 1
 			letGo()
-			if h := await(t, held, "the holder"); !errors.Is(h.err, errHolderDone) {
-				t.Fatalf("the holder: %v", h.err)
-			}
-
 			if r := await(t, first, "buyer 1"); r.err != nil {
 				t.Errorf("buyer 1, first in line: %v", r.err)
 			}
@@ -120,23 +139,11 @@ func TestManyHeldRowsDoNotStarveTheLane(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			session, release := make(chan int64, 1), make(chan struct{})
-			var releaseOnce sync.Once
-			letGo := func() { releaseOnce.Do(func() { close(release) }) }
-			t.Cleanup(letGo)
-			holder := async(func() (inventory.Order, int, error) {
-				return inventory.Order{}, 0, db.InTx(ctx, func(ctx context.Context, tx inventory.Tx) error {
-					for i := range heldSKUs {
-						if _, err := tx.LockLevel(ctx, fmt.Sprintf("held-%02d", i)); err != nil {
-							return err
-						}
-					}
-					session <- sessionOf(ctx, t, tx)
-					<-release
-					return errHolderDone
-				})
-			})
-			holderSession := <-session
+			var skus []string
+			for i := range heldSKUs {
+				skus = append(skus, fmt.Sprintf("held-%02d", i))
+			}
+			holderSession, letGo := holdRows(t, db, skus...)
 
 			var waiting []chan result
 			for i := range heldSKUs {
@@ -156,9 +163,6 @@ func TestManyHeldRowsDoNotStarveTheLane(t *testing.T) {
 				}
 			}
 			letGo()
-			if h := await(t, holder, "the holder"); !errors.Is(h.err, errHolderDone) {
-				t.Fatalf("the holder: %v", h.err)
-			}
 			for i, w := range waiting {
 				if r := await(t, w, "a held SKU's order"); r.err != nil {
 					t.Errorf("the order of held-%02d, once its row was let go: %v", i, r.err)
