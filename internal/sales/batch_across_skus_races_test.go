@@ -111,7 +111,7 @@ type answer struct {
 // transaction begins while they queue one after the other; then it goes
 // on. (A held row would not do: the lane skips it.) It returns how many
 // transactions the batch took, and their answers.
-func inOneBatch(t *testing.T, db store.Store, hooked *hookedBatchStore, queued queueSignal, svc *sales.Service, reqs []inventory.Request, beforeRelease ...func()) (int64, []answer) {
+func inOneBatch(t *testing.T, hooked *hookedBatchStore, queued queueSignal, svc *sales.Service, reqs []inventory.Request, beforeRelease ...func()) (int64, []answer) {
 	t.Helper()
 	ctx := context.Background()
 	if err := svc.StartSale(ctx, "gate", 100); err != nil {
@@ -179,14 +179,14 @@ func newHookedService(t *testing.T, engine string, opts ...batched.Option) (stor
 func TestOrdersOfASKUAreDecidedInArrivalOrderWhenAnotherSKUSharesTheirKey(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
-			db, hooked, queued, svc := newHookedService(t, engine)
+			_, hooked, queued, svc := newHookedService(t, engine)
 			ctx := context.Background()
 			for _, sku := range []string{"key-a", "key-b"} {
 				if err := svc.StartSale(ctx, sku, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
-			_, got := inOneBatch(t, db, hooked, queued, svc, []inventory.Request{
+			_, got := inOneBatch(t, hooked, queued, svc, []inventory.Request{
 				{SKU: "key-a", Quantity: 2, UserID: "u1", IdempotencyKey: "k"},
 				{SKU: "key-b", Quantity: 1, UserID: "u2", IdempotencyKey: "k"},
 				{SKU: "key-b", Quantity: 1, UserID: "u3"},
@@ -211,7 +211,7 @@ func TestOrdersOfASKUAreDecidedInArrivalOrderWhenAnotherSKUSharesTheirKey(t *tes
 func TestASaleWindowEndingWhileABatchReplansRefusesOnlyThatSKU(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
-			db, hooked, queued, svc := newHookedService(t, engine)
+			_, hooked, queued, svc := newHookedService(t, engine)
 			ctx := context.Background()
 			ends := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
 			if err := svc.StartSaleWindow(ctx, "win", 1, inventory.SaleWindow{EndsAt: ends}); err != nil {
@@ -226,7 +226,7 @@ func TestASaleWindowEndingWhileABatchReplansRefusesOnlyThatSKU(t *testing.T) {
 					once.Do(func() { time.Sleep(time.Until(ends) + 300*time.Millisecond) })
 				}
 			}
-			_, got := inOneBatch(t, db, hooked, queued, svc, []inventory.Request{
+			_, got := inOneBatch(t, hooked, queued, svc, []inventory.Request{
 				{SKU: "win", Quantity: 1, UserID: "u1"},
 				{SKU: "win", Quantity: 1, UserID: "u2"},
 				{SKU: "other", Quantity: 1, UserID: "u3"},
@@ -279,7 +279,7 @@ func TestSoldOutSKUsOfABatchAreNotReadAgain(t *testing.T) {
 				inventory.Request{SKU: "last-one", Quantity: 1, UserID: "second"},
 				inventory.Request{SKU: "plenty", Quantity: 2, UserID: "third"})
 			reads := hooked.lockLevels.Load()
-			txs, got := inOneBatch(t, db, hooked, queued, svc, reqs)
+			txs, got := inOneBatch(t, hooked, queued, svc, reqs)
 			want := append(slices.Repeat([]string{"sold_out"}, 10), "created", "sold_out", "created")
 			for i, a := range got {
 				if o := inventory.Outcome(a.err); o != want[i] {
@@ -312,7 +312,7 @@ func TestSoldOutSKUsOfABatchAreNotReadAgain(t *testing.T) {
 func TestUnknownSKUsOfABatchAreLeftOutInOneRetry(t *testing.T) {
 	for _, engine := range store.Engines {
 		t.Run(engine, func(t *testing.T) {
-			db, hooked, queued, svc := newHookedService(t, engine)
+			_, hooked, queued, svc := newHookedService(t, engine)
 			if err := svc.StartSale(context.Background(), "real", 5); err != nil {
 				t.Fatal(err)
 			}
@@ -321,7 +321,7 @@ func TestUnknownSKUsOfABatchAreLeftOutInOneRetry(t *testing.T) {
 				reqs = append(reqs, inventory.Request{SKU: fmt.Sprintf("nosuch-%02d", i), Quantity: 1, UserID: fmt.Sprintf("u%d", i)})
 			}
 			reqs = append(reqs, inventory.Request{SKU: "real", Quantity: 1, UserID: "good"})
-			txs, got := inOneBatch(t, db, hooked, queued, svc, reqs)
+			txs, got := inOneBatch(t, hooked, queued, svc, reqs)
 			for i, a := range got[:10] {
 				if inventory.Outcome(a.err) != "unknown_sku" {
 					t.Errorf("order %d: %v, want unknown SKU", i, a.err)
@@ -362,7 +362,7 @@ func TestBatchWhoseCommitAnswerIsLostIsResolvedForEverySKU(t *testing.T) {
 			go func() {
 				// Armed while the gate's batch waits: the next batch, of
 				// both SKUs, is the late one.
-				_, got := inOneBatch(t, db, hooked, queued, svc, []inventory.Request{
+				_, got := inOneBatch(t, hooked, queued, svc, []inventory.Request{
 					{SKU: "lost-b", Quantity: 1, UserID: "u-b"},
 					{SKU: "lost-a", Quantity: 1, UserID: "u-a"},
 				}, func() { late.armed.Store(true) })
