@@ -90,6 +90,14 @@ type config struct {
 	// RedisCluster: REDIS_ADDRS are the seeds of one Redis Cluster
 	// (REDIS_MODE=cluster), not independent servers.
 	RedisCluster bool
+	// RedisSentinelMaster: REDIS_ADDRS are Sentinels, and the Redis is the
+	// primary they know by this name (REDIS_MODE=sentinel); "" otherwise.
+	RedisSentinelMaster string
+	// ReserveWaitReplicas and ReserveWaitTimeout: an order of the
+	// reservation strategies is answered 201 once this many replicas
+	// have it (WAIT), or 503 after the timeout.
+	ReserveWaitReplicas int
+	ReserveWaitTimeout  time.Duration
 }
 
 // strategyConfig is the part of the configuration the strategies' entries
@@ -102,8 +110,10 @@ func (c config) strategyConfig() strategies.Config {
 		RedisAddrs: c.RedisAddrs, EtcdEndpoints: c.EtcdEndpoints, ZKServers: c.ZKServers,
 		LockTTL: c.LockTTL, LockWait: c.LockWait, LockRenewEvery: c.LockRenewEvery,
 		Fencing: c.Fencing, FreezeHolder: c.FreezeHolder, SkipPolicyCheck: c.SkipPolicyCheck,
-		RedisCluster: c.RedisCluster, ReserveDurable: c.ReserveDurable, ReserveClaimIdle: c.ReserveClaimIdle,
+		RedisCluster: c.RedisCluster, RedisSentinelMaster: c.RedisSentinelMaster,
+		ReserveDurable: c.ReserveDurable, ReserveClaimIdle: c.ReserveClaimIdle,
 		ReservePipelines: c.ReservePipelines, ReconcileEvery: c.ReconcileEvery,
+		ReserveWaitReplicas: c.ReserveWaitReplicas, ReserveWaitTimeout: c.ReserveWaitTimeout,
 	}
 }
 
@@ -186,8 +196,26 @@ func loadConfig(getenv func(string) string) (config, error) {
 	case "standalone":
 	case "cluster":
 		c.RedisCluster = true
+	case "sentinel":
+		c.RedisSentinelMaster = str("REDIS_SENTINEL_MASTER", strategies.DefaultSentinelMaster)
+		// Behind Sentinel an order waits for a replica by default: a
+		// failover must not lose a 201.
+		def.ReserveWaitReplicas = 1
 	default:
-		bad("REDIS_MODE=%q is not standalone or cluster", m)
+		bad("REDIS_MODE=%q is not standalone, cluster or sentinel", m)
+	}
+	if getenv("REDIS_SENTINEL_MASTER") != "" && c.RedisSentinelMaster == "" {
+		bad("REDIS_SENTINEL_MASTER applies only to REDIS_MODE=sentinel")
+	}
+	c.ReserveWaitReplicas = integer("RESERVE_WAIT_REPLICAS", def.ReserveWaitReplicas, 0, 16)
+	c.ReserveWaitTimeout = duration("RESERVE_WAIT_TIMEOUT", def.ReserveWaitTimeout, false)
+	if c.RedisCluster && c.ReserveWaitReplicas > 0 {
+		// WAIT counts one node's replicas; a pipeline of a cluster
+		// client sends it to whichever node.
+		bad("RESERVE_WAIT_REPLICAS applies only to one Redis (REDIS_MODE=standalone or sentinel), not to REDIS_MODE=cluster")
+	}
+	if c.ReserveWaitTimeout < time.Millisecond || c.ReserveWaitTimeout >= c.OrderTimeout {
+		bad("RESERVE_WAIT_TIMEOUT=%s must be at least 1ms and shorter than ORDER_TIMEOUT=%s", c.ReserveWaitTimeout, c.OrderTimeout)
 	}
 	switch f := str("FENCING", "on"); f {
 	case "on":
@@ -305,6 +333,9 @@ func (c config) logAttrs() []any {
 		"reserve_claim_idle", c.ReserveClaimIdle.String(),
 		"reserve_pipelines", c.ReservePipelines,
 		"redis_cluster", c.RedisCluster,
+		"redis_sentinel_master", c.RedisSentinelMaster,
+		"reserve_wait_replicas", c.ReserveWaitReplicas,
+		"reserve_wait_timeout", c.ReserveWaitTimeout.String(),
 		"reserve_reconcile_every", c.ReconcileEvery.String(),
 	}
 }

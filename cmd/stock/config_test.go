@@ -154,7 +154,8 @@ func TestBatchWaitAtLeastOrderTimeoutIsRefused(t *testing.T) {
 
 // TestReservedConfiguration: redis-reserve and redis-watch default to a
 // durable standalone Redis; REDIS_MODE=cluster and RESERVE_* apply only to
-// them, and bad values are named.
+// them, REDIS_MODE=sentinel to them and the one-Redis locks, and bad
+// values are named.
 func TestReservedConfiguration(t *testing.T) {
 	base := map[string]string{"DATABASE_URL": "postgres://h/db"}
 	with := func(kv ...string) map[string]string {
@@ -177,6 +178,21 @@ func TestReservedConfiguration(t *testing.T) {
 			t.Errorf("%s set: %+v %v", strategy, c, err)
 		}
 	}
+	// Behind Sentinel an order waits for one replica by default; on one
+	// Redis for none.
+	if c, err := loadConfig(env(with("STRATEGY", "redis-reserve"))); err != nil || c.ReserveWaitReplicas != 0 || c.RedisSentinelMaster != "" {
+		t.Errorf("redis-reserve on one Redis: %d replicas waited for, sentinel master %q, %v; want 0 and none", c.ReserveWaitReplicas, c.RedisSentinelMaster, err)
+	}
+	for _, strategy := range []string{"redis-reserve", "redis-watch", "redis-lock", "legacy-getset"} {
+		c, err := loadConfig(env(with("STRATEGY", strategy, "REDIS_MODE", "sentinel")))
+		if err != nil || c.RedisSentinelMaster != "mymaster" || c.ReserveWaitReplicas != 1 || c.ReserveWaitTimeout != 500*time.Millisecond {
+			t.Errorf("%s behind Sentinel: master %q, %d replicas waited for %s, %v; want mymaster, 1, 500ms", strategy, c.RedisSentinelMaster, c.ReserveWaitReplicas, c.ReserveWaitTimeout, err)
+		}
+	}
+	if c, err := loadConfig(env(with("STRATEGY", "redis-watch", "REDIS_MODE", "sentinel", "REDIS_SENTINEL_MASTER", "sale", "RESERVE_WAIT_REPLICAS", "2", "RESERVE_WAIT_TIMEOUT", "50ms"))); err != nil ||
+		c.RedisSentinelMaster != "sale" || c.ReserveWaitReplicas != 2 || c.ReserveWaitTimeout != 50*time.Millisecond {
+		t.Errorf("Sentinel set: master %q, %d replicas waited for %s, %v", c.RedisSentinelMaster, c.ReserveWaitReplicas, c.ReserveWaitTimeout, err)
+	}
 	if c, err := loadConfig(env(with("STRATEGY", "redis-reserve"))); err != nil || c.ReservePipelines != 4 {
 		t.Errorf("redis-reserve's pipelines by default: %d %v, want 4", c.ReservePipelines, err)
 	}
@@ -187,7 +203,13 @@ func TestReservedConfiguration(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{with("STRATEGY", "redis-reserve", "REDIS_MODE", "sentinel"), `REDIS_MODE="sentinel" is not standalone or cluster`},
+		{with("STRATEGY", "redis-reserve", "REDIS_MODE", "replicas"), `REDIS_MODE="replicas" is not standalone, cluster or sentinel`},
+		{with("STRATEGY", "redlock", "REDIS_MODE", "sentinel"), "REDIS_MODE=sentinel applies only to STRATEGY="},
+		{with("STRATEGY", "conditional", "REDIS_MODE", "sentinel"), "REDIS_MODE=sentinel applies only to STRATEGY="},
+		{with("STRATEGY", "redis-reserve", "REDIS_SENTINEL_MASTER", "m"), "REDIS_SENTINEL_MASTER applies only to REDIS_MODE=sentinel"},
+		{with("STRATEGY", "redis-reserve", "REDIS_MODE", "cluster", "RESERVE_WAIT_REPLICAS", "1"), "RESERVE_WAIT_REPLICAS applies only to one Redis"},
+		{with("STRATEGY", "redis-lock", "RESERVE_WAIT_REPLICAS", "1"), "RESERVE_WAIT_REPLICAS applies only to STRATEGY=redis-reserve or redis-watch"},
+		{with("STRATEGY", "redis-reserve", "RESERVE_WAIT_TIMEOUT", "3s"), "RESERVE_WAIT_TIMEOUT=3s must be at least 1ms and shorter than ORDER_TIMEOUT=3s"},
 		{with("STRATEGY", "redis-lock", "REDIS_MODE", "cluster"), "REDIS_MODE=cluster applies only to STRATEGY=redis-reserve or redis-watch"},
 		{with("STRATEGY", "redis-reserve", "RESERVE_DURABILITY", "fsync"), `RESERVE_DURABILITY="fsync" is not aof or none`},
 		{with("STRATEGY", "conditional", "RESERVE_CLAIM_IDLE", "1s"), "applies only to STRATEGY=redis-reserve or redis-watch"},

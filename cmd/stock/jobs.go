@@ -6,13 +6,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashsale/stock/internal/jobs"
 	"github.com/flashsale/stock/internal/locking/dblock"
 	"github.com/flashsale/stock/internal/locking/redislock"
 	"github.com/flashsale/stock/internal/metrics"
-	"github.com/flashsale/stock/internal/redisconn"
+	"github.com/flashsale/stock/internal/strategies"
 )
 
 // newScheduler returns the scheduler of the periodic jobs (the audit, the
@@ -24,12 +22,10 @@ func newScheduler(ctx context.Context, cfg config, m *metrics.Metrics, log *slog
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if cfg.JobLock == "redis" {
-		opt := redisconn.Options(cfg.RedisAddrs[0])
-		opt.PoolSize = 2
-		rdb := redis.NewClient(opt)
+		rdb, where := strategies.RedisClient(cfg.strategyConfig(), strategies.RedisTuning{PoolSize: 2})
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			_ = rdb.Close()
-			return nil, nil, fmt.Errorf("job lock: JOB_LOCK=redis needs Redis (REDIS_ADDRS %s): %w", cfg.RedisAddrs[0], err)
+			return nil, nil, fmt.Errorf("job lock: JOB_LOCK=redis needs Redis (REDIS_ADDRS %s): %w", where, err)
 		}
 		lock := jobs.LockOf(redislock.NewJobLocker(rdb, "job-lock:").TryLock)
 		return jobs.New(lock, jobs.WithLogger(log), jobs.WithObserver(m)), func() { _ = rdb.Close() }, nil

@@ -359,7 +359,7 @@ var meanings = map[string]meaning{
 	"/orders": {
 		busy:        "the order was not taken in time: nothing was deducted; retry (with the same Idempotency-Key, a retry never takes a second order)",
 		unavailable: "a backend is unavailable: the order was not taken, nothing was deducted; retry later",
-		unknown:     "the database stopped answering while committing and could not be asked since: the order may have been taken; retry with the same Idempotency-Key to get it, or look for it with GET /orders?user_id=… before ordering again",
+		unknown:     "the order may have been taken: its store stopped answering while committing and could not be asked since, or took it but its replicas did not confirm it in time; retry with the same Idempotency-Key to get it, or look for it with GET /orders?user_id=… before ordering again",
 	},
 	"/orders/:id/pay":    settleMeaning,
 	"/orders/:id/cancel": settleMeaning,

@@ -1,6 +1,7 @@
 // Package redisconn is the one place the service's Redis clients get their
 // options from: every client (the locks', the reservation's, the admission's,
-// the job lock's) is built from Options or ClusterOptions.
+// the job lock's) is built from Options, ClusterOptions or
+// FailoverOptions.
 package redisconn
 
 import (
@@ -48,6 +49,24 @@ func ClusterOptions(addrs []string) *redis.ClusterOptions {
 	o := Options("")
 	return &redis.ClusterOptions{
 		Addrs:                 addrs,
+		DialTimeout:           o.DialTimeout,
+		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+		MaxRetries:            o.MaxRetries,
+		Dialer:                o.Dialer,
+	}
+}
+
+// FailoverOptions returns Options' defaults for the primary that the
+// Sentinels at sentinels name master (REDIS_MODE=sentinel). go-redis asks
+// the Sentinels for the primary's address at every dial and closes the
+// connections to a primary they replaced, so a connection made after a
+// failover reaches the new primary; Dialer then dials that address. The
+// Sentinels themselves are dialed with the same defaults.
+func FailoverOptions(master string, sentinels []string) *redis.FailoverOptions {
+	o := Options("")
+	return &redis.FailoverOptions{
+		MasterName:            master,
+		SentinelAddrs:         sentinels,
 		DialTimeout:           o.DialTimeout,
 		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
 		MaxRetries:            o.MaxRetries,

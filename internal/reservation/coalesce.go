@@ -37,6 +37,7 @@ type coalescer struct {
 	rdb      redis.UniversalClient
 	max      int // pipelines in flight per SKU at most
 	maxBatch int // scripts in one pipeline at most
+	replicas replicaWaiter
 
 	mu    sync.Mutex
 	lines map[string]*line // by SKU; a line at rest is removed
@@ -68,8 +69,15 @@ type scriptCall struct {
 	lead    chan struct{} // gets a value when told to lead
 }
 
-func newCoalescer(rdb redis.UniversalClient, pipelines int) *coalescer {
-	return &coalescer{rdb: rdb, max: pipelines, maxBatch: 256, lines: make(map[string]*line)}
+// replicaWaiter is the Store's WAIT for its replicas (replicas.go).
+type replicaWaiter interface {
+	waitsForReplicas() bool
+	waitReplicas(ctx context.Context, p redis.Pipeliner) *redis.IntCmd
+	replicated(wait *redis.IntCmd, reply []string) error
+}
+
+func newCoalescer(rdb redis.UniversalClient, pipelines int, replicas replicaWaiter) *coalescer {
+	return &coalescer{rdb: rdb, max: pipelines, maxBatch: 256, lines: make(map[string]*line), replicas: replicas}
 }
 
 func (c *coalescer) changedLocked() {
@@ -227,8 +235,10 @@ func (c *coalescer) handOnLocked(sku string, ln *line) {
 }
 
 // send runs batch in one pipeline and hands each script its answer.
+// One WAIT after the scripts covers them all (replicas.go): the
+// pipeline's scripts run on one connection, in order.
 func (c *coalescer) send(ctx context.Context, batch []*scriptCall) {
-	if len(batch) == 1 {
+	if len(batch) == 1 && !c.replicas.waitsForReplicas() {
 		call := batch[0]
 		call.reply, call.err = reserveScript.EvalSha(ctx, c.rdb, call.keys, call.args...).StringSlice()
 		close(call.done)
@@ -239,10 +249,14 @@ func (c *coalescer) send(ctx context.Context, batch []*scriptCall) {
 	for i, call := range batch {
 		cmds[i] = reserveScript.EvalSha(ctx, pipe, call.keys, call.args...)
 	}
+	wait := c.replicas.waitReplicas(ctx, pipe)
 	// Exec's error is the first command's; each command has its own.
 	_, _ = pipe.Exec(ctx)
 	for i, call := range batch {
 		call.reply, call.err = cmds[i].StringSlice()
+		if call.err == nil {
+			call.err = c.replicas.replicated(wait, call.reply)
+		}
 		close(call.done)
 	}
 }

@@ -105,7 +105,7 @@ func newTestCoalescer(t *testing.T, pipelines int) (*coalescer, *redis.Client, *
 	if err := reserveScript.Load(context.Background(), rdb).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := newCoalescer(rdb, pipelines)
+	c := newCoalescer(rdb, pipelines, &Store{})
 	c.changed = make(chan struct{}, 1)
 	return c, rdb, srv
 }

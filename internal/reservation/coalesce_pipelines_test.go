@@ -96,7 +96,7 @@ func TestCoalescerLeaderSendsItsOwnScript(t *testing.T) {
 	}
 	g := &gate{trips: make(chan *trip, 16)}
 	rdb.AddHook(g)
-	c := newCoalescer(rdb, 3)
+	c := newCoalescer(rdb, 3, &Store{})
 	c.changed = make(chan struct{}, 1)
 	keys := unloadedKeys(c)
 

@@ -85,6 +85,9 @@ type Store struct {
 	// pipelines sends the scripts of orders that arrive together in one
 	// pipeline (coalesce.go); nil sends each on its own.
 	pipelines *coalescer
+	// replicas and replicaWait are WithReplicas' (replicas.go).
+	replicas    int64
+	replicaWait time.Duration
 }
 
 var _ Reservations = (*Store)(nil)
@@ -124,7 +127,7 @@ func New(rdb redis.UniversalClient, ledger Ledger, opts ...Option) *Store {
 		o(s)
 	}
 	if s.pipelineCount > 0 {
-		s.pipelines = newCoalescer(rdb, s.pipelineCount)
+		s.pipelines = newCoalescer(rdb, s.pipelineCount, s)
 	}
 	return s
 }
@@ -184,6 +187,13 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (Taken, error) {
 				return Taken{}, fmt.Errorf("%w: an earlier attempt's answer was lost, and the retry was refused: %w", inventory.ErrOutcomeUnknown, aerr)
 			}
 			return taken, aerr
+		}
+		var short *notReplicated
+		if errors.As(err, &short) {
+			// Taken on the primary, not confirmed by its replicas: it is
+			// written if the primary survives, lost if it does not.
+			s.logged(r.Order.SKU)
+			return Taken{}, fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, err)
 		}
 		var marked markRefusal
 		if errors.As(err, &marked) {
@@ -278,10 +288,22 @@ func (s *Store) runReserve(ctx context.Context, sku string, keys []string, args 
 // evalReserve runs the reserve script by its hash, in a pipeline with other
 // orders of the SKU when WithPipelines allows it.
 func (s *Store) evalReserve(ctx context.Context, sku string, keys []string, args []any) ([]string, error) {
-	if s.pipelines == nil {
+	switch {
+	case s.pipelines != nil:
+		return s.pipelines.run(ctx, sku, keys, args)
+	case s.replicas == 0:
 		return reserveScript.EvalSha(ctx, s.rdb, keys, args...).StringSlice()
 	}
-	return s.pipelines.run(ctx, sku, keys, args)
+	// WAIT on the script's connection: the same pipeline.
+	pipe := s.rdb.Pipeline()
+	cmd := reserveScript.EvalSha(ctx, pipe, keys, args...)
+	wait := s.waitReplicas(ctx, pipe)
+	_, _ = pipe.Exec(ctx) // each command has its own error
+	reply, err := cmd.StringSlice()
+	if err == nil {
+		err = s.replicated(wait, reply)
+	}
+	return reply, err
 }
 
 func isNoScript(err error) bool {
@@ -294,11 +316,7 @@ func isNoScript(err error) bool {
 func (s *Store) answer(r Reservation, reply []string) (Taken, error) {
 	switch {
 	case len(reply) >= 2 && reply[0] == "ok":
-		s.touch(r.Order.SKU)
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+		s.logged(r.Order.SKU)
 		taken := Taken{OrderID: reply[1]}
 		if len(reply) == 3 {
 			taken.At = entryTime(reply[2])
@@ -361,6 +379,16 @@ func isRefused(err error) bool {
 
 // maxTouched bounds Store.touched when no consumer empties it.
 const maxTouched = 1 << 16
+
+// logged tells this process's consumer that an order of sku is in its
+// stream.
+func (s *Store) logged(sku string) {
+	s.touch(sku)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
 
 // touch notes that this process logged an order of sku, for its consumer.
 func (s *Store) touch(sku string) {

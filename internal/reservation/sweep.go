@@ -19,7 +19,10 @@ func (c *Consumer) claim(ctx context.Context, round []*stream) (progress, failed
 		cmd *redis.XAutoClaimCmd
 	}
 	now := time.Now()
-	var claims []claimed
+	var (
+		claims     []claimed
+		replicated *redis.IntCmd
+	)
 	_, _ = c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, st := range round {
 			if now.Sub(st.claimed) < c.claimEvery {
@@ -30,6 +33,9 @@ func (c *Consumer) claim(ctx context.Context, round []*stream) (progress, failed
 				Stream: c.store.keys(st.sku).orders, Group: Group, Consumer: c.name,
 				MinIdle: c.claimIdle, Start: "0-0", Count: c.batch,
 			})})
+		}
+		if len(claims) > 0 {
+			replicated = c.store.awaitReadsReplicated(ctx, p)
 		}
 		return nil
 	})
@@ -47,6 +53,14 @@ func (c *Consumer) claim(ctx context.Context, round []*stream) (progress, failed
 		}
 		c.log.Info("reservation consumer: claimed orders another consumer left pending", "consumer", c.name, "sku", cl.st.sku, "orders", len(msgs))
 		batches = append(batches, batch{cl.st, msgs})
+	}
+	if len(batches) > 0 && !c.store.readsReplicated(replicated) {
+		// Claimed, but not on the replicas yet (replicas.go): ours now,
+		// read again from our pending entries next round.
+		for _, b := range batches {
+			b.st.own = true
+		}
+		return false, true
 	}
 	p, f := c.writeAll(ctx, batches)
 	return p, failed || f

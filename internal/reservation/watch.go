@@ -191,16 +191,20 @@ func (s *Store) watchOnce(ctx context.Context, r Reservation) ([]string, error) 
 			// Taken by an earlier attempt of this very order, whose
 			// answer was lost: "<base> <its time>", as below.
 			reply = []string{"ok", r.Order.ID, at}
-			return nil
+			return s.awaitReplicasOf(ctx, tx, reply, func(p redis.Pipeliner) {
+				p.Set(ctx, placed, done.Val(), redis.KeepTTL)
+			})
 		}
 		if prior != nil && prior.Err() == nil {
 			fpOf, id, _ := cut(prior.Val())
 			if fpOf != fp {
 				reply = []string{"conflict"}
-			} else {
-				reply = []string{"replay", id}
+				return nil
 			}
-			return nil
+			reply = []string{"replay", id}
+			return s.awaitReplicasOf(ctx, tx, reply, func(p redis.Pipeliner) {
+				p.HSet(ctx, k.idem, r.Key, prior.Val())
+			})
 		}
 		// The window, on Redis's clock as the script reads it. The end
 		// also needs the open key, watched: it expires at the end, so an
@@ -271,9 +275,34 @@ func (s *Store) watchOnce(ctx context.Context, r Reservation) ([]string, error) 
 			return err
 		}
 		reply = []string{"ok", r.Order.ID, at}
-		return nil
+		return s.awaitReplicasOf(ctx, tx, reply, nil)
 	}, k.sale, k.idem, k.buyers, k.open)
 	return reply, err
+}
+
+// awaitReplicasOf waits on tx's connection for the replicas of the order
+// in reply (replicas.go), after rewrite's writes: a retry that found its
+// order taken writes what it found again, so that WAIT covers the write
+// that took it. Nothing is sent when no replica is asked for.
+func (s *Store) awaitReplicasOf(ctx context.Context, tx *redis.Tx, reply []string, rewrite func(redis.Pipeliner)) error {
+	if !s.waitsForReplicas() {
+		return nil
+	}
+	var wait *redis.IntCmd
+	cmds, _ := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if rewrite != nil {
+			rewrite(p)
+		}
+		wait = s.waitReplicas(ctx, p)
+		return nil
+	})
+	for _, c := range cmds {
+		if c != wait && c.Err() != nil {
+			// The rewrite failed, so WAIT does not cover the order.
+			return &notReplicated{want: s.replicas, wait: s.replicaWait, err: c.Err()}
+		}
+	}
+	return s.replicated(wait, reply)
 }
 
 // outsideWindow is "not_started" or "ended" when now is outside the

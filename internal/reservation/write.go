@@ -39,6 +39,7 @@ func (c *Consumer) readAndWrite(ctx context.Context, working *workingSet, round 
 		length  *redis.IntCmd
 	}
 	reads := make([]read, 0, len(round))
+	var replicated *redis.IntCmd
 	_, err := c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, st := range round {
 			from := ">"
@@ -52,6 +53,7 @@ func (c *Consumer) readAndWrite(ctx context.Context, working *workingSet, round 
 				length: p.XLen(ctx, key),
 			})
 		}
+		replicated = c.store.awaitReadsReplicated(ctx, p)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) && !isNoGroup(err) && ctx.Err() == nil {
@@ -84,6 +86,14 @@ func (c *Consumer) readAndWrite(ctx context.Context, working *workingSet, round 
 			continue
 		}
 		batches = append(batches, batch{st, msgs})
+	}
+	if len(batches) > 0 && !c.store.readsReplicated(replicated) {
+		// Not on the replicas yet (replicas.go): read again next round.
+		for _, b := range batches {
+			b.st.own = true
+		}
+		c.log.Debug("reservation consumer: the replicas do not have the entries read yet", "consumer", c.name, "streams", len(batches))
+		return false, true
 	}
 	p, f := c.writeAll(ctx, batches)
 	return p, failed || f

@@ -90,6 +90,9 @@ func redisLockEntry(info Info, quorum bool) Entry {
 		return redisBackend(cfg, quorum, renewed, log)
 	}, check)
 	e.Settings = append(slices.Clone(e.Settings), redisLockExtras...)
+	if !quorum {
+		e.Settings = append(e.Settings, oneRedis...)
+	}
 	return e
 }
 
@@ -105,7 +108,7 @@ func checkEtcdTTL(cfg Config) error {
 // no token to fence with (its writes are never fenced: what it is here to
 // show).
 func legacyEntry(info Info) Entry {
-	return Entry{Info: info, Settings: append([]string{"FREEZE_HOLDER", "FENCING=off"}, redisLockExtras...), Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
+	return Entry{Info: info, Settings: slices.Concat([]string{"FREEZE_HOLDER", "FENCING=off"}, redisLockExtras, oneRedis), Build: func(_ context.Context, cfg Config, deps Deps) (inventory.Strategy, func(), error) {
 		backend, err := legacyBackend(cfg, deps.Log)
 		if err != nil {
 			return inventory.Strategy{}, nil, err
@@ -125,9 +128,14 @@ func redisBackend(cfg Config, quorum bool, renewed func(ok bool), log *slog.Logg
 	for i, addr := range addrs {
 		// A down node fails fast (redisOptions): no retried commands,
 		// one dial per attempt.
-		opt := redisconn.Options(addr)
-		opt.ReadTimeout, opt.WriteTimeout = time.Second, time.Second
-		clients[i] = redis.NewClient(opt)
+		tuning := RedisTuning{ReadTimeout: time.Second, WriteTimeout: time.Second}
+		if quorum {
+			opt := redisconn.Options(addr)
+			opt.ReadTimeout, opt.WriteTimeout = tuning.ReadTimeout, tuning.WriteTimeout
+			clients[i] = redis.NewClient(opt)
+		} else {
+			clients[i], _ = RedisClient(cfg, tuning)
+		}
 	}
 	closeClients := func() {
 		for _, c := range clients {
@@ -284,7 +292,7 @@ func freezeSelf(log *slog.Logger) {
 // Redis of REDIS_ADDRS. It refuses an evicting Redis as the other Redis
 // locks do, though nothing it keeps could save it.
 func legacyBackend(cfg Config, log *slog.Logger) (lockBackend, error) {
-	client := redis.NewClient(redisconn.Options(cfg.RedisAddrs[0]))
+	client, _ := RedisClient(cfg, RedisTuning{})
 	if err := pingRedis(context.Background(), []*redis.Client{client}, false); err != nil {
 		_ = client.Close()
 		return lockBackend{}, err

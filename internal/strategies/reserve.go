@@ -18,8 +18,8 @@ import (
 )
 
 // buildReserve (redis-reserve, redis-watch) connects to the reservation
-// Redis (the first of REDIS_ADDRS, or with REDIS_MODE=cluster the cluster
-// they seed), refuses one that could lose or evict an accepted order, and
+// Redis (RedisClient, or with REDIS_MODE=cluster the cluster REDIS_ADDRS
+// seed), refuses one that could lose or evict an accepted order, and
 // starts this instance's consumer of the order streams. Its reconciler
 // (RESERVE_RECONCILE_EVERY) is a job of sched: one instance a period runs
 // it. The returned stop function ends the consumer (it finishes the batch
@@ -50,7 +50,8 @@ func buildReserve(cfg Config, optimistic bool, deps Deps) (inventory.Strategy, f
 		log.Warn("RESERVE_DURABILITY=none: orders are answered 201 before Redis has them on disk. " +
 			"A crash of Redis or of the machine loses them, and the database never sees them. Never use it for a real sale.")
 	}
-	opts := []reservation.Option{reservation.WithLogger(log), reservation.WithPipelines(cfg.ReservePipelines)}
+	opts := []reservation.Option{reservation.WithLogger(log), reservation.WithPipelines(cfg.ReservePipelines),
+		reservation.WithReplicas(cfg.ReserveWaitReplicas, cfg.ReserveWaitTimeout)}
 	var strategyOpts []reservation.ReservedOption
 	if optimistic {
 		// The optimistic variant is bounded like version-cas.
@@ -100,9 +101,7 @@ func newReserveClient(cfg Config) (rdb redis.UniversalClient, where string) {
 		opt.PoolSize = 64
 		return redis.NewClusterClient(opt), "cluster " + strings.Join(cfg.RedisAddrs, ",")
 	}
-	opt := redisconn.Options(cfg.RedisAddrs[0])
-	opt.PoolSize = 64
-	return redis.NewClient(opt), cfg.RedisAddrs[0]
+	return RedisClient(cfg, RedisTuning{PoolSize: 64})
 }
 
 // reserveEntry is redis-reserve's entry (one Lua script per order), or with

@@ -50,13 +50,25 @@ type Config struct {
 	Fencing         bool
 	FreezeHolder    bool
 	SkipPolicyCheck bool
+	// RedisSentinelMaster: REDIS_ADDRS are Sentinels, and every client of
+	// one Redis (RedisClient) reaches the primary they know by this name
+	// (REDIS_MODE=sentinel); "" otherwise.
+	RedisSentinelMaster string
 	// The reservation strategies.
 	RedisCluster     bool
 	ReserveDurable   bool
 	ReserveClaimIdle time.Duration
 	ReservePipelines int
 	ReconcileEvery   time.Duration
+	// ReserveWaitReplicas and ReserveWaitTimeout: an order is answered 201
+	// once this many replicas have it (reservation.WithReplicas).
+	ReserveWaitReplicas int
+	ReserveWaitTimeout  time.Duration
 }
+
+// DefaultSentinelMaster is REDIS_SENTINEL_MASTER's default, the name
+// Redis's own sentinel.conf gives its primary.
+const DefaultSentinelMaster = "mymaster"
 
 // Defaults is the configuration of every setting left unset, as
 // docs/configuration.md documents it: cmd/stock reads each variable over
@@ -80,6 +92,9 @@ func Defaults() Config {
 		ReserveClaimIdle: 5 * time.Second,
 		ReservePipelines: 4,
 		ReconcileEvery:   30 * time.Second,
+		// RESERVE_WAIT_REPLICAS: 0, or 1 under REDIS_MODE=sentinel
+		// (cmd/stock).
+		ReserveWaitTimeout: 500 * time.Millisecond,
 	}
 }
 
@@ -251,5 +266,10 @@ var (
 	sqlSettings     = []string{"ADMISSION_LIMIT", "FENCING=on"}
 	lockSettings    = []string{"FREEZE_HOLDER", "FENCING=off", "FENCING=on"}
 	redisLockExtras = []string{"REDIS_SKIP_POLICY_CHECK"}
-	reserveSettings = []string{"RESERVE_DURABILITY", "RESERVE_CLAIM_IDLE", "RESERVE_RECONCILE_EVERY", "REDIS_MODE=cluster", "FENCING=on"}
+	// oneRedis: the strategies that use one Redis, which may be a
+	// primary behind Sentinels (RedisClient); not Redlock's independent
+	// servers.
+	oneRedis        = []string{"REDIS_MODE=sentinel"}
+	reserveSettings = []string{"RESERVE_DURABILITY", "RESERVE_CLAIM_IDLE", "RESERVE_RECONCILE_EVERY", "REDIS_MODE=cluster", "FENCING=on",
+		"REDIS_MODE=sentinel", "RESERVE_WAIT_REPLICAS", "RESERVE_WAIT_TIMEOUT"}
 )

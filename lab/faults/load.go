@@ -50,7 +50,7 @@ func (a answer) outcome() history.Outcome {
 
 // mayExistMarker is in the message of a 503 unavailable whose commit outcome
 // is unknown (internal/httpapi's error table).
-const mayExistMarker = "may exist"
+const mayExistMarker = "may have been taken"
 
 // attempt is one HTTP request of an order.
 type attempt struct {

@@ -28,16 +28,26 @@ type Proxy struct {
 // ends.
 func Start(tb testing.TB, target string) *Proxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := Listen(target)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// Listen starts a proxy to target outside any test, on a free 127.0.0.1
+// port. Stop it with Close.
+func Listen(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: make(map[net.Conn]struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
-	tb.Cleanup(p.Close)
-	return p
+	return p, nil
 }
 
 func (p *Proxy) accept() {

@@ -143,7 +143,7 @@ func (s *Server) start() error {
 	}
 	cmd := exec.Command(Bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir}, s.args...)...)
-	out := &readyWriter{ready: make(chan struct{})}
+	out := &readyWriter{ready: make(chan struct{}), marker: "Ready to accept connections"}
 	exited, err := testproc.Start(cmd, out, s.logFile, s.ownGroup)
 	if err != nil {
 		return err
@@ -305,11 +305,14 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	return c
 }
 
+// readyWriter keeps a server's output and closes ready once the output
+// holds marker (the server's own "ready" line).
 type readyWriter struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	ready chan struct{}
-	seen  bool
+	marker string
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	ready  chan struct{}
+	seen   bool
 }
 
 func (w *readyWriter) Write(p []byte) (int, error) {
@@ -318,7 +321,7 @@ func (w *readyWriter) Write(p []byte) (int, error) {
 	if w.buf.Len() < 1<<16 {
 		w.buf.Write(p)
 	}
-	if !w.seen && strings.Contains(w.buf.String(), "Ready to accept connections") {
+	if !w.seen && strings.Contains(w.buf.String(), w.marker) {
 		w.seen = true
 		close(w.ready)
 	}

@@ -16,6 +16,9 @@ local placed = redis.call('GET', KEYS[4])
 if placed then
   local sep = string.find(placed, ' ', 1, true)
   if (sep and string.sub(placed, 1, sep - 1) or placed) == sale[3] then
+    -- Written again, unchanged: a WAIT after this script then covers the
+    -- write that took the order (replicas.go).
+    redis.call('SET', KEYS[4], placed, 'KEEPTTL')
     return {'ok', ARGV[1], sep and string.sub(placed, sep + 1) or ''}
   end
 end
@@ -25,6 +28,7 @@ if key ~= '' then
   if prior then
     local sep = string.find(prior, ' ', 1, true)
     if string.sub(prior, 1, sep - 1) ~= fp then return {'conflict'} end
+    redis.call('HSET', KEYS[2], key, prior) -- for WAIT, as above
     return {'replay', string.sub(prior, sep + 1)}
   end
 end

@@ -14,7 +14,9 @@
 // of redis-reserve and redis-watch while cancels and expiries are relayed
 // to it, and restarts it from its append-only file; scenario 13 checks the
 // sold-out mark (SOLD_OUT_TTL) across instances while units come back, one
-// instance frozen past its bound, with a control whose marks outlive it.
+// instance frozen past its bound, with a control whose marks outlive it;
+// scenario 14 kills the Redis primary of redis-reserve and redis-watch
+// behind Sentinel while its replicas lag, with a control without WAIT.
 //
 // It starts everything it uses — the service instances, Redis servers, etcd
 // and ZooKeeper, and a private PostgreSQL and MariaDB in temporary folders —
@@ -57,7 +59,7 @@ func main() {
 func run() (int, error) {
 	bin := flag.String("bin", "bin/stock", "the service binary (built without -race)")
 	out := flag.String("out", "reports/faults", "where the report folders go")
-	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all thirteen)")
+	only := flag.String("scenarios", "", "comma-separated scenario numbers to run (default: all fourteen)")
 	short := flag.Bool("short", false, "run the short forms (a few seconds of load each)")
 	catalogSKUs := flag.Int("catalog-skus", 0, "SKUs on sale in scenario 9's catalog runs (default 10,000; -short 1,000)")
 	flag.Parse()
@@ -144,8 +146,8 @@ func scenarioFilter(list string) (func(int) bool, error) {
 	var want []int
 	for _, s := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 13 {
-			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 13", s)
+		if err != nil || n < 1 || n > 14 {
+			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 14", s)
 		}
 		want = append(want, n)
 	}

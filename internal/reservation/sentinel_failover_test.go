@@ -1,0 +1,265 @@
+package reservation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/redisconn"
+	"github.com/flashsale/stock/internal/reservation"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testproxy"
+	"github.com/flashsale/stock/lab/testredis"
+)
+
+// replicatedSale is a sale over a Redis primary, its replica and three
+// Sentinels, reached as the service reaches it under REDIS_MODE=sentinel.
+type replicatedSale struct {
+	*sale
+	redis *testredis.Replicated
+}
+
+func newReplicatedSale(t *testing.T, engine string, m mode, opts ...reservation.Option) *replicatedSale {
+	t.Helper()
+	return newReplicatedSaleWith(t, engine, m, testredis.SentinelOptions{}, opts...)
+}
+
+func newReplicatedSaleWith(t *testing.T, engine string, m mode, so testredis.SentinelOptions, opts ...reservation.Option) *replicatedSale {
+	t.Helper()
+	r := testredis.StartReplicated(t, so)
+	rdb := redis.NewFailoverClient(redisconn.FailoverOptions(testredis.MasterName, r.Addrs()))
+	t.Cleanup(func() { _ = rdb.Close() })
+	db := testdb.New(t, engine, 8)
+	res := reservation.New(rdb, db, append(opts, m.opts...)...)
+	return &replicatedSale{redis: r, sale: &sale{t: t, rdb: rdb, db: db, res: res,
+		svc: sales.NewService(db, reservation.NewReserved(res, db, reservation.WithReservedName(m.name))), seen: newWritten()}}
+}
+
+// instance is another instance of the service over the same Redis and
+// database, with a client of its own.
+func (s *replicatedSale) instance(t *testing.T, m mode, opts ...reservation.Option) *sales.Service {
+	t.Helper()
+	rdb := redis.NewFailoverClient(redisconn.FailoverOptions(testredis.MasterName, s.redis.Addrs()))
+	t.Cleanup(func() { _ = rdb.Close() })
+	res := reservation.New(rdb, s.db, append(opts, m.opts...)...)
+	return sales.NewService(s.db, reservation.NewReserved(res, s.db, reservation.WithReservedName(m.name)))
+}
+
+// failOver kills the primary (kill -9) and returns once the Sentinels
+// have promoted the replica and it answers as the primary.
+func (s *replicatedSale) failOver() {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old, err := s.redis.Master(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	promoted := s.redis.WatchFailover(s.t, old)
+	old.Stop()
+	if _, err := promoted(ctx); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// orderAfterFailover places an order, trying again while the client still
+// finds the old primary's connections (each such answer is a 503).
+func (s *replicatedSale) orderAfterFailover(sku, user string) inventory.Order {
+	s.t.Helper()
+	var errs []error
+	for range 20 {
+		o, err := s.order(sku, 1, user, "after-"+user)
+		if err == nil {
+			return o
+		}
+		if !errors.Is(err, inventory.ErrUnavailable) {
+			s.t.Fatalf("order after the failover: %v", err)
+		}
+		errs = append(errs, err)
+	}
+	s.t.Fatalf("no order taken after the failover: %v", errors.Join(errs...))
+	return inventory.Order{}
+}
+
+// The reason for RESERVE_WAIT_REPLICAS: orders answered 201 and still only
+// in Redis (no consumer has written them) when the primary is killed are
+// on the promoted replica, and reach the database.
+func TestOrdersAnsweredBeforeAFailoverAreWrittenAfterIt(t *testing.T) {
+	for _, engine := range []string{"postgres", "mysql"} {
+		forEachMode(t, func(t *testing.T, m mode) {
+			t.Run(engine, func(t *testing.T) {
+				t.Parallel()
+				s := newReplicatedSale(t, engine, m, reservation.WithReplicas(1, time.Second))
+				s.start("sku", 10)
+				var answered []string
+				for i := range 5 {
+					o, err := s.order("sku", 1, fmt.Sprint("before-", i), fmt.Sprint("key-", i))
+					if err != nil {
+						t.Fatalf("order %d before the failover: %v", i, err)
+					}
+					answered = append(answered, o.ID)
+				}
+				s.failOver()
+				s.consume(s.db)
+				after := s.orderAfterFailover("sku", "after")
+				// The check of the sale on the new primary writes the
+				// orders it finds in the stream; the consumer the rest.
+				a := waitWritten(t, s.sale, "sku", 6)
+				if a.Ordered != 6 || a.Orders != 6 || a.Available != 4 {
+					t.Fatalf("after the failover the database has %+v, want the 5 orders answered before it and 1 after, 4 left", a)
+				}
+				for _, id := range append(answered, after.ID) {
+					if _, found, err := s.db.FindOrder(context.Background(), id); !found || err != nil {
+						t.Errorf("order %s answered 201 is not in the database (found %v, %v)", id, found, err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// laggingSale is a replicated sale whose replicas replicate through
+// proxies, frozen to make them lag.
+type laggingSale struct {
+	*replicatedSale
+	links testproxy.Group
+}
+
+func newLaggingSale(t *testing.T, m mode, opts ...reservation.Option) *laggingSale {
+	t.Helper()
+	l := &laggingSale{}
+	l.replicatedSale = newReplicatedSaleWith(t, "postgres", m, testredis.SentinelOptions{
+		Link: func(primary string) (string, error) {
+			p := testproxy.Start(t, primary)
+			l.links = append(l.links, p)
+			return p.Addr, nil
+		},
+		// The Sentinels leave a replica on its proxy this long.
+		FailoverTimeout: time.Minute,
+	}, opts...)
+	return l
+}
+
+// failOverLagging kills the primary while the replicas lag, drops what
+// they had not received, and returns once one of them is the primary.
+func (l *laggingSale) failOverLagging() {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old, err := l.redis.Master(ctx)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	promoted := l.redis.WatchFailover(l.t, old)
+	old.Stop()
+	l.links.Cut() // what the proxies held is lost with the primary
+	l.links.Thaw()
+	if _, err := promoted(ctx); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// The control and its fix: replicas that lag when the primary is lost.
+// Without WAIT the orders the primary answered 201 are gone after the
+// failover: nothing in Redis or the database remembers them, only their
+// buyers' 201s. With RESERVE_WAIT_REPLICAS=1 the same orders are answered
+// 503 (may have happened), no 201 is lost, and the consumer, running
+// through the lag, writes none of them: the sale sells on after the
+// failover.
+func TestALaggingReplicaLosesOrdersAnswered201OnlyWithoutWait(t *testing.T) {
+	for _, replicas := range []int{0, 1} {
+		t.Run(fmt.Sprint("wait-replicas=", replicas), func(t *testing.T) {
+			t.Parallel()
+			l := newLaggingSale(t, modes[0], reservation.WithReplicas(replicas, 200*time.Millisecond))
+			l.start("sku", 10)
+			ctx := context.Background()
+			// The sale's start is on the replicas before they lag.
+			if n, err := l.rdb.Wait(ctx, 2, 5*time.Second).Result(); err != nil || n != 2 {
+				t.Fatalf("WAIT: %d, %v", n, err)
+			}
+			if replicas > 0 {
+				// The consumer runs through the lag: it must not write
+				// what the replicas do not have, or the database would be
+				// ahead of the promoted replica and the sale would close.
+				l.consume(l.db)
+			}
+			l.links.Freeze()
+			var answered []string
+			for i := range 3 {
+				o, err := l.order("sku", 1, fmt.Sprint("lagged-", i), fmt.Sprint("key-", i))
+				switch {
+				case err == nil:
+					answered = append(answered, o.ID)
+				case replicas == 0 || !errors.Is(err, inventory.ErrOutcomeUnknown):
+					t.Fatalf("order %d while the replicas lag: %v", i, err)
+				}
+			}
+			l.failOverLagging()
+			if replicas == 0 {
+				l.consume(l.db)
+			}
+			l.orderAfterFailover("sku", "after")
+			if a := waitWritten(t, l.sale, "sku", 1); a.Orders != 1 {
+				t.Fatalf("the database has %+v, want only the order after the failover", a)
+			}
+			var lost []string
+			for _, id := range answered {
+				if _, found, err := l.db.FindOrder(ctx, id); err != nil {
+					t.Fatal(err)
+				} else if !found {
+					lost = append(lost, id)
+				}
+			}
+			switch {
+			case replicas == 0 && (len(answered) != 3 || len(lost) != 3):
+				t.Fatalf("without WAIT: %d orders answered 201, %d of them lost; want 3 and 3 (the control)", len(answered), len(lost))
+			case replicas == 1 && len(answered) != 0:
+				t.Fatalf("with WAIT: %d orders answered 201 while no replica had them, want 0", len(answered))
+			}
+		})
+	}
+}
+
+// An order its replicas have not confirmed in time is answered 503 (may
+// have happened). Its retry through another instance, while they still
+// lag, is 503 too: the retry finds the order taken and writes its answer
+// again, so that its WAIT covers the order. (Redis 7.0, Debian's, moves a
+// connection's WAIT offset after any command, so here the retry would
+// wait without that write; Redis 7.2 and later only after a write, and a
+// retry that wrote nothing would be answered at once.) Once the replicas
+// have it, the retry gets the order.
+func TestARetryGetsTheOrderOnceTheReplicasHaveIt(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		t.Parallel()
+		opts := []reservation.Option{reservation.WithReplicas(1, 200*time.Millisecond)}
+		l := newLaggingSale(t, m, opts...)
+		other := l.instance(t, m, opts...)
+		l.start("sku", 10)
+		l.links.Freeze()
+		if _, err := l.order("sku", 1, "a", "key-a"); !errors.Is(err, inventory.ErrOutcomeUnknown) {
+			t.Fatalf("an order no replica confirmed: %v, want outcome unknown (503, may have happened)", err)
+		}
+		req := inventory.Request{SKU: "sku", Quantity: 1, UserID: "a", IdempotencyKey: "key-a"}
+		if _, err := other.PlaceOrder(context.Background(), req); !errors.Is(err, inventory.ErrOutcomeUnknown) {
+			t.Fatalf("its retry through another instance while the replicas lag: %v, want outcome unknown", err)
+		}
+		l.links.Thaw()
+		retried, err := other.PlaceOrder(context.Background(), req)
+		if err != nil {
+			t.Fatalf("its retry once the replicas have it: %v", err)
+		}
+		l.consume(l.db)
+		if a := waitWritten(t, l.sale, "sku", 1); a.Orders != 1 || a.Ordered != 1 {
+			t.Fatalf("the database has %+v, want the one order", a)
+		}
+		if _, found, err := l.db.FindOrder(context.Background(), retried.ID); !found || err != nil {
+			t.Fatalf("the retried order %s is not in the database (found %v, %v)", retried.ID, found, err)
+		}
+	})
+}
