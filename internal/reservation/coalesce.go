@@ -72,8 +72,8 @@ type scriptCall struct {
 // replicaWaiter is the Store's WAIT for its replicas (replicas.go).
 type replicaWaiter interface {
 	waitsForReplicas() bool
-	waitReplicas(ctx context.Context, p redis.Pipeliner) *redis.IntCmd
-	replicated(wait *redis.IntCmd, reply []string) error
+	waitReplicas(ctx context.Context, p redis.Pipeliner) *replicaWait
+	replicated(w *replicaWait, reply []string) error
 }
 
 func newCoalescer(rdb redis.UniversalClient, pipelines int, replicas replicaWaiter) *coalescer {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
 )
@@ -41,6 +42,12 @@ func (s *Store) recheck(ctx context.Context, sku string) error {
 // the database ahead of Redis: data put back into a running server keeps
 // its id).
 func (s *Store) recheckAs(ctx context.Context, sku, force string) error {
+	if s.waitsForReplicas() {
+		// A new replication id: perhaps a promoted replica, with replicas
+		// of its own to count again (replicas.go). Counted from the old
+		// primary's, every WAIT would wait its timeout out once.
+		s.online.Store(-1)
+	}
 	done := s.checks.DoChan(sku+"\x00"+force, func() (any, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.checkLimit)
 		defer cancel()
@@ -168,13 +175,27 @@ func (s *Store) closeLost(ctx context.Context, sku string, to int64, t Tally, wr
 }
 
 // writeStream writes, through write, every order of epoch's sale still in
-// the SKU's stream (orders written before are skipped).
+// the SKU's stream (orders written before are skipped). Under WithReplicas
+// only what the replicas confirm (replicas.go): an order the database has
+// and a promoted replica lacks would close the sale (found by review).
 func (s *Store) writeStream(ctx context.Context, sku string, epoch int64, write func(context.Context, []inventory.Order, []inventory.IdempotencyRecord) error) error {
 	from := "-"
 	for {
-		msgs, err := s.rdb.XRangeN(ctx, s.keys(sku).orders, from, "+", 512).Result()
+		var (
+			page *redis.XMessageSliceCmd
+			wait *replicaWait
+		)
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			page = p.XRangeN(ctx, s.keys(sku).orders, from, "+", 512)
+			wait = s.awaitReadsReplicated(ctx, p)
+			return nil
+		})
+		msgs, err := page.Result()
 		if err != nil {
 			return err
+		}
+		if err := s.confirmed(wait); err != nil {
+			return errUnchecked{fmt.Errorf("the orders of %q in its stream: %w", sku, err)}
 		}
 		var orders []inventory.Order
 		var keys []inventory.IdempotencyRecord

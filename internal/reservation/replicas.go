@@ -3,6 +3,7 @@ package reservation
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,35 +30,48 @@ import (
 // connection's offset after every command, reads too, so there the write
 // changes nothing; Redis 7.2 and later move it only on a write.)
 
-// WithReplicas makes an order's 201 wait until n replicas have it, for at
-// most timeout (REDIS_MODE=sentinel; RESERVE_WAIT_REPLICAS,
-// RESERVE_WAIT_TIMEOUT). An order the primary took that fewer replicas
-// confirm in time is answered inventory.ErrOutcomeUnknown (a 503 that may
-// have happened: the order is on the primary and is written if it
-// survives; a retry with its Idempotency-Key finds it). A timeout below a
-// millisecond is taken as a second: WAIT's 0 would wait for ever.
-// Default n 0: an order is answered once the primary has it, as on a
-// Redis without replicas.
+// WithReplicas makes an order's 201 wait until its replicas have it, for
+// at most timeout (REDIS_MODE=sentinel; RESERVE_WAIT_REPLICAS,
+// RESERVE_WAIT_TIMEOUT): every replica the primary counts online, and at
+// least n. An order the primary took that they do not all confirm in time
+// is answered inventory.ErrOutcomeUnknown (a 503 that may have happened:
+// the order is on the primary and is written if it survives; a retry with
+// its Idempotency-Key finds it). A timeout below a millisecond is taken as
+// a second: WAIT's 0 would wait for ever. Default n 0: an order is
+// answered once the primary has it, as on a Redis without replicas.
+//
+// Why every online replica, not n of them: Sentinel promotes the replica
+// it last saw with the most data (its INFO may be seconds old), not one
+// that confirmed the order, so with n below the replicas' count one
+// failure (the primary's) could promote a replica without a 201's order
+// (found by review; TestALaggingReplicaIsWaitedForEvenWithAnotherThatHasTheOrder).
+// Waiting for every replica online leaves only those that are not (their
+// link lost or still syncing): a second failure. A replica that stays
+// connected but stops acknowledging stalls the orders until the primary
+// drops it (repl-timeout), each answered 503 after the timeout.
 func WithReplicas(n int, timeout time.Duration) Option {
 	if timeout < time.Millisecond {
 		timeout = time.Second
 	}
-	return func(s *Store) { s.replicas, s.replicaWait = int64(max(n, 0)), timeout }
+	return func(s *Store) {
+		s.replicas, s.replicaWait = int64(max(n, 0)), timeout
+		s.online.Store(-1) // not known yet: asked before the first WAIT
+	}
 }
 
-// notReplicated: the primary took the order, but fewer replicas than
-// asked confirmed it before the timeout.
+// notReplicated: the primary took the order, but not every replica asked
+// for confirmed it before the timeout.
 type notReplicated struct {
 	acked, want int64
 	wait        time.Duration
-	err         error // WAIT's own error, if it failed
+	err         error // WAIT's or INFO's own error, if one failed
 }
 
 func (e *notReplicated) Error() string {
 	if e.err != nil {
-		return fmt.Sprintf("the order is on the Redis primary, and WAIT for %d replicas failed: %v", e.want, e.err)
+		return fmt.Sprintf("the order is on the Redis primary, and WAIT for its %d replicas failed: %v", e.want, e.err)
 	}
-	return fmt.Sprintf("the order is on the Redis primary, but %d of the %d replicas asked for had it after %s", e.acked, e.want, e.wait)
+	return fmt.Sprintf("the order is on the Redis primary, but %d of its %d replicas had it after %s", e.acked, e.want, e.wait)
 }
 
 func (e *notReplicated) Unwrap() error { return e.err }
@@ -65,31 +79,79 @@ func (e *notReplicated) Unwrap() error { return e.err }
 // waitsForReplicas: an order taken waits for replicas.
 func (s *Store) waitsForReplicas() bool { return s.replicas > 0 }
 
-// waitReplicas queues WAIT in p, after the writes it must cover; nil when
-// no replica is asked for.
-func (s *Store) waitReplicas(ctx context.Context, p redis.Pipeliner) *redis.IntCmd {
+// replicaWait is a WAIT and, after it, the primary's INFO replication,
+// queued in one pipeline after the writes they cover.
+type replicaWait struct {
+	wait *redis.IntCmd
+	info *redis.StringCmd
+}
+
+// waitReplicas queues WAIT in p, after the writes it must cover, for as
+// many replicas as were online last time (at least n), then INFO to learn
+// how many are online now; nil when no replica is asked for. A replica
+// that comes online between two WAITs was not waited for: that batch is
+// answered 503 (confirmed), the next waits for it too.
+func (s *Store) waitReplicas(ctx context.Context, p redis.Pipeliner) *replicaWait {
 	if s.replicas == 0 {
 		return nil
 	}
+	if s.online.Load() < 0 {
+		// The first WAIT of this process: ask how many replicas to wait
+		// for, or it would wait for n, find more online, and answer 503.
+		if info, err := s.rdb.Info(ctx, "replication").Result(); err == nil {
+			s.online.Store(onlineReplicas(info))
+		}
+	}
 	// Pipeliner lacks Wait: WAIT numreplicas timeout(ms), by hand.
-	cmd := redis.NewIntCmd(ctx, "wait", s.replicas, s.replicaWait.Milliseconds())
-	_ = p.Process(ctx, cmd)
-	return cmd
+	w := &replicaWait{wait: redis.NewIntCmd(ctx, "wait", max(s.replicas, s.online.Load()), s.replicaWait.Milliseconds())}
+	_ = p.Process(ctx, w.wait)
+	w.info = p.Info(ctx, "replication")
+	return w
 }
 
-// replicated is nil when wait (from waitReplicas) confirmed enough
-// replicas, or was not sent, and otherwise the order's reason to answer
-// that it may have happened. reply is the script's: only an order taken
-// ("ok", "replay") waits for its replicas.
-func (s *Store) replicated(wait *redis.IntCmd, reply []string) error {
-	if wait == nil || len(reply) == 0 || reply[0] != "ok" && reply[0] != "replay" {
+// confirmed is nil when w (from waitReplicas) was confirmed by every
+// replica online after it, and at least n, or was not sent; otherwise the
+// reason the writes it covers may still be lost with the primary.
+func (s *Store) confirmed(w *replicaWait) error {
+	if w == nil {
 		return nil
 	}
-	n, err := wait.Result()
-	if err == nil && n >= s.replicas {
+	acked, err := w.wait.Result()
+	info, ierr := w.info.Result()
+	if err == nil {
+		err = ierr
+	}
+	want := s.replicas
+	if ierr == nil {
+		online := onlineReplicas(info)
+		s.online.Store(online)
+		want = max(want, online)
+	}
+	if err == nil && acked >= want {
 		return nil
 	}
-	return &notReplicated{acked: n, want: s.replicas, wait: s.replicaWait, err: err}
+	return &notReplicated{acked: acked, want: want, wait: s.replicaWait, err: err}
+}
+
+// replicated is confirmed for an order taken ("ok", "replay" in reply, the
+// script's); any other reply waits for nothing.
+func (s *Store) replicated(w *replicaWait, reply []string) error {
+	if len(reply) == 0 || reply[0] != "ok" && reply[0] != "replay" {
+		return nil
+	}
+	return s.confirmed(w)
+}
+
+// onlineReplicas counts the replicas INFO replication lists as online
+// ("slave0:ip=…,port=…,state=online,…"): those WAIT counts.
+func onlineReplicas(info string) int64 {
+	var n int64
+	for line := range strings.SplitSeq(info, "\n") {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, ",state=online,") {
+			n++
+		}
+	}
+	return n
 }
 
 // The consumer waits for the replicas too, before it writes what it read:
@@ -103,7 +165,7 @@ func (s *Store) replicated(wait *redis.IntCmd, reply []string) error {
 
 // awaitReadsReplicated queues the probe write and WAIT after a round of
 // reads in p; nil when no replica is asked for.
-func (s *Store) awaitReadsReplicated(ctx context.Context, p redis.Pipeliner) *redis.IntCmd {
+func (s *Store) awaitReadsReplicated(ctx context.Context, p redis.Pipeliner) *replicaWait {
 	if !s.waitsForReplicas() {
 		return nil
 	}
@@ -111,12 +173,6 @@ func (s *Store) awaitReadsReplicated(ctx context.Context, p redis.Pipeliner) *re
 	return s.waitReplicas(ctx, p)
 }
 
-// readsReplicated reports whether wait (from awaitReadsReplicated)
-// confirmed the replicas asked for, or was not sent.
-func (s *Store) readsReplicated(wait *redis.IntCmd) bool {
-	if wait == nil {
-		return true
-	}
-	n, err := wait.Result()
-	return err == nil && n >= s.replicas
-}
+// readsReplicated reports whether w (from awaitReadsReplicated) was
+// confirmed, or was not sent.
+func (s *Store) readsReplicated(w *replicaWait) bool { return s.confirmed(w) == nil }

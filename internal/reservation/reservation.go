@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,9 +86,11 @@ type Store struct {
 	// pipelines sends the scripts of orders that arrive together in one
 	// pipeline (coalesce.go); nil sends each on its own.
 	pipelines *coalescer
-	// replicas and replicaWait are WithReplicas' (replicas.go).
+	// replicas and replicaWait are WithReplicas' (replicas.go); online
+	// the replicas the primary last counted online.
 	replicas    int64
 	replicaWait time.Duration
+	online      atomic.Int64
 }
 
 var _ Reservations = (*Store)(nil)

@@ -21,7 +21,7 @@ func (c *Consumer) claim(ctx context.Context, round []*stream) (progress, failed
 	now := time.Now()
 	var (
 		claims     []claimed
-		replicated *redis.IntCmd
+		replicated *replicaWait
 	)
 	_, _ = c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, st := range round {

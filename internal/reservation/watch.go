@@ -191,8 +191,8 @@ func (s *Store) watchOnce(ctx context.Context, r Reservation) ([]string, error) 
 			// Taken by an earlier attempt of this very order, whose
 			// answer was lost: "<base> <its time>", as below.
 			reply = []string{"ok", r.Order.ID, at}
-			return s.awaitReplicasOf(ctx, tx, reply, func(p redis.Pipeliner) {
-				p.Set(ctx, placed, done.Val(), redis.KeepTTL)
+			return s.awaitReplicasOf(ctx, tx, reply, func(p redis.Pipeliner) []redis.Cmder {
+				return []redis.Cmder{p.Set(ctx, placed, done.Val(), redis.KeepTTL)}
 			})
 		}
 		if prior != nil && prior.Err() == nil {
@@ -202,8 +202,8 @@ func (s *Store) watchOnce(ctx context.Context, r Reservation) ([]string, error) 
 				return nil
 			}
 			reply = []string{"replay", id}
-			return s.awaitReplicasOf(ctx, tx, reply, func(p redis.Pipeliner) {
-				p.HSet(ctx, k.idem, r.Key, prior.Val())
+			return s.awaitReplicasOf(ctx, tx, reply, func(p redis.Pipeliner) []redis.Cmder {
+				return []redis.Cmder{p.HSet(ctx, k.idem, r.Key, prior.Val())}
 			})
 		}
 		// The window, on Redis's clock as the script reads it. The end
@@ -284,20 +284,23 @@ func (s *Store) watchOnce(ctx context.Context, r Reservation) ([]string, error) 
 // in reply (replicas.go), after rewrite's writes: a retry that found its
 // order taken writes what it found again, so that WAIT covers the write
 // that took it. Nothing is sent when no replica is asked for.
-func (s *Store) awaitReplicasOf(ctx context.Context, tx *redis.Tx, reply []string, rewrite func(redis.Pipeliner)) error {
+func (s *Store) awaitReplicasOf(ctx context.Context, tx *redis.Tx, reply []string, rewrite func(redis.Pipeliner) []redis.Cmder) error {
 	if !s.waitsForReplicas() {
 		return nil
 	}
-	var wait *redis.IntCmd
-	cmds, _ := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var (
+		rewritten []redis.Cmder
+		wait      *replicaWait
+	)
+	_, _ = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if rewrite != nil {
-			rewrite(p)
+			rewritten = rewrite(p)
 		}
 		wait = s.waitReplicas(ctx, p)
 		return nil
 	})
-	for _, c := range cmds {
-		if c != wait && c.Err() != nil {
+	for _, c := range rewritten {
+		if c.Err() != nil {
 			// The rewrite failed, so WAIT does not cover the order.
 			return &notReplicated{want: s.replicas, wait: s.replicaWait, err: c.Err()}
 		}

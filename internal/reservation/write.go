@@ -39,7 +39,7 @@ func (c *Consumer) readAndWrite(ctx context.Context, working *workingSet, round 
 		length  *redis.IntCmd
 	}
 	reads := make([]read, 0, len(round))
-	var replicated *redis.IntCmd
+	var replicated *replicaWait
 	_, err := c.store.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, st := range round {
 			from := ">"

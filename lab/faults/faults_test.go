@@ -76,6 +76,10 @@ func TestShortFaults(t *testing.T) {
 		// orders answered 201.
 		{"14-redis-failover", func() faults.Result { return env.RedisFailover(ctx, strategies.NameRedisReserve, false) }},
 		{"14-redis-failover/no-wait", func() faults.Result { return env.RedisFailover(ctx, strategies.NameRedisReserve, true) }},
+		// About 15 s each: redis-lock's holder frozen while the failover
+		// hands its lock to the others; fenced, and the control.
+		{"14-lock-failover/fencing-on", func() faults.Result { return env.LockFailover(ctx, "on") }},
+		{"14-lock-failover/fencing-off", func() faults.Result { return env.LockFailover(ctx, "off") }},
 		{"13-sold-out-mark", func() faults.Result {
 			return env.SoldOutMark(ctx, "postgres", strategies.NameConditional, false)
 		}},

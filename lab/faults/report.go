@@ -156,11 +156,16 @@ func (e *Env) steps(ctx context.Context) []step {
 		step{13, strategies.NameBatched, func() Result { return e.SoldOutMark(ctx, "mysql", strategies.NameBatched, false) }})
 	// The reservation's Redis replicated under Sentinel, its primary lost
 	// while the replicas lag; and the control without WAIT, which must be
-	// caught losing orders answered 201.
+	// caught losing orders answered 201. Then redis-lock's lock handed
+	// over by such a failover while its holder is frozen, fenced and (the
+	// control, which must oversell) not.
 	for _, s := range strategies.ReservedNames {
 		steps = append(steps, step{14, s, func() Result { return e.RedisFailover(ctx, s, false) }})
 	}
-	steps = append(steps, step{14, strategies.NameRedisReserve, func() Result { return e.RedisFailover(ctx, strategies.NameRedisReserve, true) }})
+	steps = append(steps,
+		step{14, strategies.NameRedisReserve, func() Result { return e.RedisFailover(ctx, strategies.NameRedisReserve, true) }},
+		step{14, strategies.NameRedisLock, func() Result { return e.LockFailover(ctx, "on") }},
+		step{14, strategies.NameRedisLock, func() Result { return e.LockFailover(ctx, "off") }})
 	sizes := RestartTableSizes
 	if e.Short {
 		sizes = sizes[:2]

@@ -7,16 +7,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashsale/stock/internal/strategies"
 	"github.com/flashsale/stock/lab/testproxy"
 	"github.com/flashsale/stock/lab/testredis"
 )
 
 // RedisFailover is scenario 14: a reservation strategy on a Redis primary
 // with two replicas and three Sentinels (REDIS_MODE=sentinel), three
-// instances under load. Mid-load the replicas' links to the primary
-// freeze (they lag), the primary is killed (kill -9), and what the links
-// held is dropped with it: the Sentinels promote a replica that lacks the
-// primary's last writes. With RESERVE_WAIT_REPLICAS=1 (the default under
+// instances under load. Mid-load the link of the replica the Sentinels
+// prefer (replica-priority) freezes (it lags; the other keeps up), the
+// primary is killed (kill -9), and what the link held is dropped with it:
+// the Sentinels promote the replica that lacks the primary's last writes,
+// although the other has them (WAIT for one replica of two would have
+// answered them 201). With RESERVE_WAIT_REPLICAS=1 (the default under
 // Sentinel) the orders taken during the lag were answered 503 (may have
 // happened), never 201, and the consumers wrote none of them: nothing
 // answered 201 is lost, and the sale sells on after the failover. The
@@ -55,8 +58,8 @@ func (e *Env) RedisFailover(ctx context.Context, strategy string, control bool) 
 		return r.abort(err)
 	}
 	defer stopWatch()
-	tl := r.event("freeze the replicas' links to the primary (they lag)")
-	links.Freeze()
+	tl := r.event("freeze the link of the replica the Sentinels prefer (it lags; the other keeps up)")
+	links[len(links)-1].Freeze()
 	pause(ctx, e.scale(time.Second, 500*time.Millisecond))
 	tk := r.event("kill -9 the Redis primary; drop what the links held")
 	if control {
@@ -75,6 +78,14 @@ func (e *Env) RedisFailover(ctx context.Context, strategy string, control bool) 
 	}
 	tp := r.event("Sentinel promoted %s", promoted.Addr)
 	r.afterLoad = func(orders []*order) {
+		// Every SKU sells again (or answers sold out) after the promotion:
+		// a sale closed by its check (the database ahead of the promoted
+		// replica) fails the safe run, and catches the control.
+		for _, sku := range skus {
+			if !answeredAfter(orders, sku, tp) {
+				r.fail("%s never sold again after the promotion: its sale stays closed", sku)
+			}
+		}
 		lag := figures(orders, tl, tk)
 		r.note("during the lag: %d requests, %d answered 201, %d 503 (%d may have happened)", lag.Requests, lag.Created, lag.Responses503, lag.MayExist)
 		r.res.Figures.RecoverySeconds = recovery(orders, tk, -1)
@@ -93,7 +104,8 @@ func (e *Env) RedisFailover(ctx context.Context, strategy string, control bool) 
 		// What the control does, caught one way or the other: the orders
 		// answered 201 during the lag and not yet written are lost with
 		// the primary; those a consumer wrote put the database ahead of
-		// the promoted replica, whose check then closes the sale.
+		// the promoted replica, whose check then closes the sale (failed
+		// in afterLoad).
 		r.afterRows = func(orders []*order, _ []orderRow) {
 			lost := 0
 			if n := r.res.Figures.LostWithRedisData; n != nil {
@@ -101,9 +113,6 @@ func (e *Env) RedisFailover(ctx context.Context, strategy string, control bool) 
 			}
 			if lost > 0 {
 				r.fail("the control lost %d orders answered 201 with the primary", lost)
-			}
-			if r.res.Figures.RecoverySeconds == nil {
-				r.fail("the control never sold again after the failover: the database is ahead of the promoted replica, and the sale stays closed")
 			}
 		}
 	}
@@ -118,9 +127,25 @@ func (e *Env) RedisFailover(ctx context.Context, strategy string, control bool) 
 	return res
 }
 
+// answeredAfter reports whether an order of sku called at or after at was
+// answered 201 or 409: its sale answers.
+func answeredAfter(orders []*order, sku string, at time.Duration) bool {
+	for _, o := range orders {
+		if o.sku != sku {
+			continue
+		}
+		for _, a := range o.attempts {
+			if a.call >= at && (a.answer == ansCreated || a.answer == ansSoldOut) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // startReplicatedRedis starts the run's Redis primary, its two replicas
-// (each replicating through a proxy the run can freeze) and three
-// Sentinels.
+// (each replicating through a proxy the run can freeze; the Sentinels
+// prefer the second, by its replica-priority) and three Sentinels.
 func (r *run) startReplicatedRedis() (*testredis.Replicated, testproxy.Group, error) {
 	var links testproxy.Group
 	closeLinks := func() {
@@ -140,6 +165,8 @@ func (r *run) startReplicatedRedis() (*testredis.Replicated, testproxy.Group, er
 		// The Sentinels leave a replica on its proxy this long.
 		FailoverTimeout: 5 * time.Minute,
 		LogDir:          r.dir,
+		// A lower priority is preferred: the second replica.
+		ReplicaArgs: [][]string{{"--replica-priority", "200"}, {"--replica-priority", "50"}},
 	})
 	if err != nil {
 		closeLinks()
@@ -150,4 +177,107 @@ func (r *run) startReplicatedRedis() (*testredis.Replicated, testproxy.Group, er
 	}
 	r.cleanups = append(r.cleanups, func() { rep.Stop(); closeLinks() })
 	return rep, links, nil
+}
+
+// LockFailover is scenario 14's lock run: redis-lock on a Redis primary
+// with two replicas and three Sentinels (REDIS_MODE=sentinel), LOCK_TTL
+// 5 s. The replicas lag from the start (their links frozen), so nothing of
+// the locks reaches them. Instance 0 runs with FREEZE_HOLDER: its first
+// order stops its own process while it holds the SKU's lock, between its
+// read and its write. Then the primary is killed and the Sentinels
+// promote a replica without the lock's key: the other instances take the
+// lock at once, long before its TTL, and sell the rest. Then instance 0
+// continues and writes what it read. With FENCING=on that write is
+// refused (its read is stale), and the stock stays exact; FENCING=off is
+// the control, which must oversell.
+func (e *Env) LockFailover(ctx context.Context, fencing string) Result {
+	strategy := strategies.NameRedisLock
+	ttl := 5 * time.Second
+	r := e.newRun(14, "14-lock-failover/postgres/"+strategy+"/fencing-"+fencing,
+		"a lock holder frozen while the Redis primary behind Sentinel is lost: the promoted replica hands its lock to another instance", Config{
+			Engine: "postgres", Strategy: strategy, Safe: fencing == "on", Instances: 3, Fencing: fencing,
+			LockTTL: ttl.String(), OrderTimeout: "5s", StockPerSKU: 300})
+	rep, links, err := r.startReplicatedRedis()
+	if err != nil {
+		return r.abort(err)
+	}
+	links.Freeze()
+	r.instanceEnv = map[int][]string{0: {"FREEZE_HOLDER=true"}}
+	if err := r.setUp(ctx, 0, "REDIS_MODE=sentinel", "REDIS_ADDRS="+strings.Join(rep.Addrs(), ","),
+		"REDIS_SENTINEL_MASTER="+testredis.MasterName, "FENCING="+fencing, "LOCK_TTL="+ttl.String(), "LOCK_WAIT=3s"); err != nil {
+		return r.abort(err)
+	}
+	victim := r.cluster.Instances[0]
+	sku := "s14-lock"
+	stock := r.res.Config.StockPerSKU
+	if err := r.startSales(ctx, []string{sku}, stock); err != nil {
+		return r.abort(err)
+	}
+	// As scenario 2: instance 0 takes half the requests, and a stopped
+	// instance holds at most a quarter of the workers.
+	r.startLoad(ctx, []string{sku}, loadSpec{workers: 200, rate: 200, duration: time.Minute, maxOrders: 1 << 30,
+		timeout: 10 * time.Second, weights: []int{2, 1, 1}, perInstance: 50})
+	if !waitUntil(ctx, 10*time.Second, victim.Stopped) {
+		return r.abort(fmt.Errorf("instance 0 did not freeze itself"))
+	}
+	tf := r.event("instance 0 froze itself holding the lock of %s, between its read and its write (FREEZE_HOLDER)", sku)
+	old, err := rep.Master(ctx)
+	if err != nil {
+		return r.abort(err)
+	}
+	failedOver, stopWatch, err := rep.Watch(old)
+	if err != nil {
+		return r.abort(err)
+	}
+	defer stopWatch()
+	tk := r.event("kill -9 the Redis primary; its replicas never had the lock")
+	old.Stop()
+	links.Cut()
+	links.Thaw()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	promoted, err := failedOver(wctx)
+	cancel()
+	if err != nil {
+		return r.abort(fmt.Errorf("the Sentinels did not promote a replica: %w", err))
+	}
+	r.event("Sentinel promoted %s", promoted.Addr)
+	if !waitUntil(ctx, 15*time.Second, func() bool {
+		a, err := r.cluster.Audit(ctx, sku)
+		return err == nil && a.Available < 3
+	}) {
+		r.warn("the other instances did not sell the rest of %s within 15s of the failover", sku)
+	}
+	tc := r.event("SIGCONT instance 0, stopped %.1fs (LOCK_TTL %s)", seconds(r.load.now()-tf), ttl)
+	if err := victim.Resume(); err != nil {
+		return r.abort(err)
+	}
+	pause(ctx, 1500*time.Millisecond)
+	r.load.stop()
+	r.afterLoad = func(orders []*order) {
+		// The others sold again after the failover, before the lock's TTL
+		// would have let them: the failover handed the lock over.
+		first := time.Duration(-1)
+		for _, o := range orders {
+			for _, a := range o.attempts {
+				if a.answer == ansCreated && a.instance != victim.Index && a.call >= tk && (first < 0 || a.ret < first) {
+					first = a.ret
+				}
+			}
+		}
+		if first < 0 {
+			r.warn("no other instance sold after the failover")
+			return
+		}
+		s := seconds(first - tk)
+		r.res.Figures.RecoverySeconds = &s
+		r.note("the other instances sold again %.2fs after the kill, %.2fs after instance 0 froze holding a lock of %s", s, seconds(first-tf), ttl)
+	}
+	res := r.finish(ctx, phaseMark{"instance 0 holds the lock", 0}, phaseMark{"frozen", tf}, phaseMark{"primary gone", tk}, phaseMark{"instance 0 continues", tc})
+	if fencing == "off" && res.Figures.OversoldUnits == 0 && res.Verdict != VerdictError && res.Verdict != VerdictSkipped {
+		res.Failures = append(res.Failures, "the control was not caught: FENCING=off did not oversell when the failover handed the lock over")
+		res.Verdict = VerdictFailed
+		res.Line = res.verdictLine()
+		e.logf("%s", res.Line)
+	}
+	return res
 }

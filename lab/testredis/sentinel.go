@@ -52,6 +52,9 @@ type SentinelOptions struct {
 	// LogDir, when set, receives each data server's output in a file of
 	// its own; "" (the default) keeps it in memory only.
 	LogDir string
+	// ReplicaArgs[i], when set, are passed on to replica i (from 0) after
+	// Args: a "--replica-priority" makes the Sentinels' choice certain.
+	ReplicaArgs [][]string
 	// FailoverTimeout is the Sentinels' failover-timeout; 10s by default.
 	// It is also how long they leave a replica that replicates from
 	// another address than the primary's (a Link) before they point it
@@ -109,7 +112,12 @@ func SpawnReplicated(dir string, o SentinelOptions) (*Replicated, error) {
 		r.Stop()
 		return nil, err
 	}
-	durable := append([]string{"--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"}, o.Args...)
+	// As docs/replicated.md asks: durable, never evicting; a full resync
+	// starts at once (Redis waits 5 s by default for more replicas to
+	// share it, which after a failover is 5 s of orders answered 503);
+	// a replica that stops acknowledging is dropped after 5 s, not 60.
+	durable := append([]string{"--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction",
+		"--repl-diskless-sync-delay", "0", "--repl-timeout", "5"}, o.Args...)
 	d, err := folder("primary")
 	if err != nil {
 		return fail(err)
@@ -132,7 +140,11 @@ func SpawnReplicated(dir string, o SentinelOptions) (*Replicated, error) {
 		if err != nil {
 			return fail(err)
 		}
-		replica, err := SpawnWith(d, Options{Args: append(slices.Clone(durable), "--replicaof", host, port), LogFile: logIn(o.LogDir, name+".log")})
+		args := append(slices.Clone(durable), "--replicaof", host, port)
+		if i < len(o.ReplicaArgs) {
+			args = append(args, o.ReplicaArgs[i]...)
+		}
+		replica, err := SpawnWith(d, Options{Args: args, LogFile: logIn(o.LogDir, name+".log")})
 		if err != nil {
 			return fail(err)
 		}
@@ -335,7 +347,9 @@ func (r *Replicated) waitMaster(ctx context.Context, old *Server) (*Server, erro
 // a failover can be authorised). Sentinels learn of each other by
 // messages every 2 s and of replicas by INFO every 10 s: polled.
 func (r *Replicated) waitReady(ctx context.Context, primary string) error {
-	c := redis.NewClient(&redis.Options{Addr: primary, MaxRetries: -1})
+	// WAIT blocks until the replicas' first sync is done: ctx bounds it,
+	// not a read timeout.
+	c := redis.NewClient(&redis.Options{Addr: primary, MaxRetries: -1, ContextTimeoutEnabled: true, ReadTimeout: -1})
 	defer c.Close()
 	if err := c.Set(ctx, "testredis:replicated", "1", 0).Err(); err != nil {
 		return err
