@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/redisconn"
 	"github.com/flashsale/stock/internal/reservation"
 	"github.com/flashsale/stock/internal/sales"
 	"github.com/flashsale/stock/internal/sqlrow"
@@ -59,7 +60,39 @@ func BenchmarkReserve(b *testing.B) {
 	}
 }
 
+// BenchmarkReserveReplicated: what waiting for the replicas costs. The
+// burst of BenchmarkReserve (PostgreSQL, redis-reserve as the service runs
+// it and redis-watch) on one durable Redis, and beside it on a primary with
+// two replicas and three Sentinels (lab/testredis.StartReplicated) reached
+// as REDIS_MODE=sentinel does, each order waiting for every online replica
+// (RESERVE_WAIT_REPLICAS=1, the default there).
+//
+//	go test -run '^$' -bench 'ReserveReplicated/redis-reserve' -benchtime 20000x -count 3 ./internal/reservation/
+//
+// (testdata/bench-reserve-replicated.txt; go-redis logs each Sentinel's
+// answer on the benchmark's line, which the file leaves out).
+func BenchmarkReserveReplicated(b *testing.B) {
+	for _, v := range []struct {
+		name      string
+		pipelines int
+	}{{strategies.NameRedisReserve, 4}, {strategies.NameRedisWatch, 0}} {
+		for _, buyers := range []int{64, 256} {
+			for _, replicated := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/replicated=%v/buyers=%d", v.name, replicated, buyers), func(b *testing.B) {
+					benchOrdersOn(b, "postgres", v.name, v.pipelines, buyers, replicated)
+				})
+			}
+		}
+	}
+}
+
 func benchOrders(b *testing.B, engine, name string, pipelines, buyers int) {
+	benchOrdersOn(b, engine, name, pipelines, buyers, false)
+}
+
+// benchOrdersOn is benchOrders, on a replicated Redis behind Sentinels
+// when replicated.
+func benchOrdersOn(b *testing.B, engine, name string, pipelines, buyers int, replicated bool) {
 	ctx := context.Background()
 	db := testdb.New(b, engine, 16)
 	gated, err := sqlrow.LimitRowWork(sqlrow.NewConditional(), 4)
@@ -70,9 +103,17 @@ func benchOrders(b *testing.B, engine, name string, pipelines, buyers int) {
 	seen := &lags{}
 	reserved := name != strategies.NameConditional
 	if reserved {
-		rdb := redis.NewClient(&redis.Options{Addr: testredis.StartDurable(b).Addr, MaxRetries: -1, PoolSize: 64})
-		b.Cleanup(func() { _ = rdb.Close() })
+		var rdb redis.UniversalClient
 		opts := []reservation.Option{reservation.WithPipelines(pipelines)}
+		if replicated {
+			o := redisconn.FailoverOptions(testredis.MasterName, testredis.StartReplicated(b, testredis.SentinelOptions{}).Addrs())
+			o.PoolSize = 64
+			rdb = redis.NewFailoverClient(o)
+			opts = append(opts, reservation.WithReplicas(1, 500*time.Millisecond))
+		} else {
+			rdb = redis.NewClient(&redis.Options{Addr: testredis.StartDurable(b).Addr, MaxRetries: -1, PoolSize: 64})
+		}
+		b.Cleanup(func() { _ = rdb.Close() })
 		if name == strategies.NameRedisWatch {
 			opts = append(opts, reservation.WithOptimisticTransactions(50, 2))
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/flashsale/stock/lab/testredis"
 )
 
-// The harness's own promise: a write the replica confirmed (WAIT) is on
+// The harness's own promise: a write both replicas confirmed (WAIT) is on
 // the primary the Sentinels promote once the old one is killed.
 func TestSentinelsPromoteTheReplicaWhenThePrimaryIsKilled(t *testing.T) {
 	r := testredis.StartReplicated(t, testredis.SentinelOptions{})
@@ -22,7 +22,7 @@ func TestSentinelsPromoteTheReplicaWhenThePrimaryIsKilled(t *testing.T) {
 	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
+	if n, err := c.Wait(ctx, 2, 5*time.Second).Result(); err != nil || n != 2 {
 		t.Fatalf("WAIT: %d replicas, %v", n, err)
 	}
 	failedOver := r.WatchFailover(t, old)
