@@ -49,32 +49,19 @@ func (e *Env) RedisFailover(ctx context.Context, strategy string, control bool) 
 	}
 	r.startLoad(ctx, skus, sqlSpec(rate, d))
 	pause(ctx, d/4)
-	old, err := rep.Master(ctx)
-	if err != nil {
-		return r.abort(err)
-	}
-	failedOver, stopWatch, err := rep.Watch(old)
-	if err != nil {
-		return r.abort(err)
-	}
-	defer stopWatch()
 	tl := r.event("freeze the link of the replica the Sentinels prefer (it lags; the other keeps up)")
 	links[len(links)-1].Freeze()
 	pause(ctx, e.scale(time.Second, 500*time.Millisecond))
-	tk := r.event("kill -9 the Redis primary; drop what the links held")
-	if control {
-		// Without WAIT the promoted replica may have lost orders, and its
-		// check may close the sale: the run audits the database alone.
-		r.redisLostAt = &tk
-	}
-	old.Stop()
-	links.Cut()
-	links.Thaw()
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	promoted, err := failedOver(wctx)
-	cancel()
+	tk, promoted, err := r.killPrimary(ctx, rep, links, "kill -9 the Redis primary; drop what the links held", func(tk *time.Duration) {
+		if control {
+			// Without WAIT the promoted replica may have lost orders, and
+			// its check may close the sale: the run audits the database
+			// alone.
+			r.redisLostAt = tk
+		}
+	})
 	if err != nil {
-		return r.abort(fmt.Errorf("the Sentinels did not promote a replica: %w", err))
+		return r.abort(err)
 	}
 	tp := r.event("Sentinel promoted %s", promoted.Addr)
 	if lagging := rep.Servers[len(rep.Servers)-1]; promoted != lagging {
@@ -131,6 +118,36 @@ func (e *Env) RedisFailover(ctx context.Context, strategy string, control bool) 
 		e.logf("%s", res.Line)
 	}
 	return res
+}
+
+// killPrimary kills the Redis primary (kill -9) as the event what, drops
+// what the links held with it, and returns once the Sentinels have
+// promoted a replica: the kill's time on the load's clock and the replica.
+// atKill, when set, is called with the kill's time before the kill.
+func (r *run) killPrimary(ctx context.Context, rep *testredis.Replicated, links testproxy.Group, what string, atKill func(*time.Duration)) (time.Duration, *testredis.Server, error) {
+	old, err := rep.Master(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	failedOver, stopWatch, err := rep.Watch(old)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer stopWatch()
+	tk := r.event("%s", what)
+	if atKill != nil {
+		atKill(&tk)
+	}
+	old.Stop()
+	links.Cut()
+	links.Thaw()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	promoted, err := failedOver(wctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("the Sentinels did not promote a replica: %w", err)
+	}
+	return tk, promoted, nil
 }
 
 // answeredAfter reports whether an order of sku called at or after at was
@@ -227,24 +244,9 @@ func (e *Env) LockFailover(ctx context.Context, fencing string) Result {
 		return r.abort(fmt.Errorf("instance 0 did not freeze itself"))
 	}
 	tf := r.event("instance 0 froze itself holding the lock of %s, between its read and its write (FREEZE_HOLDER)", sku)
-	old, err := rep.Master(ctx)
+	tk, promoted, err := r.killPrimary(ctx, rep, links, "kill -9 the Redis primary; its replicas never had the lock", nil)
 	if err != nil {
 		return r.abort(err)
-	}
-	failedOver, stopWatch, err := rep.Watch(old)
-	if err != nil {
-		return r.abort(err)
-	}
-	defer stopWatch()
-	tk := r.event("kill -9 the Redis primary; its replicas never had the lock")
-	old.Stop()
-	links.Cut()
-	links.Thaw()
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	promoted, err := failedOver(wctx)
-	cancel()
-	if err != nil {
-		return r.abort(fmt.Errorf("the Sentinels did not promote a replica: %w", err))
 	}
 	r.event("Sentinel promoted %s", promoted.Addr)
 	if !waitUntil(ctx, 15*time.Second, func() bool {

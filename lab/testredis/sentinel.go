@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/flashsale/stock/lab/testproc"
 )
 
 // MasterName is the name the Sentinels of StartSentinel know the primary
@@ -426,21 +424,9 @@ func spawnSentinel(dir string, primary int, downAfter, failoverTimeout time.Dura
 
 func (s *Sentinel) start() error {
 	cmd := exec.Command(Bin, s.conf, "--sentinel")
-	out := &readyWriter{ready: make(chan struct{}), marker: "+monitor master"}
-	exited, err := testproc.Start(cmd, out, "", false)
+	_, exited, err := startReady(cmd, "+monitor master", "", false, "redis sentinel "+s.Addr)
 	if err != nil {
 		return err
-	}
-	timeout := time.NewTimer(10 * time.Second)
-	defer timeout.Stop()
-	select {
-	case <-out.ready:
-	case <-exited:
-		return fmt.Errorf("redis sentinel %s exited: %s", s.Addr, out.String())
-	case <-timeout.C:
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("redis sentinel %s not ready in 10s: %s", s.Addr, out.String())
 	}
 	s.mu.Lock()
 	s.cmd, s.exited = cmd, exited

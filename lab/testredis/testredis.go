@@ -143,23 +143,9 @@ func (s *Server) start() error {
 	}
 	cmd := exec.Command(Bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir}, s.args...)...)
-	out := &readyWriter{ready: make(chan struct{}), marker: "Ready to accept connections"}
-	exited, err := testproc.Start(cmd, out, s.logFile, s.ownGroup)
+	out, exited, err := startReady(cmd, "Ready to accept connections", s.logFile, s.ownGroup, fmt.Sprintf("redis-server on port %d", s.port))
 	if err != nil {
 		return err
-	}
-
-	// Wait for the server's own "ready" log line, not for a fixed time.
-	timeout := time.NewTimer(10 * time.Second)
-	defer timeout.Stop()
-	select {
-	case <-out.ready:
-	case <-exited:
-		return fmt.Errorf("redis-server on port %d exited: %s", s.port, out.String())
-	case <-timeout.C:
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("redis-server on port %d not ready in 10s: %s", s.port, out.String())
 	}
 	s.cmd, s.exited, s.out = cmd, exited, out
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.port)})
@@ -303,6 +289,29 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialerRetries: 1, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// startReady starts cmd and waits for its own "ready" log line, marker,
+// not for a fixed time: at most 10 s, then it kills it. what names it in
+// errors.
+func startReady(cmd *exec.Cmd, marker, logFile string, ownGroup bool, what string) (*readyWriter, <-chan struct{}, error) {
+	out := &readyWriter{ready: make(chan struct{}), marker: marker}
+	exited, err := testproc.Start(cmd, out, logFile, ownGroup)
+	if err != nil {
+		return nil, nil, err
+	}
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	select {
+	case <-out.ready:
+		return out, exited, nil
+	case <-exited:
+		return nil, nil, fmt.Errorf("%s exited: %s", what, out.String())
+	case <-timeout.C:
+		_ = cmd.Process.Kill()
+		<-exited
+		return nil, nil, fmt.Errorf("%s not ready in 10s: %s", what, out.String())
+	}
 }
 
 // readyWriter keeps a server's output and closes ready once the output
