@@ -67,9 +67,6 @@ func TestShortFaults(t *testing.T) {
 		// About 10 s: etcd-lock with its etcd leader killed (make faults
 		// runs zk-lock's and the paused holders of both).
 		{"7-etcd-leader-kill", func() faults.Result { return env.CoordinatorLeaderKill(ctx, strategies.NameEtcdLock) }},
-		// About 10 s each: the sold-out mark while units come back, one
-		// instance frozen past the bound; and the control (SOLD_OUT_TTL=30s
-		// against a bound of 1s), which fails unless the check catches it.
 		// About 15 s each: the Redis primary behind Sentinel killed while
 		// its replicas lag (redis-watch's run is in make faults only);
 		// and the control without WAIT, which must be caught losing
@@ -80,6 +77,9 @@ func TestShortFaults(t *testing.T) {
 		// hands its lock to the others; fenced, and the control.
 		{"14-lock-failover/fencing-on", func() faults.Result { return env.LockFailover(ctx, "on") }},
 		{"14-lock-failover/fencing-off", func() faults.Result { return env.LockFailover(ctx, "off") }},
+		// About 10 s each: the sold-out mark while units come back, one
+		// instance frozen past the bound; and the control (SOLD_OUT_TTL=30s
+		// against a bound of 1s), which fails unless the check catches it.
 		{"13-sold-out-mark", func() faults.Result {
 			return env.SoldOutMark(ctx, "postgres", strategies.NameConditional, false)
 		}},
