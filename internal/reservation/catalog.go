@@ -52,7 +52,7 @@ func (s *Store) CloseCatalog(ctx context.Context, skus []string, sales []int64) 
 	if behind != nil {
 		return behind
 	}
-	return nil
+	return s.Replicated(ctx)
 }
 
 // LoadCatalog implements Reservations: Load for each start, sale
@@ -91,7 +91,7 @@ func (s *Store) LoadCatalog(ctx context.Context, starts []inventory.SaleStart, s
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: load %d of the catalog's %d sales into Redis: %w", inventory.ErrUnavailable, len(failed), len(starts), errors.Join(failed[:min(len(failed), 3)]...))
 	}
-	return nil
+	return s.Replicated(ctx)
 }
 
 // listCatalog lists every SKU in the catalog with its sale's number, as

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // Redis replicates asynchronously: a primary answers a write before any
@@ -176,3 +178,29 @@ func (s *Store) awaitReadsReplicated(ctx context.Context, p redis.Pipeliner) *re
 // readsReplicated reports whether w (from awaitReadsReplicated) was
 // confirmed, or was not sent.
 func (s *Store) readsReplicated(w *replicaWait) bool { return s.confirmed(w) == nil }
+
+// A sale's start waits for the replicas too: answered and then lost with
+// the primary, it would leave the promoted replica without the sale (or
+// with the older one), and every order would be answered 503 until the
+// sale was started again. Its scripts (Close, Load, their catalog forms)
+// run on any connection of the pool, so the WAIT follows a probe write of
+// its own, sent after they were answered: a replica applies the primary's
+// stream in order, so the probe comes after them in it. Returns and
+// restocks need not wait: the check of the sale on a promoted replica
+// gives back every one the database has (returnAgain).
+
+// Replicated implements Reservations: nil once every write this store was
+// answered before the call is on the replicas WithReplicas asks for (at
+// once without them); ErrUnavailable when they do not confirm in time.
+func (s *Store) Replicated(ctx context.Context) error {
+	if !s.waitsForReplicas() {
+		return nil
+	}
+	p := s.rdb.Pipeline()
+	w := s.awaitReadsReplicated(ctx, p)
+	_, _ = p.Exec(ctx) // each command has its own error
+	if err := s.confirmed(w); err != nil {
+		return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
+	}
+	return nil
+}

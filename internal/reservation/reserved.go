@@ -125,6 +125,11 @@ type Reservations interface {
 	// restored from an older copy), which may have lost the sale's orders
 	// with it.
 	Resume(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error
+	// Replicated returns once every write the store answered before it
+	// is on the store's replicas, when it has replicas to wait for (Close,
+	// Load, their catalog forms and Resume wait already): a retried start
+	// that finds its sale loaded asks it before it answers.
+	Replicated(ctx context.Context) error
 	// Return gives back to sale epoch the units of returned orders (ID,
 	// Quantity, UserID), each once per sale however often it is called
 	// with it: ErrStaleSale when the store holds another sale of the SKU,
@@ -343,7 +348,9 @@ func (r *Reserved) FinishStart(ctx context.Context, st inventory.SaleStart, epoc
 	t, err := r.res.Tally(ctx, st.SKU)
 	switch {
 	case err == nil && t.Epoch/saleNumberStride >= epoch/saleNumberStride:
-		return nil
+		// Loaded on the primary, perhaps by the attempt that was answered
+		// 503 because its replicas did not confirm the load.
+		return r.res.Replicated(ctx)
 	case err != nil && !errors.Is(err, ErrSaleNotLoaded):
 		return err
 	}

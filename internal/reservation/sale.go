@@ -28,7 +28,7 @@ func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
 	if err != nil {
 		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
-	return nil
+	return s.Replicated(ctx)
 }
 
 // list lists sku in the catalog with the number of its latest sale.
@@ -68,7 +68,7 @@ func (s *Store) load(ctx context.Context, sku string, n, epoch int64, w inventor
 		}
 		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
-	return nil
+	return s.Replicated(ctx)
 }
 
 // windowBound is a bound of the sale's window as the sale hash keeps it:

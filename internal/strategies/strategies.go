@@ -270,6 +270,6 @@ var (
 	// primary behind Sentinels (RedisClient); not Redlock's independent
 	// servers.
 	oneRedis        = []string{"REDIS_MODE=sentinel"}
-	reserveSettings = []string{"RESERVE_DURABILITY", "RESERVE_CLAIM_IDLE", "RESERVE_RECONCILE_EVERY", "REDIS_MODE=cluster", "FENCING=on",
-		"REDIS_MODE=sentinel", "RESERVE_WAIT_REPLICAS", "RESERVE_WAIT_TIMEOUT"}
+	reserveSettings = slices.Concat([]string{"RESERVE_DURABILITY", "RESERVE_CLAIM_IDLE", "RESERVE_RECONCILE_EVERY", "REDIS_MODE=cluster", "FENCING=on",
+		"RESERVE_WAIT_REPLICAS", "RESERVE_WAIT_TIMEOUT"}, oneRedis)
 )
