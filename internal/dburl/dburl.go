@@ -7,6 +7,7 @@ package dburl
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -24,21 +25,46 @@ const MySQLIOTimeout = 30 * time.Second
 // Unless the URL says otherwise, times are parsed and query arguments are
 // interpolated by the client, which saves a prepare round trip per
 // statement; that is safe because the connection's charset is utf8mb4.
+//
+// With several hosts (mysql://root@h1:3306,h2:3306/stock, the nodes of a
+// Galera cluster), Addr is the first; MySQLNodes lists them all.
 func MySQL(raw string) (*mysql.Config, error) {
+	cfg, _, err := MySQLNodes(raw)
+	return cfg, err
+}
+
+// MySQLNodes is MySQL and the URL's hosts, each host:port (3306 when the
+// URL gives none), in the URL's order.
+func MySQLNodes(raw string) (*mysql.Config, []string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("mysql: parse DATABASE_URL: %w", err)
+		return nil, nil, fmt.Errorf("mysql: parse DATABASE_URL: %w", err)
 	}
 	if u.Scheme != "mysql" {
-		return nil, fmt.Errorf("mysql: DATABASE_URL must start with mysql://, not %s://", u.Scheme)
+		return nil, nil, fmt.Errorf("mysql: DATABASE_URL must start with mysql://, not %s://", u.Scheme)
 	}
-	host := u.Host
-	if host == "" {
-		return nil, errors.New("mysql: DATABASE_URL has no host")
+	if u.Host == "" {
+		return nil, nil, errors.New("mysql: DATABASE_URL has no host")
 	}
-	if u.Port() == "" {
-		host += ":3306"
+	var hosts []string
+	for h := range strings.SplitSeq(u.Host, ",") {
+		if h == "" {
+			return nil, nil, fmt.Errorf("mysql: DATABASE_URL has an empty host in %q", u.Host)
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "3306")
+		}
+		hosts = append(hosts, h)
 	}
+	cfg, err := mysqlConfig(u, hosts[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, hosts, nil
+}
+
+// mysqlConfig is the driver's configuration of u's database at host.
+func mysqlConfig(u *url.URL, host string) (*mysql.Config, error) {
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
 		return nil, errors.New("mysql: DATABASE_URL must name one database, as in mysql://root@127.0.0.1:3306/stock")

@@ -21,6 +21,7 @@ import (
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/mysqlconn"
 	schema "github.com/flashsale/stock/sql"
 )
 
@@ -75,7 +76,7 @@ const noDeadlineLockWait = 20 * time.Second
 // Open connects to the database at url (mysql://user:pass@host:port/db) and
 // checks that it answers.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
-	cfg, err := dburl.MySQL(url)
+	cfg, hosts, err := dburl.MySQLNodes(url)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		// The driver sets unknown DSN parameters as session variables.
 		cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(o.lockWaitTimeout.Round(time.Second)/time.Second)))
 	}
-	connector, err := mysql.NewConnector(cfg)
+	connector, err := connectorOf(cfg, hosts)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w", err)
 	}
@@ -105,6 +106,15 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("mysql: cannot reach %s: %w", cfg.Addr, wrap(ctx, err))
 	}
 	return &Store{db: db, lockWait: o.lockWaitTimeout}, nil
+}
+
+// connectorOf is the connector of cfg's database: on its one host, or on
+// the nodes of a Galera cluster when the URL names several (mysqlconn).
+func connectorOf(cfg *mysql.Config, hosts []string) (driver.Connector, error) {
+	if len(hosts) > 1 {
+		return mysqlconn.New(cfg, hosts)
+	}
+	return mysql.NewConnector(cfg)
 }
 
 // Close closes the pool.
@@ -379,6 +389,7 @@ const (
 	erCheckRead         = 1020 // MariaDB innodb_snapshot_isolation: the row changed since the snapshot
 	erTooManyConns      = 1040
 	erServerShutdown    = 1053
+	erWsrepNotReady     = 1047 // a Galera node outside the primary component: ER_UNKNOWN_COM_ERROR
 	erQueryInterrupted  = 1317
 	erMaxExecTimeExceed = 3024 // MySQL 8 max_execution_time
 	erStatementTimeout  = 1969 // MariaDB max_statement_time
@@ -418,7 +429,7 @@ func wrap(ctx context.Context, err error) error {
 			// on a stuck holder): running it again would only wait past
 			// that. Busy; the client may retry.
 			return fmt.Errorf("%w: %w", inventory.ErrBusy, err)
-		case erTooManyConns, erServerShutdown:
+		case erTooManyConns, erServerShutdown, erWsrepNotReady:
 			return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
 		}
 		return fmt.Errorf("mysql: %w", err)
@@ -436,6 +447,12 @@ func wrap(ctx context.Context, err error) error {
 // Any other failure leaves the outcome unknown.
 func wrapCommit(ctx context.Context, err error) error {
 	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == erWsrepNotReady {
+		// A Galera node that left the primary component while its commit
+		// was being certified: the rest of the cluster may have committed
+		// the write set.
+		return fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, err)
+	}
 	if errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrTxDone) ||
 		ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return wrap(ctx, err)

@@ -44,15 +44,23 @@ func builders() map[string]builder {
 // for t.
 func fromRegistry(t testing.TB, engine string, db store.Store, e strategies.Entry) inventory.Strategy {
 	t.Helper()
+	// A lock table in a database of its own on the same engine: the lock
+	// orders the writers wherever it lives; the row's counter is the token
+	// the stock write checks.
+	return buildEntry(t, registryConfig(t, e, testdb.MigratedURL(t, engine)), db)
+}
+
+// registryConfig is e's configuration with the registry's defaults, its
+// lock table (db-lock) at databaseURL, and servers started for t for what
+// it Needs: every instance built from it shares them.
+func registryConfig(t testing.TB, e strategies.Entry, databaseURL string) strategies.Config {
+	t.Helper()
 	cfg := strategies.Defaults()
 	cfg.Strategy = e.Name
 	cfg.NaiveRaceWindow = 20 * time.Millisecond
 	cfg.LockWait = 30 * time.Second
 	cfg.ReconcileEvery = 0 // the tests audit themselves
-	// A lock table in a database of its own on the same engine: the lock
-	// orders the writers wherever it lives; the row's counter is the token
-	// the stock write checks.
-	cfg.DatabaseURL = testdb.MigratedURL(t, engine)
+	cfg.DatabaseURL = databaseURL
 	for _, srv := range e.Needs {
 		switch srv {
 		case strategies.ServerRedis:
@@ -72,9 +80,16 @@ func fromRegistry(t testing.TB, engine string, db store.Store, e strategies.Entr
 			t.Fatalf("%s needs %s, which the conformance test cannot start", e.Name, srv)
 		}
 	}
+	return cfg
+}
+
+// buildEntry builds one instance of cfg's strategy over db, stopped when t
+// ends.
+func buildEntry(t testing.TB, cfg strategies.Config, db store.Store) inventory.Strategy {
+	t.Helper()
 	s, stop, err := strategies.Build(context.Background(), cfg, strategies.Deps{DB: db, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		t.Fatalf("build %s: %v", e.Name, err)
+		t.Fatalf("build %s: %v", cfg.Strategy, err)
 	}
 	t.Cleanup(stop)
 	return s

@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/mysqlconn"
 	"github.com/flashsale/stock/internal/store"
 )
 
@@ -113,14 +115,28 @@ func postgresURL(tb testing.TB) string {
 
 func mysqlURL(tb testing.TB) string {
 	tb.Helper()
-	base := serverURL("TEST_MYSQL_URL", DefaultMySQLURL)
-	cfg, err := dburl.MySQL(base)
+	return MySQLURLOn(tb, serverURL("TEST_MYSQL_URL", DefaultMySQLURL))
+}
+
+// MySQLURLOn creates an empty database on the MySQL-protocol server of
+// base and returns base naming it, dropped when the test ends. With
+// several hosts (a Galera cluster) it goes through the first node that
+// serves, as the service does: the others get the database by replication,
+// and the drop still reaches the cluster after a test killed a node.
+func MySQLURLOn(tb testing.TB, base string) string {
+	tb.Helper()
+	cfg, hosts, err := dburl.MySQLNodes(base)
 	if err != nil {
-		tb.Fatalf("TEST_MYSQL_URL: %v", err)
+		tb.Fatalf("%s: %v", base, err)
 	}
-	connector, err := gomysql.NewConnector(cfg)
+	var connector driver.Connector
+	if len(hosts) > 1 {
+		connector, err = mysqlconn.New(cfg, hosts)
+	} else {
+		connector, err = gomysql.NewConnector(cfg)
+	}
 	if err != nil {
-		tb.Fatalf("TEST_MYSQL_URL: %v", err)
+		tb.Fatalf("%s: %v", base, err)
 	}
 	db := sql.OpenDB(connector)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -3,6 +3,7 @@ package dblock
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +11,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/flashsale/stock/internal/dburl"
+	"github.com/flashsale/stock/internal/mysqlconn"
 )
 
 // mysqlTable is the lock table on MySQL/MariaDB. Times are
@@ -28,14 +30,23 @@ type mysqlTable struct {
 }
 
 func openMySQL(url string, maxConns int) (*mysqlTable, error) {
-	cfg, err := dburl.MySQL(url)
+	cfg, hosts, err := dburl.MySQLNodes(url)
 	if err != nil {
 		return nil, fmt.Errorf("dblock: %w", err)
 	}
 	// The statements' conditions decide: count the rows they match, not
 	// only the ones whose values changed.
 	cfg.ClientFoundRows = true
-	connector, err := gomysql.NewConnector(cfg)
+	var connector driver.Connector
+	if len(hosts) > 1 {
+		// The nodes of a Galera cluster: an acquisition on one node that
+		// conflicts with another's fails its certification, and Galera
+		// runs an autocommit statement again (wsrep_retry_autocommit),
+		// which then finds the lock taken.
+		connector, err = mysqlconn.New(cfg, hosts)
+	} else {
+		connector, err = gomysql.NewConnector(cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dblock: %w", err)
 	}

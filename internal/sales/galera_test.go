@@ -1,0 +1,270 @@
+package sales_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/inventory"
+	"github.com/flashsale/stock/internal/sales"
+	"github.com/flashsale/stock/internal/store"
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/history"
+	"github.com/flashsale/stock/lab/testdb"
+	"github.com/flashsale/stock/lab/testgalera"
+)
+
+// galeraSale is one database on a Galera cluster, reached by several
+// instances, each through its own node first (a DATABASE_URL naming every
+// node, its own first), as a deployment with one instance beside each
+// node would.
+type galeraSale struct {
+	cluster *testgalera.Cluster
+	base    string // the database's URL, nodes in the cluster's order
+	name    string // the database's name
+}
+
+func newGaleraSale(t *testing.T, c *testgalera.Cluster) *galeraSale {
+	t.Helper()
+	base := testdb.MySQLURLOn(t, "mysql://root@"+strings.Join(c.Addrs(), ",")+"/mysql")
+	name := base[strings.LastIndex(base, "/")+1:]
+	g := &galeraSale{cluster: c, base: base, name: name}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := store.Open(ctx, g.url(0), 4)
+	if err != nil {
+		t.Fatalf("open the Galera database: %v", err)
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("migrate the Galera database: %v", err)
+	}
+	return g
+}
+
+// url is the database's URL with node first first, then the others in
+// the cluster's order.
+func (g *galeraSale) url(first int) string {
+	addrs := g.cluster.Addrs()
+	ordered := append(append([]string{}, addrs[first:]...), addrs[:first]...)
+	return "mysql://root@" + strings.Join(ordered, ",") + "/" + g.name
+}
+
+// open is an instance's store, through node first first.
+func (g *galeraSale) open(t *testing.T, first int) store.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := store.Open(ctx, g.url(first), 16)
+	if err != nil {
+		t.Fatalf("open through node %d: %v", first, err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
+
+// The same race as TestConformance, on a Galera cluster of three nodes,
+// through two instances that write through different nodes. Galera takes
+// writes on every node and certifies each commit against the write sets
+// committed since the transaction began: two instances that take the same
+// row through two nodes do not wait for each other's row lock (a row lock
+// is one node's), and the one that commits second fails its commit with
+// error 1213 and runs again. So the safe strategies must sell exactly the
+// stock, with linearizable answers, as on one server.
+func TestEveryStrategySellsExactlyItsStockThroughTwoNodesOfAGaleraCluster(t *testing.T) {
+	const initial, buyers = 50, 200
+	c := testgalera.Start(t, testgalera.Options{})
+	for _, e := range strategies.All() {
+		if strategies.IsControl(e.Name) {
+			continue
+		}
+		t.Run(e.Name, func(t *testing.T) {
+			g := newGaleraSale(t, c)
+			cfg := registryConfig(t, e, g.url(0))
+			var svcs []*sales.Service
+			for node := range 2 {
+				db := g.open(t, node)
+				cfgAt := cfg
+				cfgAt.DatabaseURL = g.url(node)
+				svcs = append(svcs, sales.NewService(db, buildEntry(t, cfgAt, db), sales.WithOrderTimeout(30*time.Second)))
+			}
+			ctx := context.Background()
+			sku := "galera-" + e.Name
+			if err := svcs[0].StartSale(ctx, sku, initial); err != nil {
+				t.Fatalf("start sale: %v", err)
+			}
+			results, rec := racedThrough(svcs, sku, buyers)
+			verdicts, err := history.Check(rec.Ops(), map[string]int64{sku: initial}, 30*time.Second, historyDir(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			audit, err := svcs[1].Audit(ctx, sku)
+			if err != nil {
+				t.Fatalf("audit: %v", err)
+			}
+			var sold, orders, busy int64
+			for _, r := range results {
+				switch {
+				case r.err == nil:
+					sold += r.quantity
+					orders++
+				case errors.Is(r.err, inventory.ErrSoldOut):
+				case errors.Is(r.err, inventory.ErrBusy):
+					busy++
+				default:
+					t.Errorf("unexpected error: %v", r.err)
+				}
+			}
+			t.Logf("sold %d units in %d orders, %d busy; audit %+v; history %v", sold, orders, busy, audit, verdicts[0])
+			if audit.Orders != orders || audit.Ordered != sold {
+				t.Errorf("answers say %d orders for %d units, the database has %d for %d", orders, sold, audit.Orders, audit.Ordered)
+			}
+			if audit.Available < 0 || audit.Initial != audit.Available+audit.Ordered {
+				t.Errorf("oversold or not conserved: %+v", audit)
+			}
+			if !verdicts[0].Linearizable() {
+				t.Errorf("history not linearizable: %v", verdicts[0])
+			}
+		})
+	}
+}
+
+// racedThrough is recordedRace with the buyers spread over svcs in turn.
+func racedThrough(svcs []*sales.Service, sku string, buyers int) ([]outcome, *history.Recorder) {
+	rec := history.NewRecorder()
+	results := make([]outcome, buyers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range buyers {
+		wg.Go(func() {
+			q := int64(i%3 + 1)
+			<-start
+			done := rec.Begin(i, sku, q)
+			o, err := svcs[i%len(svcs)].PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: q, UserID: fmt.Sprintf("u-%d", i)})
+			done(historyOutcome(err))
+			results[i] = outcome{quantity: q, order: o, err: err}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return results, rec
+}
+
+// A node killed mid-sale: the instance that wrote through it moves to the
+// next node at its next connection, and the sale goes on. Every order
+// answered 201 is in the database whichever node took it, the stock is
+// conserved, and an order caught in the kill is answered 503 (outcome
+// unknown only when its commit was on its way, and then settled by a
+// lookup on the node it moved to where it can be).
+func TestASaleGoesOnThroughTheOtherNodesWhenAGaleraNodeIsKilled(t *testing.T) {
+	const initial = 100000
+	c := testgalera.Start(t, testgalera.Options{})
+	g := newGaleraSale(t, c)
+	e, _ := strategies.Lookup(strategies.NameConditional)
+	cfg := registryConfig(t, e, g.url(0))
+	var svcs []*sales.Service
+	for node := range 2 {
+		db := g.open(t, node)
+		svcs = append(svcs, sales.NewService(db, buildEntry(t, cfg, db), sales.WithOrderTimeout(5*time.Second)))
+	}
+	ctx := context.Background()
+	const sku = "galera-kill"
+	if err := svcs[0].StartSale(ctx, sku, initial); err != nil {
+		t.Fatalf("start sale: %v", err)
+	}
+	// Buyers on both instances until told to stop; the kill comes once
+	// some orders went through node 0.
+	var (
+		stop                 atomic.Bool
+		created, unavailable atomic.Int64
+		createdAfter         atomic.Int64
+		killed               atomic.Bool
+		killedAt             time.Time
+		soldAgain            [2]atomic.Int64 // ns from the kill to each instance's first 201 after it
+
+		mu                      sync.Mutex
+		answered                []string
+		failures                []error
+		soldThroughNode0Running = make(chan struct{})
+		once                    sync.Once
+	)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				o, err := svcs[w%2].PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: fmt.Sprintf("w%d-%d", w, i)})
+				switch {
+				case err == nil:
+					created.Add(1)
+					if killed.Load() {
+						createdAfter.Add(1)
+						soldAgain[w%2].CompareAndSwap(0, int64(time.Since(killedAt)))
+					}
+					mu.Lock()
+					answered = append(answered, o.ID)
+					mu.Unlock()
+					if w%2 == 0 && created.Load() > 50 {
+						once.Do(func() { close(soldThroughNode0Running) })
+					}
+				case errors.Is(err, inventory.ErrUnavailable), errors.Is(err, inventory.ErrBusy):
+					unavailable.Add(1)
+				default:
+					mu.Lock()
+					failures = append(failures, err)
+					mu.Unlock()
+				}
+				if killed.Load() && createdAfter.Load() > 200 {
+					stop.Store(true)
+				}
+			}
+		})
+	}
+	select {
+	case <-soldThroughNode0Running:
+	case <-time.After(time.Minute):
+		stop.Store(true)
+		wg.Wait()
+		t.Fatal("no order went through within a minute")
+	}
+	killedAt = time.Now()
+	if err := c.Nodes[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed.Store(true)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		stop.Store(true)
+		<-done
+		t.Fatalf("the sale did not sell 200 orders within 2 minutes of the kill (%d after it)", createdAfter.Load())
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%d orders failed with neither a 201 nor a 503: %v", len(failures), failures[0])
+	}
+	audit, err := svcs[1].Audit(ctx, sku)
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	t.Logf("%d orders answered 201 (%d after the kill), %d answered 503; after the kill, the instance on the killed node sold again in %v, the other in %v; audit %+v",
+		created.Load(), createdAfter.Load(), unavailable.Load(), time.Duration(soldAgain[0].Load()).Round(time.Millisecond),
+		time.Duration(soldAgain[1].Load()).Round(time.Millisecond), audit)
+	if audit.Initial != audit.Available+audit.Ordered {
+		t.Errorf("not conserved: %+v", audit)
+	}
+	if audit.Orders < created.Load() {
+		t.Errorf("%d orders answered 201, the database has %d", created.Load(), audit.Orders)
+	}
+	db := g.open(t, 1)
+	for _, id := range answered {
+		if _, found, err := db.FindOrder(ctx, id); err != nil || !found {
+			t.Errorf("order %s answered 201 is not in the database after the kill (found %v, %v)", id, found, err)
+		}
+	}
+}
