@@ -31,7 +31,7 @@ build: ## build bin/stock and bin/servers
 	$(GO) build -o $(BIN) ./cmd/stock
 	$(GO) build -o bin/servers ./lab/cmd/servers
 
-services: ## install and start what is missing: PostgreSQL, MariaDB, Redis; install etcd, ZooKeeper, Chromium
+services: ## install and start what is missing: PostgreSQL, MariaDB, Redis; install etcd, ZooKeeper, Patroni, Galera, Chromium
 	@bash scripts/ensure-services.sh
 
 # In the foreground: Ctrl-C stops what it started. Ports already taken are

@@ -143,6 +143,12 @@ ensure_redis
 # ports (lab/testetcd, lab/testzk); nothing is started here.
 command -v etcd >/dev/null 2>&1 || { log "installing etcd"; apt_install etcd-server etcd-client; }
 [ -e /usr/share/java/zookeeper.jar ] || { log "installing ZooKeeper"; apt_install zookeeperd; }
+# The replicated servers of issue 39 (docs/replicated.md), for the tests'
+# private clusters (lab/testpatroni, lab/testgalera): Patroni over
+# PostgreSQL and etcd; Galera with MariaDB, its state transfer by rsync.
+command -v patroni >/dev/null 2>&1 || { log "installing Patroni"; apt_install patroni; }
+[ -e /usr/lib/galera/libgalera_smm.so ] || { log "installing Galera"; apt_install galera-4; }
+command -v rsync >/dev/null 2>&1 || { log "installing rsync"; apt_install rsync; }
 # Chromium, headless, for the report's browser test (lab/report,
 # TestReportReadsInABrowser): Debian's package, never a browser a test tool
 # downloads. The test starts it itself, on file:// pages only.
@@ -151,4 +157,4 @@ command -v chromium >/dev/null 2>&1 || { log "installing Chromium"; apt_install 
 psql "$PG_URL" -Atc "select 1 from pg_database where datname = 'stock'" | grep -q 1 \
   || psql "$PG_URL" -qc 'CREATE DATABASE stock'
 my -e 'CREATE DATABASE IF NOT EXISTS stock'
-log "PostgreSQL, MariaDB and Redis answer; database stock exists on both; etcd, ZooKeeper and Chromium are installed"
+log "PostgreSQL, MariaDB and Redis answer; database stock exists on both; etcd, ZooKeeper, Patroni, Galera and Chromium are installed"

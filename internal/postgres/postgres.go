@@ -314,13 +314,23 @@ func wrap(ctx context.Context, err error) error {
 }
 
 // wrapCommit files a commit error. The server's own refusal means the
-// transaction was rolled back; a lost connection leaves the outcome unknown.
+// transaction was rolled back; a lost connection leaves the outcome
+// unknown, even when pgx calls it safe to retry. A backend waiting for its
+// synchronous standby has committed locally already: when it is ended (a
+// Patroni demotion, pg_terminate_backend, a shutdown) the server sends only
+// the warning "the transaction has already committed locally, but might
+// not have been replicated to the standby" and closes the connection, and
+// pgx reports "conn closed" with SafeToRetry true, as if the COMMIT had
+// never left. Answered as rolled back, an order the promoted standby has
+// was told "nothing was deducted"
+// (TestACommitEndedWhileWaitingForItsSynchronousStandbyIsNotAnsweredAsRolledBack).
+// A connection closed before the COMMIT was sent costs one lookup more.
 func wrapCommit(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return wrap(ctx, err)
 	}
-	if errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) {
+	if errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) && !errors.Is(err, pgconn.ErrConnClosed) {
 		// Rolled back, or the COMMIT never left this process.
 		return wrap(ctx, err)
 	}
