@@ -347,7 +347,14 @@ func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func
 		return nil, nil, err
 	}
 	return sqltx, func() {
-		_ = sqltx.Rollback()
+		if err := sqltx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+			// The server refused the rollback (a Galera node that left the
+			// majority answers every statement 1047): the transaction may
+			// still be open on the connection, and the next BEGIN there
+			// would commit it. The connection is closed, not pooled (found
+			// by review).
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
 		_ = conn.Close()
 	}, nil
 }
@@ -439,18 +446,22 @@ func wrap(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
 }
 
-// wrapCommit files a commit error. The server's own refusal means the
-// transaction was rolled back, and so does driver.ErrBadConn (the driver
+// wrapCommit files a commit error. The server's deadlock (1213) or
+// changed-snapshot (1020) refusal means the transaction was rolled back,
+// and so does driver.ErrBadConn (the driver
 // returns it only when nothing was sent). So do sql.ErrTxDone and the
 // context's own error: database/sql returns them without sending COMMIT when
 // the transaction's context ended, and rolls the transaction back itself.
 // Any other failure leaves the outcome unknown.
 func wrapCommit(ctx context.Context, err error) error {
 	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) && myErr.Number == erWsrepNotReady {
-		// A Galera node that left the primary component while its commit
-		// was being certified: the rest of the cluster may have committed
-		// the write set.
+	if errors.As(err, &myErr) && myErr.Number != erLockDeadlock && myErr.Number != erCheckRead {
+		// Only a deadlock (on Galera, a failed certification) and a
+		// changed snapshot are known to roll back at COMMIT. Any other
+		// refusal there may come after the write set left for the
+		// cluster (1047: the node left the majority while it was
+		// certified; 1180: the replication failed): the rest of the
+		// cluster may have committed it (found by review).
 		return fmt.Errorf("%w: %w", inventory.ErrOutcomeUnknown, err)
 	}
 	if errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrTxDone) ||

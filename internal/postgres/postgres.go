@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +27,9 @@ import (
 // Store is an inventory.Store over a pgx pool.
 type Store struct {
 	pool *pgxpool.Pool
+	// unreplicated marks the connections whose last COMMIT's wait for the
+	// synchronous standby was cancelled (syncRepCancelled).
+	unreplicated sync.Map // *pgconn.PgConn → struct{}
 }
 
 var (
@@ -69,6 +74,12 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(cfg)
 	}
+	s := &Store{}
+	cfg.ConnConfig.OnNotice = func(c *pgconn.PgConn, n *pgconn.Notice) {
+		if syncRepCancelled(n) {
+			s.unreplicated.Store(c, struct{}{})
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -77,7 +88,20 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: cannot reach %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, wrap(ctx, err))
 	}
-	return &Store{pool: pool}, nil
+	s.pool = pool
+	return s, nil
+}
+
+// syncRepCancelled is the warning of a COMMIT whose wait for its
+// synchronous standby was cancelled (pg_cancel_backend, a
+// statement_timeout, a shutdown): the transaction is committed on the
+// primary, visible there, and maybe on no standby, yet the COMMIT returns
+// no error. PostgreSQL gives it no code of its own (01000), so it is known
+// by its text, as the server writes it with lc_messages in English (the
+// default, C); another language loses this guard, not the others
+// (commitQuery).
+func syncRepCancelled(n *pgconn.Notice) bool {
+	return strings.Contains(n.Message, "synchronous replication") || strings.Contains(n.Detail, "might not have been replicated")
 }
 
 // Close closes the pool.
@@ -135,7 +159,11 @@ func (s *Store) InBatchTx(ctx context.Context, fn func(context.Context, batched.
 }
 
 func (s *Store) inTx(ctx context.Context, fn func(context.Context, *tx) error) error {
-	pgtx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginQuery(ctx)})
+	opts := pgx.TxOptions{BeginQuery: beginQuery(ctx)}
+	if opts.BeginQuery != "" {
+		opts.CommitQuery = commitQuery
+	}
+	pgtx, err := s.pool.BeginTx(ctx, opts)
 	if err != nil {
 		return wrap(ctx, err)
 	}
@@ -149,11 +177,27 @@ func (s *Store) inTx(ctx context.Context, fn func(context.Context, *tx) error) e
 	if err := fn(ctx, &tx{tx: pgtx}); err != nil {
 		return err
 	}
+	conn := pgtx.Conn().PgConn()
+	s.unreplicated.Delete(conn)
 	if err := pgtx.Commit(ctx); err != nil {
 		return wrapCommit(ctx, err)
 	}
+	if _, cut := s.unreplicated.LoadAndDelete(conn); cut {
+		// Answered 201 now, the order could be lost with the primary: the
+		// lookup that settles it waits for the standby (its commit too).
+		return fmt.Errorf("%w: the commit's wait for the synchronous standby was cancelled: it is on the primary, maybe on no standby", inventory.ErrOutcomeUnknown)
+	}
 	return nil
 }
+
+// commitQuery ends a transaction begun by beginQuery: its COMMIT must not
+// be bound by the statement_timeout of its statements. A COMMIT that waits
+// for its synchronous standby and is cancelled by that timeout returns as
+// done, the transaction committed on the primary only (found by review:
+// under Patroni an order could be answered 201 and lost with the primary).
+// Without the timeout the wait lasts until the order's deadline, when pgx
+// closes the connection: an unknown outcome, settled by a lookup.
+const commitQuery = "SET LOCAL statement_timeout = 0; COMMIT"
 
 // beginQuery returns the statement that begins a transaction under ctx's
 // deadline: BEGIN, then the time left (whole milliseconds, rounded up, at
@@ -328,6 +372,11 @@ func wrap(ctx context.Context, err error) error {
 func wrapCommit(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if pgErr.Code == "25P02" {
+			// commitQuery's SET in a transaction that had failed: rolled
+			// back, as a bare COMMIT would have answered.
+			return wrap(ctx, pgx.ErrTxCommitRollback)
+		}
 		return wrap(ctx, err)
 	}
 	if errors.Is(err, pgx.ErrTxCommitRollback) || pgconn.SafeToRetry(err) && !errors.Is(err, pgconn.ErrConnClosed) {

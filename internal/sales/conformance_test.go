@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,9 +14,7 @@ import (
 	"github.com/flashsale/stock/internal/strategies"
 	"github.com/flashsale/stock/lab/history"
 	"github.com/flashsale/stock/lab/testdb"
-	"github.com/flashsale/stock/lab/testetcd"
-	"github.com/flashsale/stock/lab/testredis"
-	"github.com/flashsale/stock/lab/testzk"
+	"github.com/flashsale/stock/lab/teststrategy"
 )
 
 // builder builds one strategy over the test's database on engine.
@@ -47,52 +43,7 @@ func fromRegistry(t testing.TB, engine string, db store.Store, e strategies.Entr
 	// A lock table in a database of its own on the same engine: the lock
 	// orders the writers wherever it lives; the row's counter is the token
 	// the stock write checks.
-	return buildEntry(t, registryConfig(t, e, testdb.MigratedURL(t, engine)), db)
-}
-
-// registryConfig is e's configuration with the registry's defaults, its
-// lock table (db-lock) at databaseURL, and servers started for t for what
-// it Needs: every instance built from it shares them.
-func registryConfig(t testing.TB, e strategies.Entry, databaseURL string) strategies.Config {
-	t.Helper()
-	cfg := strategies.Defaults()
-	cfg.Strategy = e.Name
-	cfg.NaiveRaceWindow = 20 * time.Millisecond
-	cfg.LockWait = 30 * time.Second
-	cfg.ReconcileEvery = 0 // the tests audit themselves
-	cfg.DatabaseURL = databaseURL
-	for _, srv := range e.Needs {
-		switch srv {
-		case strategies.ServerRedis:
-			cfg.RedisAddrs = []string{testredis.Start(t).Addr}
-		case strategies.ServerRedisQuorum:
-			cfg.RedisAddrs = nil
-			for range 5 {
-				cfg.RedisAddrs = append(cfg.RedisAddrs, testredis.Start(t).Addr)
-			}
-		case strategies.ServerDurableRedis:
-			cfg.RedisAddrs = []string{testredis.StartDurable(t).Addr}
-		case strategies.ServerEtcd:
-			cfg.EtcdEndpoints = testetcd.Start(t).Endpoints()
-		case strategies.ServerZooKeeper:
-			cfg.ZKServers = []string{testzk.Start(t).Addr}
-		default:
-			t.Fatalf("%s needs %s, which the conformance test cannot start", e.Name, srv)
-		}
-	}
-	return cfg
-}
-
-// buildEntry builds one instance of cfg's strategy over db, stopped when t
-// ends.
-func buildEntry(t testing.TB, cfg strategies.Config, db store.Store) inventory.Strategy {
-	t.Helper()
-	s, stop, err := strategies.Build(context.Background(), cfg, strategies.Deps{DB: db, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatalf("build %s: %v", cfg.Strategy, err)
-	}
-	t.Cleanup(stop)
-	return s
+	return teststrategy.Build(t, teststrategy.Config(t, e, testdb.MigratedURL(t, engine)), db)
 }
 
 // TestConformanceCoversEveryStrategy: the conformance test runs every
@@ -141,35 +92,13 @@ func recordedRace(t *testing.T, svc *sales.Service, sku string, buyers int) ([]o
 			<-start
 			done := rec.Begin(i, sku, q)
 			o, err := svc.PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: q, UserID: fmt.Sprintf("u-%d", i)})
-			done(historyOutcome(err))
+			done(teststrategy.Outcome(err))
 			results[i] = outcome{quantity: q, order: o, err: err}
 		}()
 	}
 	close(start)
 	wg.Wait()
 	return results, rec
-}
-
-// historyOutcome is what a client learns from an order's error.
-func historyOutcome(err error) history.Outcome {
-	switch {
-	case err == nil:
-		return history.OK
-	case errors.Is(err, inventory.ErrSoldOut):
-		return history.SoldOut
-	case errors.Is(err, inventory.ErrUnavailable):
-		return history.Unknown
-	}
-	return history.NoEffect
-}
-
-// historyDir is where a failing history's visualisation goes: HISTORY_DIR
-// if set (CI keeps it), else the test's temporary folder.
-func historyDir(t *testing.T) string {
-	if d := os.Getenv("HISTORY_DIR"); d != "" {
-		return d
-	}
-	return t.TempDir()
 }
 
 // TestConformance: 200 buyers race for 50 units on every strategy and engine.
@@ -197,7 +126,7 @@ func TestConformance(t *testing.T) {
 				}
 
 				results, rec := recordedRace(t, svc, sku, buyers)
-				verdicts, err := history.Check(rec.Ops(), map[string]int64{sku: initial}, 30*time.Second, historyDir(t))
+				verdicts, err := history.Check(rec.Ops(), map[string]int64{sku: initial}, 30*time.Second, teststrategy.HistoryDir(t))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -117,6 +117,45 @@ func (m *Member) Kill() error {
 	return nil
 }
 
+// Freeze stops the member as a paused machine (a VM paused, a stalled
+// disk) would be: SIGSTOP, by PID, to its Patroni, its PostgreSQL and all
+// their children. A frozen leader keeps its key in etcd until the key's
+// ttl runs out, then its standby is promoted; Thaw wakes it as a deposed
+// primary, which Patroni demotes when it runs again.
+func (m *Member) Freeze() error {
+	m.mu.Lock()
+	cmd := m.cmd
+	m.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("testpatroni: freeze %s: not running", m.Name)
+	}
+	var pids []int
+	if cmd.Process.Signal(syscall.SIGSTOP) == nil {
+		pids = stopTree(cmd.Process.Pid)
+	}
+	if pm := m.postmasterPID(); pm > 0 && syscall.Kill(pm, syscall.SIGSTOP) == nil {
+		pids = append(pids, stopTree(pm)...)
+	}
+	paused := make([]frozenProc, 0, len(pids))
+	for _, pid := range pids {
+		paused = append(paused, frozenProc{pid: pid, start: procStart(pid)})
+	}
+	m.mu.Lock()
+	m.paused = append(m.paused, paused...)
+	m.mu.Unlock()
+	return nil
+}
+
+// Thaw continues what Freeze stopped (a process whose PID was reused
+// since is left alone).
+func (m *Member) Thaw() {
+	m.mu.Lock()
+	paused := m.paused
+	m.paused = nil
+	m.mu.Unlock()
+	thaw(paused)
+}
+
 // postmasterPID is the PID of postmaster.pid when that process is a
 // PostgreSQL of this member's data (not a PID reused since), else 0.
 func (m *Member) postmasterPID() int {

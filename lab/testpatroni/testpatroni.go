@@ -98,6 +98,7 @@ type Member struct {
 	log        *tailLog
 	postmaster int          // the PostgreSQL the last Kill ended, for Restart
 	frozen     []frozenProc // what FreezeReplication stopped
+	paused     []frozenProc // what Freeze stopped
 }
 
 // Start starts a cluster for tb, as Spawn does, in a new folder of the

@@ -1,4 +1,4 @@
-package sales_test
+package failover_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/flashsale/stock/internal/store"
 	"github.com/flashsale/stock/internal/strategies"
 	"github.com/flashsale/stock/lab/testpatroni"
+	"github.com/flashsale/stock/lab/teststrategy"
 )
 
 // The service on a PostgreSQL cluster run by Patroni (lab/testpatroni):
@@ -83,7 +84,7 @@ func patroniService(ctx context.Context, t *testing.T, c *testpatroni.Cluster, n
 		t.Fatalf("no strategy %s", strategy)
 	}
 	db := openPatroni(ctx, t, c, name, 4)
-	return sales.NewService(db, buildEntry(t, registryConfig(t, e, c.URL(name)), db), sales.WithOrderTimeout(timeout)), db
+	return sales.NewService(db, teststrategy.Build(t, teststrategy.Config(t, e, c.URL(name)), db), sales.WithOrderTimeout(timeout)), db
 }
 
 // primaryAndStandby are c's primary and its other member (c has two).
@@ -121,6 +122,25 @@ func ordersOf(ctx context.Context, t *testing.T, db store.Store, buyer, sku stri
 // answer that order "not taken, nothing deducted": either 201 (a lookup
 // found the order) or outcome unknown.
 func TestACommitEndedWhileWaitingForItsSynchronousStandbyIsNotAnsweredAsRolledBack(t *testing.T) {
+	endTheWaitingCommit(t, "pg_terminate_backend")
+}
+
+// A backend whose wait for its synchronous standby is cancelled
+// (pg_cancel_backend, or a statement_timeout) answers its COMMIT as done,
+// with only the warning that the transaction "might not have been
+// replicated to the standby": pgx returns no error. The service must not
+// answer 201 for an order the standby does not have (found by review: it
+// did): the commit is an unknown outcome, and while the standby lags its
+// answer is 503, may have been taken.
+func TestACommitWhoseWaitForItsSynchronousStandbyIsCancelledIsNotAnswered201(t *testing.T) {
+	endTheWaitingCommit(t, "pg_cancel_backend")
+}
+
+// endTheWaitingCommit has an order's COMMIT wait for a frozen synchronous
+// standby, ends the wait with end (pg_terminate_backend or
+// pg_cancel_backend), and checks the answer: never 201 while the standby
+// lacks the order, never "not taken" for an order in the database.
+func endTheWaitingCommit(t *testing.T, end string) {
 	c := testpatroni.Start(t, testpatroni.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -141,10 +161,10 @@ func TestACommitEndedWhileWaitingForItsSynchronousStandbyIsNotAnsweredAsRolledBa
 		t.Fatalf("the frozen standby %s: role %q (%v), want Patroni to keep it the synchronous standby", standby.Name, role, err)
 	}
 
-	answered := make(chan outcome, 1)
+	answered := make(chan answer, 1)
 	go func() {
 		o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: buyer})
-		answered <- outcome{quantity: 1, order: o, err: err}
+		answered <- answer{quantity: 1, order: o, err: err}
 	}()
 	admin, err := pgx.Connect(ctx, primary.URL(name))
 	if err != nil {
@@ -170,18 +190,31 @@ func TestACommitEndedWhileWaitingForItsSynchronousStandbyIsNotAnsweredAsRolledBa
 			t.Fatal("no backend waited for the frozen standby within 2 minutes")
 		}
 	}
-	var terminated bool
-	if err := admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&terminated); err != nil || !terminated {
-		t.Fatalf("terminate backend %d: %v, %v", pid, terminated, err)
+	var ended bool
+	if err := admin.QueryRow(ctx, `SELECT `+end+`($1)`, pid).Scan(&ended); err != nil || !ended {
+		t.Fatalf("%s of backend %d: %v, %v", end, pid, ended, err)
 	}
-	// The lookup that settles an unknown outcome takes the SKU's row, so
-	// its own commit waits for the standby too.
-	standby.ThawReplication()
-	var r outcome
-	select {
-	case r = <-answered:
-	case <-ctx.Done():
-		t.Fatal("the order was not answered within 2 minutes")
+	var r answer
+	if end == "pg_cancel_backend" {
+		// Answered while the standby still lacks the order: never 201.
+		select {
+		case r = <-answered:
+		case <-ctx.Done():
+			t.Fatal("the order was not answered within 2 minutes")
+		}
+		if r.err == nil {
+			t.Errorf("order %s answered 201 while its synchronous standby does not have it", r.order.ID)
+		}
+		standby.ThawReplication()
+	} else {
+		// The lookup that settles an unknown outcome takes the SKU's row,
+		// so its own commit waits for the standby too.
+		standby.ThawReplication()
+		select {
+		case r = <-answered:
+		case <-ctx.Done():
+			t.Fatal("the order was not answered within 2 minutes")
+		}
 	}
 
 	audit, err := svc.Audit(ctx, sku)
