@@ -89,7 +89,9 @@ explore: services ## every schedule of 2-3 buyers per strategy, 20x make test's 
 # instance kill with 10,000 SKUs on sale, a few of them hot (scenario 9),
 # and the restart table, first 201 after a Redis restart with 200, 2,000
 # and 10,000 SKUs (scenario 10): about 14 minutes more here
-# (`go run ./lab/cmd/faults -bin bin/stock -scenarios 9,10` runs those alone).
+# (`go run ./lab/cmd/faults -bin bin/stock -scenarios 9,10` runs those alone);
+# the failovers of replicated servers: Redis under Sentinel (14), PostgreSQL
+# under Patroni (15), a Galera cluster (16).
 # Writes reports/faults/<timestamp>/faults.{md,json} and
 # reports/faults/latest, and fails when a safe configuration oversold or
 # lost data. `make test` runs short forms (TestShortFaults,

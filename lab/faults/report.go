@@ -166,6 +166,19 @@ func (e *Env) steps(ctx context.Context) []step {
 		step{14, strategies.NameRedisReserve, func() Result { return e.RedisFailover(ctx, strategies.NameRedisReserve, true) }},
 		step{14, strategies.NameRedisLock, func() Result { return e.LockFailover(ctx, "on") }},
 		step{14, strategies.NameRedisLock, func() Result { return e.LockFailover(ctx, "off") }})
+	// The replicated databases: PostgreSQL's primary under Patroni killed,
+	// and frozen past the leader's ttl; the control on asynchronous
+	// replication, which must be caught losing orders answered 201; one
+	// Galera node killed and restarted.
+	for _, s := range []string{strategies.NameConditional, strategies.NameBatched, strategies.NameDBLock} {
+		steps = append(steps, step{15, s, func() Result { return e.PatroniFailover(ctx, s, PrimaryKilled) }})
+	}
+	steps = append(steps,
+		step{15, strategies.NameConditional, func() Result { return e.PatroniFailover(ctx, strategies.NameConditional, PrimaryFrozen) }},
+		step{15, strategies.NameConditional, func() Result { return e.PatroniFailover(ctx, strategies.NameConditional, AsyncLagging) }})
+	for _, s := range []string{strategies.NameConditional, strategies.NameBatched, strategies.NameDBLock} {
+		steps = append(steps, step{16, s, func() Result { return e.GaleraNodeKill(ctx, s) }})
+	}
 	sizes := RestartTableSizes
 	if e.Short {
 		sizes = sizes[:2]

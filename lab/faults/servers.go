@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flashsale/stock/internal/dburl"
+	"github.com/flashsale/stock/internal/mysqlconn"
 	"github.com/flashsale/stock/lab/testredis"
 )
 
@@ -397,12 +399,19 @@ func execAdmin(ctx context.Context, rawURL, stmt string) error {
 	return err
 }
 
+// openMySQL is a pool on rawURL's server, or on the first node that serves
+// of a Galera cluster when it names several (as the service reaches them).
 func openMySQL(rawURL string) (*sql.DB, error) {
-	cfg, err := dburl.MySQL(rawURL)
+	cfg, hosts, err := dburl.MySQLNodes(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	connector, err := gomysql.NewConnector(cfg)
+	var connector driver.Connector
+	if len(hosts) > 1 {
+		connector, err = mysqlconn.New(cfg, hosts)
+	} else {
+		connector, err = gomysql.NewConnector(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}

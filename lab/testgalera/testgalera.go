@@ -136,6 +136,10 @@ func Spawn(dir string, o Options) (*Cluster, error) {
 	if o.Nodes < 1 {
 		o.Nodes = 3
 	}
+	// mariadbd runs in its data folder: a relative path would not name it.
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
 	for try := 1; ; try++ {
 		// A port can be taken between our probe and mariadbd's bind, which
 		// then exits: try again, on other ports, in a folder of its own.

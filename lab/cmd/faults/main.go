@@ -16,7 +16,10 @@
 // sold-out mark (SOLD_OUT_TTL) across instances while units come back, one
 // instance frozen past its bound, with a control whose marks outlive it;
 // scenario 14 kills the Redis primary of redis-reserve and redis-watch
-// behind Sentinel while its replicas lag, with a control without WAIT.
+// behind Sentinel while its replicas lag, with a control without WAIT;
+// scenario 15 loses the PostgreSQL primary under Patroni (killed, or frozen
+// past the leader's ttl), with a control on asynchronous replication;
+// scenario 16 kills one node of a Galera cluster and restarts it.
 //
 // It starts everything it uses — the service instances, Redis servers, etcd
 // and ZooKeeper, and a private PostgreSQL and MariaDB in temporary folders —
@@ -146,8 +149,8 @@ func scenarioFilter(list string) (func(int) bool, error) {
 	var want []int
 	for _, s := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 14 {
-			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 14", s)
+		if err != nil || n < 1 || n > 16 {
+			return nil, fmt.Errorf("-scenarios: %q is not a scenario number from 1 to 16", s)
 		}
 		want = append(want, n)
 	}

@@ -16,6 +16,12 @@
 // up. It uses the binaries make test installs (Debian's redis-server,
 // etcd-server and zookeeper) and stops what it started, by PID, on SIGINT
 // or SIGTERM.
+//
+// With -only patroni, galera or sentinel it starts instead the replicated
+// servers of docs/replicated.md, on free ports, and prints the variables
+// that point the service at them: PostgreSQL under Patroni (two members,
+// synchronous, their own etcd), a three-node MariaDB Galera cluster, a
+// Redis primary with two replicas and three Sentinels.
 package main
 
 import (
@@ -34,6 +40,8 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/lab/testetcd"
+	"github.com/flashsale/stock/lab/testgalera"
+	"github.com/flashsale/stock/lab/testpatroni"
 	"github.com/flashsale/stock/lab/testredis"
 	"github.com/flashsale/stock/lab/testzk"
 )
@@ -42,9 +50,13 @@ import (
 type server struct {
 	name  string // for -only
 	what  string
-	ports []int
+	ports []int // fixed ports; none for a cluster on free ports
 	start func(dir string) (stop func(), err error)
 	env   string // how the service is pointed at it
+	// optIn: started only when -only names it (the replicated clusters of
+	// docs/replicated.md, on free ports; started is how to reach them).
+	optIn   bool
+	started func() string
 }
 
 func servers() []server {
@@ -62,7 +74,7 @@ func servers() []server {
 	for _, p := range redlock {
 		redlockAddrs = append(redlockAddrs, "127.0.0.1:"+strconv.Itoa(p))
 	}
-	return []server{
+	list := []server{
 		{name: "etcd", what: "etcd (etcd-lock, JOB_LOCK=etcd)", ports: []int{2379, 2380},
 			start: func(dir string) (func(), error) {
 				c, err := testetcd.SpawnAt(dir, 2379, 2380)
@@ -109,11 +121,59 @@ func servers() []server {
 			},
 			env: "STRATEGY=redlock REDIS_ADDRS=" + strings.Join(redlockAddrs, ",")},
 	}
+	return append(list, replicated()...)
+}
+
+// replicated are the clusters of docs/replicated.md, each in a new folder
+// of its dir on free ports (their data is not kept between runs).
+func replicated() []server {
+	var patroni *testpatroni.Cluster
+	var galera *testgalera.Cluster
+	var sentinel *testredis.Replicated
+	return []server{
+		{name: "patroni", what: "PostgreSQL under Patroni (2 members, synchronous)", optIn: true,
+			start: func(dir string) (func(), error) {
+				c, err := testpatroni.Spawn(dir, testpatroni.Options{LogDir: dir})
+				if err != nil {
+					return nil, err
+				}
+				patroni = c
+				return c.Stop, nil
+			},
+			started: func() string {
+				return "DATABASE_URL=" + patroni.URL("postgres") + " (create the stock database on it first)"
+			}},
+		{name: "galera", what: "MariaDB Galera (3 nodes)", optIn: true,
+			start: func(dir string) (func(), error) {
+				c, err := testgalera.Spawn(dir, testgalera.Options{LogDir: dir})
+				if err != nil {
+					return nil, err
+				}
+				galera = c
+				return c.Stop, nil
+			},
+			started: func() string {
+				return "DATABASE_URL=mysql://root@" + strings.Join(galera.Addrs(), ",") + "/mysql (create the stock database on it first)"
+			}},
+		{name: "sentinel", what: "Redis primary, 2 replicas, 3 Sentinels", optIn: true,
+			start: func(dir string) (func(), error) {
+				r, err := testredis.SpawnReplicated(dir, testredis.SentinelOptions{LogDir: dir})
+				if err != nil {
+					return nil, err
+				}
+				sentinel = r
+				return r.Stop, nil
+			},
+			started: func() string {
+				return "STRATEGY=redis-reserve REDIS_MODE=sentinel REDIS_ADDRS=" + strings.Join(sentinel.Addrs(), ",")
+			}},
+	}
 }
 
 func main() {
 	dir := flag.String("dir", ".run/servers", "where the servers keep their data")
-	only := flag.String("only", "", "comma-separated subset: etcd, zookeeper, reserve-redis, redlock (default: all)")
+	only := flag.String("only", "", "comma-separated subset: etcd, zookeeper, reserve-redis, redlock (default: these four); "+
+		"patroni, galera, sentinel (the replicated clusters, only when named)")
 	flag.Parse()
 	var want []string
 	if *only != "" {
@@ -131,7 +191,7 @@ func main() {
 	}()
 	var failed []error
 	for _, s := range servers() {
-		if want != nil && !slices.Contains(want, s.name) {
+		if want != nil && !slices.Contains(want, s.name) || want == nil && s.optIn {
 			continue
 		}
 		if busy := listening(s.ports); busy != 0 {
@@ -141,6 +201,12 @@ func main() {
 		sub, err := filepath.Abs(filepath.Join(*dir, s.name))
 		if err == nil {
 			err = os.MkdirAll(sub, 0o755)
+		}
+		if err == nil && s.optIn {
+			// Open to the postgres user, whom Patroni's PostgreSQL runs as.
+			if sub, err = os.MkdirTemp(sub, "run-"); err == nil {
+				err = os.Chmod(sub, 0o755)
+			}
 		}
 		var stopServer func()
 		if err == nil {
@@ -152,13 +218,19 @@ func main() {
 			continue
 		}
 		stops = append(stops, stopServer)
+		if s.started != nil {
+			fmt.Printf("%-44s started, in %s\n", s.what, sub)
+			fmt.Printf("%-44s   %s\n", "", s.started())
+			continue
+		}
 		fmt.Printf("%-44s on %s\n", s.what, ports(s.ports))
 		fmt.Printf("%-44s   %s\n", "", s.env)
 	}
 	if len(failed) > 0 {
 		fmt.Fprintln(os.Stderr, "servers:", errors.Join(failed...))
 		for _, err := range failed {
-			if errors.Is(err, testetcd.ErrNoEtcd) || errors.Is(err, testzk.ErrNoZooKeeper) || errors.Is(err, testredis.ErrNoRedis) {
+			if errors.Is(err, testetcd.ErrNoEtcd) || errors.Is(err, testzk.ErrNoZooKeeper) || errors.Is(err, testredis.ErrNoRedis) ||
+				errors.Is(err, testpatroni.ErrNoPatroni) || errors.Is(err, testgalera.ErrNoGalera) {
 				fmt.Fprintln(os.Stderr, "servers: make services installs what is missing (scripts/ensure-services.sh)")
 				break
 			}

@@ -1,0 +1,81 @@
+package failover_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/flashsale/stock/internal/strategies"
+	"github.com/flashsale/stock/lab/faults"
+)
+
+// TestShortFailoverFaults runs the short forms of fault scenarios 15 and
+// 16 (make faults runs the full ones, docs/faults.md): three instances of
+// the service, built from cmd/stock, under load while PostgreSQL's primary
+// under Patroni is killed, while the same happens on asynchronous
+// replication with the standby lagging (the control, which must be caught
+// losing orders answered 201), and while a Galera node is killed and
+// restarted. Every order is audited and every history checked.
+func TestShortFailoverFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real service processes and clusters")
+	}
+	// Not t.TempDir: its folders are closed to the postgres user, whom
+	// Patroni's PostgreSQL runs as.
+	dir, err := os.MkdirTemp("", "failover-faults-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	env := &faults.Env{Binary: serviceBinary(t), Dir: dir, Short: true, CheckTimeout: 5 * time.Second, Logf: t.Logf}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		run  func() faults.Result
+	}{
+		{"15-patroni-kill", func() faults.Result {
+			return env.PatroniFailover(ctx, strategies.NameConditional, faults.PrimaryKilled)
+		}},
+		{"15-patroni-async-control", func() faults.Result {
+			return env.PatroniFailover(ctx, strategies.NameConditional, faults.AsyncLagging)
+		}},
+		{"16-galera-node-kill", func() faults.Result { return env.GaleraNodeKill(ctx, strategies.NameBatched) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := c.run()
+			switch r.Verdict {
+			case faults.VerdictSkipped:
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("CI=true and %s", r.Error)
+				}
+				t.Skipf("%s (set CI=true to make this a failure)", r.Error)
+			case faults.VerdictError, faults.VerdictFailed:
+				t.Errorf("%s\nfailures: %q\nerror: %s", r.Line, r.Failures, r.Error)
+			case faults.VerdictDegraded:
+				t.Logf("degraded: %q", r.Warnings)
+			}
+			if r.Config.Safe && r.Figures.OversoldUnits != 0 {
+				t.Errorf("a safe configuration oversold %d units", r.Figures.OversoldUnits)
+			}
+			if r.Figures.Created == 0 && r.Verdict != faults.VerdictSkipped {
+				t.Errorf("nothing was sold: %s", r.Line)
+			}
+		})
+	}
+}
+
+// serviceBinary is cmd/stock built for t.
+func serviceBinary(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "stock")
+	if out, err := exec.Command("go", "build", "-o", path, "github.com/flashsale/stock/cmd/stock").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return path
+}
