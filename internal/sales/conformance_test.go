@@ -3,8 +3,6 @@ package sales_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -80,24 +78,11 @@ func race(t *testing.T, svc *sales.Service, sku string, buyers int) []outcome {
 // for the linearizability checker.
 func recordedRace(t *testing.T, svc *sales.Service, sku string, buyers int) ([]outcome, *history.Recorder) {
 	t.Helper()
-	rec := history.NewRecorder()
-	results := make([]outcome, buyers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range buyers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			q := int64(i%3 + 1)
-			<-start
-			done := rec.Begin(i, sku, q)
-			o, err := svc.PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: q, UserID: fmt.Sprintf("u-%d", i)})
-			done(teststrategy.Outcome(err))
-			results[i] = outcome{quantity: q, order: o, err: err}
-		}()
+	answers, rec := teststrategy.Race([]teststrategy.Buyer{svc}, sku, buyers)
+	results := make([]outcome, len(answers))
+	for i, a := range answers {
+		results[i] = outcome{quantity: a.Quantity, order: a.Order, err: a.Err}
 	}
-	close(start)
-	wg.Wait()
 	return results, rec
 }
 

@@ -48,24 +48,7 @@ func TestShortFailoverFaults(t *testing.T) {
 		{"16-galera-node-kill", func() faults.Result { return env.GaleraNodeKill(ctx, strategies.NameBatched) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := c.run()
-			switch r.Verdict {
-			case faults.VerdictSkipped:
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("CI=true and %s", r.Error)
-				}
-				t.Skipf("%s (set CI=true to make this a failure)", r.Error)
-			case faults.VerdictError, faults.VerdictFailed:
-				t.Errorf("%s\nfailures: %q\nerror: %s", r.Line, r.Failures, r.Error)
-			case faults.VerdictDegraded:
-				t.Logf("degraded: %q", r.Warnings)
-			}
-			if r.Config.Safe && r.Figures.OversoldUnits != 0 {
-				t.Errorf("a safe configuration oversold %d units", r.Figures.OversoldUnits)
-			}
-			if r.Figures.Created == 0 && r.Verdict != faults.VerdictSkipped {
-				t.Errorf("nothing was sold: %s", r.Line)
-			}
+			faults.Judge(t, c.run())
 		})
 	}
 }

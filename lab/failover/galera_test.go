@@ -111,7 +111,11 @@ func sellsExactlyThrough(t *testing.T, e strategies.Entry, dbs []store.Store, ur
 	if err := svcs[0].StartSale(ctx, sku, initial); err != nil {
 		t.Fatalf("start sale: %v", err)
 	}
-	results, rec := racedThrough(svcs, sku, buyers)
+	buyersOf := make([]teststrategy.Buyer, len(svcs))
+	for i, svc := range svcs {
+		buyersOf[i] = svc
+	}
+	results, rec := teststrategy.Race(buyersOf, sku, buyers)
 	verdicts, err := history.Check(rec.Ops(), map[string]int64{sku: initial}, 30*time.Second, teststrategy.HistoryDir(t))
 	if err != nil {
 		t.Fatal(err)
@@ -123,14 +127,14 @@ func sellsExactlyThrough(t *testing.T, e strategies.Entry, dbs []store.Store, ur
 	var sold, orders, busy int64
 	for _, r := range results {
 		switch {
-		case r.err == nil:
-			sold += r.quantity
+		case r.Err == nil:
+			sold += r.Quantity
 			orders++
-		case errors.Is(r.err, inventory.ErrSoldOut):
-		case errors.Is(r.err, inventory.ErrBusy):
+		case errors.Is(r.Err, inventory.ErrSoldOut):
+		case errors.Is(r.Err, inventory.ErrBusy):
 			busy++
 		default:
-			t.Errorf("unexpected error: %v", r.err)
+			t.Errorf("unexpected error: %v", r.Err)
 		}
 	}
 	t.Logf("sold %d units in %d orders, %d busy; audit %+v; history %v", sold, orders, busy, audit, verdicts[0])
@@ -143,36 +147,6 @@ func sellsExactlyThrough(t *testing.T, e strategies.Entry, dbs []store.Store, ur
 	if !verdicts[0].Linearizable() {
 		t.Errorf("history not linearizable: %v", verdicts[0])
 	}
-}
-
-// answer is one buyer's answer.
-type answer struct {
-	quantity int64
-	order    inventory.Order
-	err      error
-}
-
-// racedThrough has buyers goroutines buy from one SKU at once, quantities
-// 1 to 3, spread over svcs in turn, each call, return and outcome recorded
-// for the linearizability checker.
-func racedThrough(svcs []*sales.Service, sku string, buyers int) ([]answer, *history.Recorder) {
-	rec := history.NewRecorder()
-	results := make([]answer, buyers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range buyers {
-		wg.Go(func() {
-			q := int64(i%3 + 1)
-			<-start
-			done := rec.Begin(i, sku, q)
-			o, err := svcs[i%len(svcs)].PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: q, UserID: fmt.Sprintf("u-%d", i)})
-			done(teststrategy.Outcome(err))
-			results[i] = answer{quantity: q, order: o, err: err}
-		})
-	}
-	close(start)
-	wg.Wait()
-	return results, rec
 }
 
 // A node killed mid-sale: the instance that wrote through it moves to the

@@ -161,10 +161,10 @@ func endTheWaitingCommit(t *testing.T, end string) {
 		t.Fatalf("the frozen standby %s: role %q (%v), want Patroni to keep it the synchronous standby", standby.Name, role, err)
 	}
 
-	answered := make(chan answer, 1)
+	answered := make(chan teststrategy.Answer, 1)
 	go func() {
 		o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: buyer})
-		answered <- answer{quantity: 1, order: o, err: err}
+		answered <- teststrategy.Answer{Quantity: 1, Order: o, Err: err}
 	}()
 	admin, err := pgx.Connect(ctx, primary.URL(name))
 	if err != nil {
@@ -185,7 +185,7 @@ func endTheWaitingCommit(t *testing.T, end string) {
 		select {
 		case <-tick.C:
 		case r := <-answered:
-			t.Fatalf("the order was answered (%+v, %v) before its commit waited for the frozen standby", r.order, r.err)
+			t.Fatalf("the order was answered (%+v, %v) before its commit waited for the frozen standby", r.Order, r.Err)
 		case <-ctx.Done():
 			t.Fatal("no backend waited for the frozen standby within 2 minutes")
 		}
@@ -194,7 +194,7 @@ func endTheWaitingCommit(t *testing.T, end string) {
 	if err := admin.QueryRow(ctx, `SELECT `+end+`($1)`, pid).Scan(&ended); err != nil || !ended {
 		t.Fatalf("%s of backend %d: %v, %v", end, pid, ended, err)
 	}
-	var r answer
+	var r teststrategy.Answer
 	if end == "pg_cancel_backend" {
 		// Answered while the standby still lacks the order: never 201.
 		select {
@@ -202,8 +202,8 @@ func endTheWaitingCommit(t *testing.T, end string) {
 		case <-ctx.Done():
 			t.Fatal("the order was not answered within 2 minutes")
 		}
-		if r.err == nil {
-			t.Errorf("order %s answered 201 while its synchronous standby does not have it", r.order.ID)
+		if r.Err == nil {
+			t.Errorf("order %s answered 201 while its synchronous standby does not have it", r.Order.ID)
 		}
 		standby.ThawReplication()
 	} else {
@@ -222,15 +222,15 @@ func endTheWaitingCommit(t *testing.T, end string) {
 		t.Fatalf("audit: %v", err)
 	}
 	rows := ordersOf(ctx, t, db, buyer, sku)
-	t.Logf("answer: order %q, err %v; the database has %d order(s) for the buyer; audit %+v", r.order.ID, r.err, rows, audit)
+	t.Logf("answer: order %q, err %v; the database has %d order(s) for the buyer; audit %+v", r.Order.ID, r.Err, rows, audit)
 	switch {
-	case r.err == nil:
-		if _, found, err := db.FindOrder(ctx, r.order.ID); err != nil || !found {
-			t.Errorf("order %s answered 201 is not in the database (found %v, %v)", r.order.ID, found, err)
+	case r.Err == nil:
+		if _, found, err := db.FindOrder(ctx, r.Order.ID); err != nil || !found {
+			t.Errorf("order %s answered 201 is not in the database (found %v, %v)", r.Order.ID, found, err)
 		}
-	case errors.Is(r.err, inventory.ErrOutcomeUnknown):
+	case errors.Is(r.Err, inventory.ErrOutcomeUnknown):
 	default:
-		t.Errorf("answered %q (not taken, nothing deducted), yet the database has %d order(s) for the buyer: want 201 or outcome unknown", r.err, rows)
+		t.Errorf("answered %q (not taken, nothing deducted), yet the database has %d order(s) for the buyer: want 201 or outcome unknown", r.Err, rows)
 	}
 	if audit.Initial != audit.Available+audit.Ordered {
 		t.Errorf("not conserved: %+v", audit)

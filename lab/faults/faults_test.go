@@ -95,23 +95,7 @@ func TestShortFaults(t *testing.T) {
 			env.NewDatabase = func(ctx context.Context, engine string) (string, error) {
 				return testdb.URL(t, engine), nil
 			}
-			r := c.run()
-			switch r.Verdict {
-			case faults.VerdictSkipped:
-				unavailable(t, "%s", r.Error)
-			case faults.VerdictError, faults.VerdictFailed:
-				t.Errorf("%s\nfailures: %q\nerror: %s", r.Line, r.Failures, r.Error)
-			case faults.VerdictDegraded:
-				// Availability on a loaded 2-core machine is not what this
-				// test proves; the full suite reports it.
-				t.Logf("degraded: %q", r.Warnings)
-			}
-			if r.Config.Safe && r.Figures.OversoldUnits != 0 {
-				t.Errorf("a safe configuration oversold %d units", r.Figures.OversoldUnits)
-			}
-			if r.Figures.Created == 0 && r.Verdict != faults.VerdictSkipped {
-				t.Errorf("nothing was sold: %s", r.Line)
-			}
+			faults.Judge(t, c.run())
 		})
 	}
 }

@@ -8,8 +8,10 @@ package teststrategy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,4 +102,39 @@ func HistoryDir(tb testing.TB) string {
 		return d
 	}
 	return tb.TempDir()
+}
+
+// Buyer places orders: a sales.Service, one instance of the service.
+type Buyer interface {
+	PlaceOrder(ctx context.Context, req inventory.Request) (inventory.Order, error)
+}
+
+// Answer is one buyer's order and what it was answered.
+type Answer struct {
+	Quantity int64
+	Order    inventory.Order
+	Err      error
+}
+
+// Race has buyers goroutines order from one SKU at once, quantities 1 to
+// 3, spread over instances in turn, each call, return and outcome
+// recorded for the linearizability checker.
+func Race(instances []Buyer, sku string, buyers int) ([]Answer, *history.Recorder) {
+	rec := history.NewRecorder()
+	answers := make([]Answer, buyers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range buyers {
+		wg.Go(func() {
+			q := int64(i%3 + 1)
+			<-start
+			done := rec.Begin(i, sku, q)
+			o, err := instances[i%len(instances)].PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: q, UserID: fmt.Sprintf("u-%d", i)})
+			done(Outcome(err))
+			answers[i] = Answer{Quantity: q, Order: o, Err: err}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return answers, rec
 }
