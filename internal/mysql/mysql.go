@@ -166,13 +166,14 @@ func (s *Store) inTx(ctx context.Context, fn func(context.Context, *tx) error) e
 	if err != nil {
 		return wrap(ctx, err)
 	}
+	var commitErr error
 	// Rollback after a commit is a no-op (sql.ErrTxDone).
-	defer done()
+	defer func() { done(commitErr) }()
 	if err := fn(ctx, &tx{tx: sqltx}); err != nil {
 		return err
 	}
-	if err := sqltx.Commit(); err != nil {
-		return wrapCommit(ctx, err)
+	if commitErr = sqltx.Commit(); commitErr != nil {
+		return wrapCommit(ctx, commitErr)
 	}
 	return nil
 }
@@ -309,22 +310,26 @@ func (s *Store) inSQLTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.T
 	if err != nil {
 		return err
 	}
-	defer done()
+	var commitErr error
+	defer func() { done(commitErr) }()
 	if err := fn(tx); err != nil {
 		return err
 	}
-	return tx.Commit()
+	commitErr = tx.Commit()
+	return commitErr
 }
 
 // beginTx begins a transaction on a connection whose row-lock wait is
-// lockWaitSeconds, and returns the function that ends it: a rollback (a
-// no-op after a commit) and the connection back to the pool.
+// lockWaitSeconds, and returns the function that ends it, given the
+// commit's error (nil when it committed or did not try): a rollback (a
+// no-op after a commit) and the connection back to the pool, or closed
+// when the transaction may still be open on it.
 //
 // The setting is a session variable, so it outlives the transaction; each
 // connection's current value is remembered and SET only when it changes.
 // (Setting it on every transaction would add a fifth round trip to an
 // order's four: BEGIN, UPDATE, INSERT, COMMIT.)
-func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func(), error) {
+func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func(commitErr error), error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -346,17 +351,33 @@ func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func
 		_ = conn.Close()
 		return nil, nil, err
 	}
-	return sqltx, func() {
-		if err := sqltx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			// The server refused the rollback (a Galera node that left the
-			// majority answers every statement 1047): the transaction may
-			// still be open on the connection, and the next BEGIN there
-			// would commit it. The connection is closed, not pooled (found
-			// by review).
+	return sqltx, func(commitErr error) {
+		rollbackErr := sqltx.Rollback()
+		// The transaction may still be open on the connection, and the
+		// next BEGIN there would commit it, when the server refused the
+		// rollback (a Galera node that left the majority answers every
+		// statement 1047), refused the commit with anything but a known
+		// rollback (database/sql keeps the connection after a failed
+		// Commit), or the context ended first (database/sql then rolled
+		// back by itself, and keeps the connection whatever the server
+		// answered). Such a connection is closed, not pooled (found by
+		// review).
+		if rollbackErr != nil && !errors.Is(rollbackErr, sql.ErrTxDone) || commitErr != nil && !rolledBackAtCommit(commitErr) || ctx.Err() != nil {
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 		_ = conn.Close()
 	}, nil
+}
+
+// rolledBackAtCommit: err, from COMMIT, says the transaction was rolled
+// back (a deadlock, a failed certification, a changed snapshot) or never
+// reached the server.
+func rolledBackAtCommit(err error) bool {
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		return myErr.Number == erLockDeadlock || myErr.Number == erCheckRead
+	}
+	return errors.Is(err, driver.ErrBadConn)
 }
 
 // rememberLockWait records a session's row-lock wait. The record keeps the
@@ -455,7 +476,7 @@ func wrap(ctx context.Context, err error) error {
 // Any other failure leaves the outcome unknown.
 func wrapCommit(ctx context.Context, err error) error {
 	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) && myErr.Number != erLockDeadlock && myErr.Number != erCheckRead {
+	if errors.As(err, &myErr) && !rolledBackAtCommit(err) {
 		// Only a deadlock (on Galera, a failed certification) and a
 		// changed snapshot are known to roll back at COMMIT. Any other
 		// refusal there may come after the write set left for the

@@ -80,6 +80,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 			s.unreplicated.Store(c, struct{}{})
 		}
 	}
+	// A mark an autocommit write left on a connection goes with it.
+	cfg.BeforeClose = func(c *pgx.Conn) { s.unreplicated.Delete(c.PgConn()) }
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -163,7 +165,21 @@ func (s *Store) inTx(ctx context.Context, fn func(context.Context, *tx) error) e
 	if opts.BeginQuery != "" {
 		opts.CommitQuery = commitQuery
 	}
-	pgtx, err := s.pool.BeginTx(ctx, opts)
+	// The connection is held until the commit's warning has been looked
+	// at: pgxpool's own transactions hand it back inside Commit, and
+	// another transaction's mark could then be taken for this one's (found
+	// by review).
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return wrap(ctx, err)
+	}
+	defer pc.Release()
+	conn := pc.Conn().PgConn()
+	// A mark left by anything before (an autocommit write) is not this
+	// transaction's.
+	s.unreplicated.Delete(conn)
+	defer s.unreplicated.Delete(conn)
+	pgtx, err := pc.BeginTx(ctx, opts)
 	if err != nil {
 		return wrap(ctx, err)
 	}
@@ -177,12 +193,10 @@ func (s *Store) inTx(ctx context.Context, fn func(context.Context, *tx) error) e
 	if err := fn(ctx, &tx{tx: pgtx}); err != nil {
 		return err
 	}
-	conn := pgtx.Conn().PgConn()
-	s.unreplicated.Delete(conn)
 	if err := pgtx.Commit(ctx); err != nil {
 		return wrapCommit(ctx, err)
 	}
-	if _, cut := s.unreplicated.LoadAndDelete(conn); cut {
+	if _, cut := s.unreplicated.Load(conn); cut {
 		// Answered 201 now, the order could be lost with the primary: the
 		// lookup that settles it waits for the standby (its commit too).
 		return fmt.Errorf("%w: the commit's wait for the synchronous standby was cancelled: it is on the primary, maybe on no standby", inventory.ErrOutcomeUnknown)
