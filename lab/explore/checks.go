@@ -52,7 +52,7 @@ func (x *Explorer) checkAll(ctx context.Context, sc Scenario, skus []string, sto
 	for i, ans := range answers {
 		name := string(rune('A' + i))
 		a := audits[skuOf[i]]
-		outcome := outcomeOf(ans.err)
+		outcome := history.OutcomeOf(ans.err)
 		ops[i] = history.Op{Client: i, SKU: skuOf[i], Quantity: sc.Quantities[i], Call: 0, Return: returned[i], Outcome: outcome}
 		switch outcome {
 		case history.OK:
@@ -166,18 +166,4 @@ func (x *Explorer) checkRetry(ctx context.Context, sku string, a inventory.Audit
 		}
 	}
 	return []history.Op{one}
-}
-
-// outcomeOf files a buyer's answer as the history checker sees it.
-func outcomeOf(err error) history.Outcome {
-	switch {
-	case err == nil:
-		return history.OK
-	case errors.Is(err, inventory.ErrSoldOut):
-		return history.SoldOut
-	case errors.Is(err, inventory.ErrUnavailable):
-		// 503 unavailable: the order may have happened (an unknown commit).
-		return history.Unknown
-	}
-	return history.NoEffect
 }

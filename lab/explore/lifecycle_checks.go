@@ -233,7 +233,7 @@ func (x *Explorer) checkLifecycle(ctx context.Context, lc Lifecycle, sku string,
 			continue
 		}
 		if act.Act == Buy {
-			outcome := outcomeOf(ans.err)
+			outcome := history.OutcomeOf(ans.err)
 			op := history.Op{Client: i, SKU: sku, Quantity: act.Quantity, Return: 2 * returned[i], Outcome: outcome}
 			if ans.first != nil {
 				// Two attempts: the first refused, the second sent after

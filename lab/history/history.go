@@ -10,6 +10,7 @@
 package history
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/flashsale/stock/internal/inventory"
 )
 
 // Outcome is what a client learned of one order.
@@ -219,4 +222,19 @@ func soldUnits(ops []porcupine.Operation) int64 {
 		}
 	}
 	return sold
+}
+
+// OutcomeOf is what a client learns from an order's error: a 201, a sold
+// out, nothing (a refusal that took nothing), or, for a 503, that the
+// order may have happened (an unknown commit).
+func OutcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OK
+	case errors.Is(err, inventory.ErrSoldOut):
+		return SoldOut
+	case errors.Is(err, inventory.ErrUnavailable):
+		return Unknown
+	}
+	return NoEffect
 }

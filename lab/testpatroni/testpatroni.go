@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/flashsale/stock/lab/testetcd"
+	"github.com/flashsale/stock/lab/testproc"
 )
 
 const (
@@ -116,12 +117,7 @@ func Start(tb testing.TB, o Options) *Cluster {
 		tb.Fatal(err)
 	}
 	c, err := Spawn(dir, o)
-	if errors.Is(err, ErrNoPatroni) && os.Getenv("CI") != "true" {
-		tb.Skip(err, "(set CI=true to make this a failure)")
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
+	testproc.Require(tb, err, ErrNoPatroni)
 	tb.Cleanup(c.Stop)
 	return c
 }

@@ -7,7 +7,6 @@ package teststrategy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -81,20 +80,6 @@ func Lookup(tb testing.TB, name string) strategies.Entry {
 	return e
 }
 
-// Outcome is what a client learns from an order's error, for the
-// linearizability checker.
-func Outcome(err error) history.Outcome {
-	switch {
-	case err == nil:
-		return history.OK
-	case errors.Is(err, inventory.ErrSoldOut):
-		return history.SoldOut
-	case errors.Is(err, inventory.ErrUnavailable):
-		return history.Unknown
-	}
-	return history.NoEffect
-}
-
 // HistoryDir is where a failing history's visualisation goes: HISTORY_DIR
 // if set (CI keeps it), else the test's temporary folder.
 func HistoryDir(tb testing.TB) string {
@@ -130,7 +115,7 @@ func Race(instances []Buyer, sku string, buyers int) ([]Answer, *history.Recorde
 			<-start
 			done := rec.Begin(i, sku, q)
 			o, err := instances[i%len(instances)].PlaceOrder(context.Background(), inventory.Request{SKU: sku, Quantity: q, UserID: fmt.Sprintf("u-%d", i)})
-			done(Outcome(err))
+			done(history.OutcomeOf(err))
 			answers[i] = Answer{Quantity: q, Order: o, Err: err}
 		})
 	}
