@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,7 +148,7 @@ func SpawnAt(dir string, client, peer int) (*Cluster, error) {
 }
 
 func spawn(dir string, n int, o Options) (*Cluster, error) {
-	return spawnOn(dir, n, func(int) (int, int) { return freePort(), freePort() }, o)
+	return spawnOn(dir, n, func(int) (int, int) { return testproc.FreePort(), testproc.FreePort() }, o)
 }
 
 // spawnOn starts n members; ports gives member i's client and peer ports.
@@ -180,15 +179,6 @@ func spawnOn(dir string, n int, ports func(i int) (client, peer int), o Options)
 		return nil, err
 	}
 	return c, nil
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Endpoints are the members' client addresses.

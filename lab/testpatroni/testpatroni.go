@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -173,8 +172,8 @@ func Spawn(dir string, o Options) (*Cluster, error) {
 	for i := range o.Members {
 		m := &Member{
 			Name: fmt.Sprintf("m%d", i+1),
-			Addr: "127.0.0.1:" + strconv.Itoa(freePort()),
-			API:  "127.0.0.1:" + strconv.Itoa(freePort()),
+			Addr: "127.0.0.1:" + strconv.Itoa(testproc.FreePort()),
+			API:  "127.0.0.1:" + strconv.Itoa(testproc.FreePort()),
 			c:    c,
 			cred: cred,
 		}
@@ -241,15 +240,6 @@ func reachable(dir string, cred *syscall.Credential) error {
 		}
 	}
 	return nil
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // config is a member's patroni.yml; strings are Go-quoted (%q), which YAML

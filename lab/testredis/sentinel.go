@@ -401,7 +401,7 @@ type Sentinel struct {
 func spawnSentinel(dir string, primary int, downAfter, failoverTimeout time.Duration) (*Sentinel, error) {
 	var err error
 	for range 5 { // a probed port can be taken before the Sentinel binds it
-		port := freePort()
+		port := testproc.FreePort()
 		s := &Sentinel{Addr: "127.0.0.1:" + strconv.Itoa(port), conf: filepath.Join(dir, "sentinel.conf")}
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndaemonize no\ndir %s\n"+
 			"sentinel monitor %s 127.0.0.1 %d 2\n"+

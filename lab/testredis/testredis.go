@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,7 +109,7 @@ func SpawnWith(dir string, o Options) (*Server, error) {
 	// A free port can be taken between our probe and redis' bind: try again.
 	for range 5 {
 		if port == 0 {
-			s.port = freePort()
+			s.port = testproc.FreePort()
 		}
 		if err = s.start(); err == nil {
 			s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
@@ -118,15 +117,6 @@ func SpawnWith(dir string, o Options) (*Server, error) {
 		}
 	}
 	return nil, err
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // start runs the server and returns once it answers PING.

@@ -162,7 +162,7 @@ func SpawnWith(dir string, o Options) (*Server, error) {
 	// try again with another.
 	for range 5 {
 		if port == 0 {
-			s.port = freePort()
+			s.port = testproc.FreePort()
 		}
 		s.Addr = "127.0.0.1:" + strconv.Itoa(s.port)
 		s.config = config(dir, s.port, o)
@@ -222,15 +222,6 @@ log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
 log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
 log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p %c{1}: %m%n
 `
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // start runs the server and returns once it serves clients.
 func (s *Server) start() error {
@@ -402,8 +393,8 @@ func SpawnEnsemble(dir string, n int) (*Ensemble, error) {
 	var peers strings.Builder
 	for i := range e.Members {
 		// Three ports each: client, quorum (peer) and leader election.
-		fmt.Fprintf(&peers, "server.%d=127.0.0.1:%d:%d\n", i+1, freePort(), freePort())
-		port := freePort()
+		fmt.Fprintf(&peers, "server.%d=127.0.0.1:%d:%d\n", i+1, testproc.FreePort(), testproc.FreePort())
+		port := testproc.FreePort()
 		e.Members[i] = &Server{
 			Addr: "127.0.0.1:" + strconv.Itoa(port),
 			port: port,
