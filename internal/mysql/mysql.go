@@ -18,6 +18,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/flashsale/stock/internal/backoff"
 	"github.com/flashsale/stock/internal/batched"
 	"github.com/flashsale/stock/internal/dburl"
 	"github.com/flashsale/stock/internal/inventory"
@@ -127,6 +128,28 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mysql: migration lock: %w", err)
 	}
+	// Instances that start together on the nodes of a Galera cluster can
+	// meet half-way: one found the version table another had just created
+	// and not yet given its first row ("missing zero version migration":
+	// the demo's failover run had an instance exit so). Each migration is
+	// recorded by its version, so an attempt that failed is made again, on
+	// a new provider (goose checks the version table once per provider):
+	// up to migrateAttempts, from 250 ms apart, doubling.
+	for attempt := range migrateAttempts {
+		if err = s.migrateOnce(ctx, locker); err == nil || ctx.Err() != nil || attempt == migrateAttempts-1 {
+			break
+		}
+		if perr := inventory.Pause(ctx, backoff.Exponential(attempt, 250*time.Millisecond, 2*time.Second)); perr != nil {
+			break
+		}
+	}
+	return err
+}
+
+// migrateAttempts bounds Migrate's attempts.
+const migrateAttempts = 4
+
+func (s *Store) migrateOnce(ctx context.Context, locker lock.Locker) error {
 	provider, err := goose.NewProvider(goose.DialectMySQL, s.db, schema.MySQLFS(), goose.WithLocker(locker))
 	if err != nil {
 		return fmt.Errorf("mysql: migrations: %w", err)

@@ -84,6 +84,11 @@ func (s *Service) OpenSale(ctx context.Context, req inventory.SaleRequest) (inve
 // started. A strategy that keeps its own sale is asked to finish it (its
 // store may have missed it: the first attempt's 503).
 func (s *Service) replayStart(ctx context.Context, req inventory.SaleRequest, st inventory.SaleStart, rec inventory.AdminRecord) (inventory.SaleStarted, error) {
+	// Read, not committed by this call: the start may be on the primary
+	// alone, and a strategy's state must not be loaded from it.
+	if err := s.awaitReplicated(ctx, "", st.SKU); err != nil {
+		return inventory.SaleStarted{}, err
+	}
 	if finish := s.strategy.FinishStart; finish != nil {
 		if err := finish(ctx, st, rec.Sale); err != nil {
 			return inventory.SaleStarted{}, s.classify(ctx, err)
@@ -276,6 +281,11 @@ func (s *Service) RestockSale(ctx context.Context, req inventory.RestockRequest)
 // added; its units are relayed again if they were not (the relay takes
 // each restock once), and the answer is the stock as it is now.
 func (s *Service) replayRestock(ctx context.Context, req inventory.RestockRequest, rec inventory.AdminRecord) (inventory.Restocked, error) {
+	// Read, not committed by this call: the restock may be on the primary
+	// alone, and must be neither relayed nor answered from there.
+	if err := s.awaitReplicated(ctx, "", req.SKU); err != nil {
+		return inventory.Restocked{}, err
+	}
 	s.unitsBack(ctx, req.SKU)
 	s.log.Debug("restock replayed", "sku", req.SKU, "restock_id", rec.RestockID, "idempotency_key", req.IdempotencyKey)
 	restock := inventory.Restock{ID: rec.RestockID, SKU: rec.SKU, Quantity: req.Quantity, Key: req.IdempotencyKey}

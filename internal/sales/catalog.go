@@ -119,6 +119,14 @@ func (s *Service) resetCatalog(ctx context.Context, starts []inventory.SaleStart
 // Resetting a lock again is safe: a holder that loses it cannot write
 // past the fence and the row's version.
 func (s *Service) replayCatalog(ctx context.Context, c inventory.CatalogStart) (inventory.CatalogStarted, error) {
+	// Read, not committed by this call: the start may be on the primary
+	// alone. One SKU's wait covers every SKU: the standby receives the
+	// WAL in order, so the wait's commit brings every commit before it.
+	if len(c.Starts) > 0 {
+		if err := s.awaitReplicated(ctx, "", c.Starts[0].SKU); err != nil {
+			return inventory.CatalogStarted{}, err
+		}
+	}
 	if finish := s.strategy.FinishCatalog; finish != nil {
 		if err := finish(ctx, c.Starts); err != nil {
 			return inventory.CatalogStarted{}, s.classify(ctx, err)

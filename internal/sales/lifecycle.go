@@ -58,7 +58,7 @@ func (s *Service) settle(ctx context.Context, id, userID, to string) (inventory.
 			return inventory.Order{}, err
 		}
 		if o.State != inventory.OrderHeld {
-			return answerSettled(o, to)
+			return s.answerSettledReplicated(ctx, o, to)
 		}
 		moved, resolved, err := s.transition(ctx, o, to)
 		if err != nil {
@@ -71,12 +71,26 @@ func (s *Service) settle(ctx context.Context, id, userID, to string) (inventory.
 		if resolved != nil {
 			// A lost commit answer, resolved by reading the order: answer
 			// from what it is now (the order's own time may be spent).
-			return answerSettled(*resolved, to)
+			return s.answerSettledReplicated(ctx, *resolved, to)
 		}
 		// Lost: another transition moved it first, or the hold lapsed
 		// (the database said so by refusing); the next look answers.
 	}
 	return inventory.Order{}, fmt.Errorf("%w: order %s kept changing under %d attempts to mark it %s", inventory.ErrBusy, id, settleAttempts, to)
+}
+
+// answerSettledReplicated is answerSettled once the order's state is on
+// the store's standbys, when the answer is the state asked for: read, not
+// committed by this call, it may be a commit whose wait for them was cut
+// short (found by review: a pay so answered "paid" was held again after a
+// failover, its unit resold).
+func (s *Service) answerSettledReplicated(ctx context.Context, o inventory.Order, want string) (inventory.Order, error) {
+	if o.State == want {
+		if err := s.awaitReplicated(ctx, o.ID, o.SKU); err != nil {
+			return inventory.Order{}, err
+		}
+	}
+	return answerSettled(o, want)
 }
 
 // answerSettled answers a transition to want of an order no longer held:

@@ -128,6 +128,9 @@ func (s *Service) placeOrder(ctx context.Context, req inventory.Request) (invent
 		return order, nil
 	case errors.Is(err, errReplayed):
 		s.log.Debug("order replayed", "order_id", replayed.ID, "sku", replayed.SKU, "idempotency_key", req.IdempotencyKey)
+		if err := s.awaitReplicated(ctx, replayed.ID, replayed.SKU); err != nil {
+			return inventory.Order{}, err
+		}
 		return s.asStored(ctx, replayed), nil
 	}
 	err = s.classify(ctx, err)
@@ -138,6 +141,9 @@ func (s *Service) placeOrder(ctx context.Context, req inventory.Request) (invent
 	}
 	if req.IdempotencyKey != "" && (errors.Is(err, inventory.ErrSoldOut) || errors.Is(err, inventory.ErrBusy) || errors.Is(err, inventory.ErrLimitReached)) {
 		if prior, ok := s.replayAfterRefusal(ctx, req.IdempotencyKey, fingerprint); ok {
+			if err := s.awaitReplicated(ctx, prior.ID, prior.SKU); err != nil {
+				return inventory.Order{}, err
+			}
 			return prior, nil
 		}
 	}
@@ -279,6 +285,48 @@ func (s *Service) lookupKey(ctx context.Context, tx inventory.Tx, key string, fi
 		return nil, err
 	}
 	return &o, nil
+}
+
+// replicationAwaiter is a store whose commits wait for standbys
+// (internal/postgres, under synchronous replication): a replay answers
+// from a read, and waits for them through these first.
+type replicationAwaiter interface {
+	AwaitOrderReplicated(ctx context.Context, orderID string) error
+	AwaitSaleReplicated(ctx context.Context, sku string) error
+}
+
+// awaitBudget bounds a replay's wait for the standbys: time of its own, as
+// replayAfterRefusal's lookup has, since the request's may be spent by
+// the refusal that led to the replay.
+const awaitBudget = 2 * time.Second
+
+// awaitReplicated returns once what a replay is about to answer (an order,
+// or with orderID "" the SKU's sale) is on the store's standbys, when it
+// has any: a read waits for no standby, while a commit whose wait for them
+// was ended is visible before they have it, and answered so it could be
+// lost with the primary. Not confirmed, it is a 503 that may have
+// happened (inventory.ErrOutcomeUnknown), never "busy", which would say
+// nothing was taken: the cause is kept as text only (found by review: a
+// lock timeout wrapped in would have made it busy).
+func (s *Service) awaitReplicated(ctx context.Context, orderID, sku string) error {
+	r, ok := s.store.(replicationAwaiter)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), awaitBudget)
+	defer cancel()
+	var err error
+	what := "order " + orderID
+	if orderID != "" {
+		err = r.AwaitOrderReplicated(ctx, orderID)
+	} else {
+		what = "the sale of " + sku
+		err = r.AwaitSaleReplicated(ctx, sku)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s is on the primary, and its standby did not confirm it: %v", inventory.ErrOutcomeUnknown, what, err)
+	}
+	return nil
 }
 
 // replayAfterRefusal looks the key up again, in a transaction of its own,

@@ -42,6 +42,11 @@ func TestShortFailoverFaults(t *testing.T) {
 		{"15-patroni-kill", func() faults.Result {
 			return env.PatroniFailover(ctx, strategies.NameConditional, faults.PrimaryKilled)
 		}},
+		// The run that found Patroni 3.0's etcd3 DCS handing the leader
+		// key back to a woken primary (docs/replicated.md).
+		{"15-patroni-freeze", func() faults.Result {
+			return env.PatroniFailover(ctx, strategies.NameConditional, faults.PrimaryFrozen)
+		}},
 		{"15-patroni-async-control", func() faults.Result {
 			return env.PatroniFailover(ctx, strategies.NameConditional, faults.AsyncLagging)
 		}},

@@ -171,25 +171,7 @@ func endTheWaitingCommit(t *testing.T, end string) {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
-	var pid int
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'`, name).Scan(&pid)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			t.Fatalf("find the backend waiting for the standby: %v", err)
-		}
-		select {
-		case <-tick.C:
-		case r := <-answered:
-			t.Fatalf("the order was answered (%+v, %v) before its commit waited for the frozen standby", r.Order, r.Err)
-		case <-ctx.Done():
-			t.Fatal("no backend waited for the frozen standby within 2 minutes")
-		}
-	}
+	pid := syncRepBackend(ctx, t, admin, name, answered)
 	var ended bool
 	if err := admin.QueryRow(ctx, `SELECT `+end+`($1)`, pid).Scan(&ended); err != nil || !ended {
 		t.Fatalf("%s of backend %d: %v, %v", end, pid, ended, err)
@@ -234,6 +216,32 @@ func endTheWaitingCommit(t *testing.T, end string) {
 	}
 	if audit.Initial != audit.Available+audit.Ordered {
 		t.Errorf("not conserved: %+v", audit)
+	}
+}
+
+// syncRepBackend is the pid of db's backend that waits for the
+// synchronous standby (wait_event SyncRep), once there is one; it fails t
+// when answered gets the order's answer first.
+func syncRepBackend(ctx context.Context, t *testing.T, admin *pgx.Conn, db string, answered <-chan teststrategy.Answer) int {
+	t.Helper()
+	var pid int
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'`, db).Scan(&pid)
+		if err == nil {
+			return pid
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatalf("find the backend waiting for the standby: %v", err)
+		}
+		select {
+		case <-tick.C:
+		case r := <-answered:
+			t.Fatalf("the order was answered (%+v, %v) before its commit waited for the frozen standby", r.Order, r.Err)
+		case <-ctx.Done():
+			t.Fatal("no backend waited for the frozen standby within 2 minutes")
+		}
 	}
 }
 

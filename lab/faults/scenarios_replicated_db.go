@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/flashsale/stock/lab/testgalera"
@@ -55,22 +54,14 @@ func (e *Env) PatroniFailover(ctx context.Context, strategy, how string) Result 
 		return r.abort(err)
 	}
 	r.cleanups = append(r.cleanups, c.Stop)
+	if r.dbURL, err = c.CreateDatabase(ctx, "faults_"+randomHex(4)); err != nil {
+		return r.abort(err)
+	}
 	primary, err := c.Primary(ctx)
 	if err != nil {
 		return r.abort(err)
 	}
-	db := "faults_" + randomHex(4)
-	if err := execAdmin(ctx, primary.URL("postgres"), "CREATE DATABASE "+db); err != nil {
-		return r.abort(err)
-	}
 	standby := otherMember(c, primary)
-	// A synchronous commit returns once the standby has the WAL, not once
-	// it has replayed it, and pgx tries no other host after one that says
-	// the database does not exist: the standby must have it first.
-	if err := standby.CatchUp(ctx); err != nil {
-		return r.abort(err)
-	}
-	r.dbURL = c.URL(db)
 	if err := r.setUp(ctx, 0); err != nil {
 		return r.abort(err)
 	}
@@ -179,20 +170,15 @@ func (e *Env) GaleraNodeKill(ctx context.Context, strategy string) Result {
 	}
 	r.cleanups = append(r.cleanups, c.Stop)
 	db := "faults_" + randomHex(4)
-	addrs := c.Addrs()
-	if err := execAdmin(ctx, "mysql://root@"+addrs[2]+"/mysql", "CREATE DATABASE "+db); err != nil {
+	if err := c.CreateDatabase(ctx, 2, db); err != nil {
 		return r.abort(err)
 	}
 	// Instance i writes through node i first; the run's own audits go
 	// through the node that stays up first.
-	nodesFrom := func(first int) string {
-		ordered := append(append([]string{}, addrs[first:]...), addrs[:first]...)
-		return "mysql://root@" + strings.Join(ordered, ",") + "/" + db
-	}
-	r.dbURL = nodesFrom(2)
+	r.dbURL = c.URLFrom(2, db)
 	r.instanceEnv = map[int][]string{}
 	for i := range 3 {
-		r.instanceEnv[i] = []string{"DATABASE_URL=" + nodesFrom(i)}
+		r.instanceEnv[i] = []string{"DATABASE_URL=" + c.URLFrom(i, db)}
 	}
 	if err := r.setUp(ctx, 0); err != nil {
 		return r.abort(err)

@@ -214,6 +214,11 @@ func (r *Report) Choices() []Choice {
 			"estimate: the lowest bound of those cores, one per Redis/etcd/ZooKeeper server, and the hot row",
 			"capacity", func(backend string) ChoiceCell { return decide(capacityMeasures(r, burst, backend), true, "fewer") })
 	}
+	if r.Failover != nil && len(r.Failover.Replication) > 0 {
+		perBackend("A replicated database (Patroni, Galera)", "burst orders/s on the replicated servers, Go client, the median round", "failover", func(backend string) ChoiceCell {
+			return decide(replicationMeasures(r, backend), true, "slower")
+		})
+	}
 	for _, k := range faultKinds {
 		c := Choice{Situation: "Survive " + k.situation, Figure: "fault-suite runs ok, then burst orders/s", Anchor: "faults"}
 		c.Cells = []ChoiceCell{r.faultCell(k, burst)}

@@ -234,6 +234,13 @@ type page struct {
 	SoldOutCPUGoal                      string
 	FastPathCPUGoal                     string
 	RatioGoal                           string
+	// The failover section (failover.go): what replication costs, and
+	// what a lost primary cost.
+	ReplicationRows   []replicationRow
+	FailoverFaultRows []failoverFaultRow
+	ReplicationGoal   string
+	// ReplicationGoalNames are the strategies the goal names.
+	ReplicationGoalNames []string
 	// Busy: the load average exceeded the core count before the run.
 	Busy bool
 	// Scope is "6 strategies × 2 backends".
@@ -372,12 +379,15 @@ func buildPage(r *Report, exists Exists) page {
 	p.CostRows = costRows(r, burst, steady)
 	p.CapacityRows = capacityRows(r, burst)
 	p.SoldOutGoalRows, p.FastPathRows, p.RatioRows = soldOutGoalRows(r, burst), fastPathRows(r, burst), ratioRows(r)
+	p.ReplicationRows, p.FailoverFaultRows, p.ReplicationGoal = replicationRows(r), failoverFaultRows(r), fmtRatio(ReplicationGoal)
+	p.ReplicationGoalNames = ReplicationGoalStrategies
 	p.CostNotes, p.CapacityNotes, p.GoalNotes = numberNotes(p.CostRows, p.CapacityRows, p.SoldOutGoalRows, p.RatioRows)
 	// A situation's evidence is a section only the runs that measured it
 	// have: no link to a section the page leaves out.
 	shown := map[string]bool{"burst": true, "steady": true, "faults": true,
 		"catalog": len(p.CatalogRows) > 0, "lifecycle": len(p.LifecycleRows) > 0,
-		"cost": len(p.CostRows) > 0, "capacity": len(p.CapacityRows) > 0}
+		"cost": len(p.CostRows) > 0, "capacity": len(p.CapacityRows) > 0,
+		"failover": len(p.ReplicationRows)+len(p.FailoverFaultRows) > 0}
 	for i := range p.Choices {
 		if !shown[p.Choices[i].Anchor] {
 			p.Choices[i].Anchor = ""

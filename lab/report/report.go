@@ -72,6 +72,9 @@ type Report struct {
 	// Faults is the latest fault-suite run, nil when make faults has not
 	// run on this machine.
 	Faults *Faults `json:"faults,omitempty"`
+	// Failover is the failover section (FAILOVER=1), nil when it did not
+	// run.
+	Failover *Failover `json:"failover,omitempty"`
 	// Capacity is what the capacity estimate assumes (CAPACITY_SERVICE_CORES,
 	// CAPACITY_DATABASE_CORES); nil leaves the estimate out.
 	Capacity *Capacity `json:"capacity,omitempty"`
@@ -260,7 +263,7 @@ func (r *Report) Failures() []string {
 			}
 		}
 	}
-	return out
+	return append(out, r.failoverFailures()...)
 }
 
 // resultsFile is where Save writes the report's data, beside the pages,

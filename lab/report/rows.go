@@ -28,6 +28,7 @@ func headline(r *Report, rows ...[]Row) string {
 	if len(controlOversold) > 0 {
 		fmt.Fprintf(&b, " The unsafe controls oversold %s, which is what the demonstration needs to show.", strings.Join(controlOversold, ", "))
 	}
+	b.WriteString(failoverHeadline(r))
 	return strings.TrimSpace(b.String())
 }
 

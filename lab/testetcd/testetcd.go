@@ -118,6 +118,10 @@ type Options struct {
 	// leaves them in the caller's group, where a Ctrl-C ends them with the
 	// caller.
 	OwnProcessGroup bool
+	// V2 serves etcd's v2 API too (--enable-v2), for a client that needs
+	// it (Patroni's etcd DCS, lab/testpatroni); false (the default): v3
+	// only, as etcd 3.4 does by default.
+	V2 bool
 }
 
 // SpawnWith starts n members as Spawn does, with the settings of o.
@@ -223,6 +227,9 @@ func (m *Member) start() error {
 		"--initial-cluster", m.initial, "--initial-cluster-state", state,
 		"--heartbeat-interval", "10", "--election-timeout", "100",
 		"--logger", "zap", "--log-level", level, "--log-outputs", "stderr")
+	if m.opts.V2 {
+		cmd.Args = append(cmd.Args, "--enable-v2=true")
+	}
 	m.log = &memberLog{}
 	exited, err := testproc.Start(cmd, m.log, m.opts.LogFile, m.opts.OwnProcessGroup)
 	if err != nil {

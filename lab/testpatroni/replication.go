@@ -167,3 +167,31 @@ func procStart(pid int) string {
 	}
 	return string(fields[19])
 }
+
+// CreateDatabase creates the database name on the primary and waits until
+// every running replica has replayed it, then returns the cluster's URL of
+// it. The wait matters: a synchronous commit returns once a standby has
+// the WAL, not once it has replayed it, and pgx tries no further host
+// after one that says the database does not exist (3D000).
+func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, error) {
+	primary, err := c.Primary(ctx)
+	if err != nil {
+		return "", err
+	}
+	conn, err := pgx.Connect(ctx, primary.URL("postgres"))
+	if err != nil {
+		return "", fmt.Errorf("testpatroni: create database %s: %w", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("testpatroni: create database %s: %w", name, err)
+	}
+	for _, m := range c.Members {
+		if m != primary && m.Running() {
+			if err := m.CatchUp(ctx); err != nil {
+				return "", err
+			}
+		}
+	}
+	return c.URL(name), nil
+}

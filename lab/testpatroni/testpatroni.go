@@ -5,6 +5,15 @@
 // killed and restarted by their own PIDs; it never touches a PostgreSQL or
 // etcd it did not start.
 //
+// Patroni keeps its leader key in etcd through the v2 API (the etcd DCS),
+// not the v3 one (etcd3). Patroni 3.0's etcd3 code renews a leader key
+// with a plain put from its cached view of the cluster: a primary frozen
+// past the ttl that wakes before that view is refreshed takes the key back
+// from the standby promoted meanwhile, which is then demoted at once, and
+// the orders it answered 201 in between are gone (fault scenario 15 found
+// it: seven orders lost). The etcd DCS renews with a compare-and-swap on
+// the key's value, which a deposed primary cannot win.
+//
 // The leader key lives 10 s (ttl), so a killed primary is replaced in
 // about that time. Patroni 3.0 accepts that ttl; 3.1 and later raise any
 // ttl under 20 to 20, which would double the failover time.
@@ -152,7 +161,7 @@ func Spawn(dir string, o Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	etcd, err := testetcd.Spawn(filepath.Join(dir, "etcd"), 1)
+	etcd, err := testetcd.SpawnWith(filepath.Join(dir, "etcd"), 1, testetcd.Options{V2: true})
 	if errors.Is(err, testetcd.ErrNoEtcd) {
 		return nil, fmt.Errorf("%w: %w", ErrNoPatroni, err)
 	}
@@ -247,7 +256,7 @@ func reachable(dir string, cred *syscall.Credential) error {
 const config = `scope: %[1]q
 name: %[2]q
 restapi: {listen: %[3]q, connect_address: %[3]q}
-etcd3: {hosts: %[4]s}
+etcd: {hosts: %[4]s}
 watchdog: {mode: "off"}
 bootstrap:
   dcs:

@@ -144,6 +144,19 @@ type plan struct {
 	LifecycleCancelPct    int
 	LifecycleTwicePercent int
 
+	// The failover section (failover.go): FailoverStrategies' bursts on
+	// the single server and on its replicated form (Patroni, Galera; the
+	// reservation strategies and redis-lock also on Redis under
+	// Sentinel), taking turns FailoverRounds times; then, unless
+	// !FailoverFaults, the fault suite's failover scenarios 14-16, in
+	// their short forms when FailoverShort. Failover false (FAILOVER=0)
+	// leaves it out.
+	Failover           bool
+	FailoverStrategies []string
+	FailoverRounds     int
+	FailoverFaults     bool
+	FailoverShort      bool
+
 	// The capacity estimate (report: "Capacity"): the orders/s of each
 	// strategy on a machine of CapacityServiceCores cores for the
 	// service's instances and CapacityDatabaseCores for the database,
@@ -290,6 +303,24 @@ func loadPlan(getenv func(string) string) (plan, error) {
 	p.LifecyclePayPercent = integer("LIFECYCLE_PAY_PERCENT", 50, 0, 100)
 	p.LifecycleCancelPct = integer("LIFECYCLE_CANCEL_PERCENT", 50, 0, 100)
 	p.LifecycleTwicePercent = integer("LIFECYCLE_TWICE_PERCENT", 25, 0, 100)
+	// The failover section: 20 minutes at full size (2026-12-07: 10.5 for
+	// eleven strategies' bursts, three rounds, 9 for the scenarios' full
+	// forms). Quick: three strategies, one round, no scenarios (their
+	// short forms add about 8 minutes: FAILOVER_FAULTS=1).
+	defFailoverStrategies, defFailoverRounds := "", 3
+	if p.Quick {
+		defFailoverStrategies, defFailoverRounds = "conditional,batched,"+reserveStrategy, 1
+	}
+	p.Failover = env.Bool("FAILOVER", true)
+	p.FailoverStrategies = splitList(str("FAILOVER_STRATEGIES", defFailoverStrategies))
+	p.FailoverRounds = integer("FAILOVER_ROUNDS", defFailoverRounds, 1, 9)
+	p.FailoverFaults = env.Bool("FAILOVER_FAULTS", !p.Quick)
+	p.FailoverShort = env.Bool("FAILOVER_SHORT", p.Quick)
+	for _, s := range p.FailoverStrategies {
+		if _, ok := strategies.Lookup(s); !ok || strategies.IsControl(s) {
+			bad("FAILOVER_STRATEGIES: %q is not a safe strategy of the service", s)
+		}
+	}
 	// Eight and eight: a modest pair of servers, four times this 2-core
 	// machine each, so that the estimate reads as a different machine
 	// rather than this one.
@@ -533,6 +564,19 @@ func stockDatabase(raw string) string {
 }
 
 // ratioVars are the ratio burst's settings, as the variables that set them.
+func (p plan) failoverVars() string {
+	return fmt.Sprintf("FAILOVER=%s FAILOVER_STRATEGIES=%s FAILOVER_ROUNDS=%d FAILOVER_FAULTS=%s FAILOVER_SHORT=%s",
+		onOff(p.Failover), strings.Join(p.FailoverStrategies, ","), p.FailoverRounds, onOff(p.FailoverFaults), onOff(p.FailoverShort))
+}
+
+// onOff is a boolean as envconf reads it back.
+func onOff(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 func (p plan) ratioVars() string {
 	return fmt.Sprintf("RATIO_STOCK=%d RATIO_BUYERS=%d RATIO_WORKERS=%d RATIO_ROUNDS=%d", p.RatioStock, p.RatioBuyers, p.RatioWorkers, p.RatioRounds)
 }

@@ -43,6 +43,18 @@ func (m *cpuMeter) with(c component) *cpuMeter {
 	return &cpuMeter{components: append(append([]component{}, m.components...), c)}
 }
 
+// replace puts c in place of the component of its name (the replicated
+// servers for the single one), or adds it.
+func (m *cpuMeter) replace(c component) {
+	for i := range m.components {
+		if m.components[i].name == c.name {
+			m.components[i] = c
+			return
+		}
+	}
+	m.components = append(m.components, c)
+}
+
 func (m *cpuMeter) sample(answered, sold int64) cpuSample {
 	s := cpuSample{at: time.Now(), answered: answered, sold: sold,
 		cpu: make([][]time.Duration, len(m.components)), errs: make([]error, len(m.components))}

@@ -65,7 +65,8 @@ func strategiesOf(ctx context.Context, bin string) ([]string, error) {
 
 // totalSteps counts the progress steps of a plan.
 func totalSteps(p plan) int {
-	return 1 + len(p.Backends)*max(1, p.Rounds)*(1+len(p.Strategies)) + len(p.Backends)*(len(clusterCatalogs(p))+len(lifecycleStrategies(p))+ratioSteps(p))
+	return 1 + len(p.Backends)*max(1, p.Rounds)*(1+len(p.Strategies)) + len(p.Backends)*(len(clusterCatalogs(p))+len(lifecycleStrategies(p))+ratioSteps(p)) +
+		failoverSteps(p)
 }
 
 // ratioSteps is 1 when the plan runs the ratio burst (a step per backend).
@@ -380,12 +381,25 @@ func (d *demo) sendGoBurst(ctx context.Context, f *fleet, g *report.GoBurst, not
 	before := meter.sample(0, 0)
 	goBurst(ctx, f.urls(), d.p.AdminToken, g, d.burstMaxDuration(g.Stock))
 	g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders), note)
+	d.auditGoBurst(ctx, f, g)
+	return meter
+}
+
+// auditGoBurst reads g's audit once its orders are all in the database
+// (the reservation strategies write them after their 201s: audited
+// before, a burst of thousands reads inconsistent, its orders on their
+// way).
+func (d *demo) auditGoBurst(ctx context.Context, f *fleet, g *report.GoBurst) {
+	if isReserved(g.Strategy) {
+		if res := d.drain(ctx, f, g.SKU, 0); res.Error != "" {
+			g.Error = strings.TrimPrefix(g.Error+"; "+res.Error, "; ")
+		}
+	}
 	audit, err := fetchAudit(ctx, f, d.p.AdminToken, g.SKU)
 	if err != nil {
 		g.Error = strings.TrimPrefix(g.Error+"; "+err.Error(), "; ")
 	}
 	g.Audit = audit
-	return meter
 }
 
 // runGoBurst sends the k6 burst's load (units, buyers, workers) from the Go

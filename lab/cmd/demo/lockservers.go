@@ -42,8 +42,9 @@ func (d *demo) startLockServices(out io.Writer) (stop func(), skip []string) {
 	}
 	users := func(needs func(string) bool) []string {
 		var u []string
-		for _, s := range d.p.Strategies {
-			if needs(s) {
+		// The failover section's strategies need their servers too.
+		for _, s := range append(slices.Clone(d.p.Strategies), d.p.FailoverStrategies...) {
+			if needs(s) && !slices.Contains(u, s) {
 				u = append(u, s)
 			}
 		}

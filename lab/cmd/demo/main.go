@@ -122,6 +122,7 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 			return nil, "", err
 		}
 	}
+	p.FailoverStrategies = failoverStrategies(p)
 	for _, b := range p.Backends {
 		if err := ping(ctx, b); err != nil {
 			return nil, "", fmt.Errorf("%s does not answer (make services sets it up): %w", b.Name, err)
@@ -170,14 +171,12 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 	stopLockServices, skipped := d.startLockServices(out)
 	defer stopLockServices()
 	if len(skipped) > 0 {
-		var kept []string
-		for _, s := range p.Strategies {
-			if !slices.Contains(skipped, s) {
-				kept = append(kept, s)
-			}
-		}
+		isSkipped := func(s string) bool { return slices.Contains(skipped, s) }
+		kept := slices.DeleteFunc(slices.Clone(p.Strategies), isSkipped)
 		p.Strategies = kept
 		d.p.Strategies, d.rep.Strategies = kept, kept
+		p.FailoverStrategies = slices.DeleteFunc(p.FailoverStrategies, isSkipped)
+		d.p.FailoverStrategies = p.FailoverStrategies
 		prog.setSteps(totalSteps(p))
 	}
 	if d.cluster == nil && p.CatalogCluster {
@@ -229,6 +228,9 @@ func runDemo(ctx context.Context, p plan, out io.Writer) (*report.Report, string
 		if ctx.Err() == nil {
 			d.runRatioBursts(ctx, b)
 		}
+	}
+	if ctx.Err() == nil {
+		d.runFailover(ctx)
 	}
 	d.cleanUp(ctx)
 
@@ -306,7 +308,7 @@ func rerunCommands(p plan, commit string) []string {
 		fmt.Sprintf("CEILING_DURATION=%s LOADGEN_VUS=%d LOADGEN_DURATION=%s", p.CeilingDuration, p.LoadGenVUs, p.LoadGenDuration),
 		fmt.Sprintf("CAPACITY_SERVICE_CORES=%d CAPACITY_DATABASE_CORES=%d", p.CapacityServiceCores, p.CapacityDatabaseCores),
 	}
-	full = append(full, fmt.Sprintf("SOLD_OUT_ORDERS=%d", p.SoldOutOrders), p.ratioVars(), p.catalogVars(), p.lifecycleVars())
+	full = append(full, fmt.Sprintf("SOLD_OUT_ORDERS=%d", p.SoldOutOrders), p.ratioVars(), p.catalogVars(), p.lifecycleVars(), p.failoverVars())
 	if p.SteadyRate > 0 {
 		full = append(full, fmt.Sprintf("STEADY_RATE=%d", p.SteadyRate))
 	}

@@ -193,6 +193,12 @@ func childEnv(add, drop []string) []string {
 // startFleet starts n instances with env and waits until each answers
 // /readyz; on any failure the ones started are stopped again.
 func startFleet(ctx context.Context, bin string, n int, env []string, logDir string) (*fleet, error) {
+	return startFleetWith(ctx, bin, n, env, nil, logDir)
+}
+
+// startFleetWith is startFleet with each(i) added to instance i's
+// environment, after env (so that it wins), when each is not nil.
+func startFleetWith(ctx context.Context, bin string, n int, env []string, each func(i int) []string, logDir string) (*fleet, error) {
 	f := &fleet{env: env}
 	for i := range n {
 		port, err := freePort()
@@ -201,7 +207,11 @@ func startFleet(ctx context.Context, bin string, n int, env []string, logDir str
 			return nil, err
 		}
 		name := fmt.Sprintf("i%d", i+1)
-		penv := childEnv(append(append([]string{}, env...), fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", port)), serviceEnv)
+		own := append([]string{}, env...)
+		if each != nil {
+			own = append(own, each(i)...)
+		}
+		penv := childEnv(append(own, fmt.Sprintf("HTTP_ADDR=127.0.0.1:%d", port)), serviceEnv)
 		p, err := startProcess("instance "+name, bin, nil, penv, filepath.Join(logDir, "instance-"+name+".log"))
 		if err != nil {
 			f.stop()
