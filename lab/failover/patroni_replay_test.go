@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/internal/strategies"
 	"github.com/flashsale/stock/lab/testpatroni"
@@ -51,21 +49,7 @@ func retryOrderTheStandbyLacks(t *testing.T, strategy string) {
 	t.Cleanup(standby.ThawReplication)
 
 	req := inventory.Request{SKU: sku, Quantity: 1, UserID: "retrying-buyer", IdempotencyKey: "retried-key"}
-	answered := make(chan teststrategy.Answer, 1)
-	go func() {
-		o, err := first.PlaceOrder(ctx, req)
-		answered <- teststrategy.Answer{Quantity: 1, Order: o, Err: err}
-	}()
-	admin, err := pgx.Connect(ctx, primary.URL(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	pid := syncRepBackend(ctx, t, admin, name, answered)
-	var ended bool
-	if err := admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ended); err != nil || !ended {
-		t.Fatalf("terminate backend %d: %v, %v", pid, ended, err)
-	}
+	answered := endWaitingCommit(ctx, t, first, req, primary, name, "pg_terminate_backend")
 	// The order is on the primary now, not on the standby.
 	if rows := ordersOf(ctx, t, db, req.UserID, sku); rows != 1 {
 		t.Fatalf("the primary has %d orders of the buyer after the termination, want 1", rows)

@@ -161,21 +161,7 @@ func endTheWaitingCommit(t *testing.T, end string) {
 		t.Fatalf("the frozen standby %s: role %q (%v), want Patroni to keep it the synchronous standby", standby.Name, role, err)
 	}
 
-	answered := make(chan teststrategy.Answer, 1)
-	go func() {
-		o, err := svc.PlaceOrder(ctx, inventory.Request{SKU: sku, Quantity: 1, UserID: buyer})
-		answered <- teststrategy.Answer{Quantity: 1, Order: o, Err: err}
-	}()
-	admin, err := pgx.Connect(ctx, primary.URL(name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	pid := syncRepBackend(ctx, t, admin, name, answered)
-	var ended bool
-	if err := admin.QueryRow(ctx, `SELECT `+end+`($1)`, pid).Scan(&ended); err != nil || !ended {
-		t.Fatalf("%s of backend %d: %v, %v", end, pid, ended, err)
-	}
+	answered := endWaitingCommit(ctx, t, svc, inventory.Request{SKU: sku, Quantity: 1, UserID: buyer}, primary, name, end)
 	var r teststrategy.Answer
 	if end == "pg_cancel_backend" {
 		// Answered while the standby still lacks the order: never 201.
@@ -219,18 +205,30 @@ func endTheWaitingCommit(t *testing.T, end string) {
 	}
 }
 
-// syncRepBackend is the pid of db's backend that waits for the
-// synchronous standby (wait_event SyncRep), once there is one; it fails t
-// when answered gets the order's answer first.
-func syncRepBackend(ctx context.Context, t *testing.T, admin *pgx.Conn, db string, answered <-chan teststrategy.Answer) int {
+// endWaitingCommit places req through svc in the background, waits until
+// its COMMIT waits for the synchronous standby (wait_event SyncRep on
+// primary's database db), and ends that wait with end
+// (pg_terminate_backend or pg_cancel_backend). The order's answer comes on
+// the channel returned; t fails if it comes before the wait.
+func endWaitingCommit(ctx context.Context, t *testing.T, svc *sales.Service, req inventory.Request, primary *testpatroni.Member, db, end string) <-chan teststrategy.Answer {
 	t.Helper()
+	answered := make(chan teststrategy.Answer, 1)
+	go func() {
+		o, err := svc.PlaceOrder(ctx, req)
+		answered <- teststrategy.Answer{Quantity: req.Quantity, Order: o, Err: err}
+	}()
+	admin, err := pgx.Connect(ctx, primary.URL(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
 	var pid int
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'SyncRep'`, db).Scan(&pid)
 		if err == nil {
-			return pid
+			break
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatalf("find the backend waiting for the standby: %v", err)
@@ -243,6 +241,11 @@ func syncRepBackend(ctx context.Context, t *testing.T, admin *pgx.Conn, db strin
 			t.Fatal("no backend waited for the frozen standby within 2 minutes")
 		}
 	}
+	var ended bool
+	if err := admin.QueryRow(ctx, `SELECT `+end+`($1)`, pid).Scan(&ended); err != nil || !ended {
+		t.Fatalf("%s of backend %d: %v, %v", end, pid, ended, err)
+	}
+	return answered
 }
 
 // request is one order a buyer placed, and its answer.
