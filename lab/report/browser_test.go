@@ -323,3 +323,27 @@ func TestFailedReportReadsInABrowser(t *testing.T) {
 		}
 	}
 }
+
+// TestReportWithAFailoverSectionReadsInABrowser: the same with the
+// failover section of the published run (its wide tables, the
+// recommendation's row for a replicated database): the first screen still
+// holds the verdict and the recommendation, nothing overflows, every link
+// resolves.
+func TestReportWithAFailoverSectionReadsInABrowser(t *testing.T) {
+	bin := chromium(t)
+	published, err := Load("../../docs/results/20261207-075801-failover")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if published.Failover == nil || len(published.Failover.Replication) == 0 || len(published.Failover.Faults) == 0 {
+		t.Fatal("the published run has no failover section")
+	}
+	dir := smallRun(t, func(r *Report) { r.Failover = published.Failover })
+	p := openInChromium(t, bin, filepath.Join(dir, "index.html"))
+	for _, problem := range pageProblems(dir, p, "verdict", "choose") {
+		t.Error(problem)
+	}
+	if !slices.Contains(p.Links, "#failover") {
+		t.Errorf("the recommendation does not link the failover section: %q", p.Links)
+	}
+}
