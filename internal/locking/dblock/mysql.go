@@ -69,19 +69,37 @@ const myCreate = `
 INSERT INTO stock_locks (name, owner, token, locked_at, expires_at)
 VALUES (?, ?, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
-// erDupEntry: the row exists (someone made it first, and holds it).
-const erDupEntry = 1062
+const (
+	// erDupEntry: the row exists (someone made it first, and holds it).
+	erDupEntry = 1062
+	// erLockDeadlock: the statement was rolled back, having done nothing.
+	// On Galera it is how an acquisition that lost to another node's
+	// write (its certification, or a replicated write that aborted it)
+	// ends once wsrep_retry_autocommit is spent.
+	erLockDeadlock = 1213
+)
 
 func (t *mysqlTable) acquire(ctx context.Context, name, owner string, ttl time.Duration) (int64, bool, error) {
-	if token, ok, err := t.tokenOf(t.db.ExecContext(ctx, myAcquire, owner, micros(ttl), name)); ok || err != nil {
-		return token, ok, err
+	token, ok, err := t.tokenOf(t.db.ExecContext(ctx, myAcquire, owner, micros(ttl), name))
+	if !ok && err == nil {
+		_, err = t.db.ExecContext(ctx, myCreate, name, owner, micros(ttl))
+		token, ok = 1, err == nil
+		if isMySQLError(err, erDupEntry) {
+			err = nil
+		}
 	}
-	_, err := t.db.ExecContext(ctx, myCreate, name, owner, micros(ttl))
-	var me *gomysql.MySQLError
-	if errors.As(err, &me) && me.Number == erDupEntry {
+	if isMySQLError(err, erLockDeadlock) {
+		// Another contender's write won: the lock is taken, as if the
+		// statement had found it so. Poll again (found by CI: db-lock
+		// through two Galera nodes failed orders with 1213).
 		return 0, false, nil
 	}
-	return 1, err == nil, err
+	return token, ok, err
+}
+
+func isMySQLError(err error, number uint16) bool {
+	me, ok := errors.AsType[*gomysql.MySQLError](err)
+	return ok && me.Number == number
 }
 
 // tokenOf reads the token an UPDATE set through LAST_INSERT_ID(expr).
