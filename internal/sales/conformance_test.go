@@ -3,6 +3,7 @@ package sales_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,6 +87,27 @@ func recordedRace(t *testing.T, svc *sales.Service, sku string, buyers int) ([]o
 	return results, rec
 }
 
+// raceFor starts a sale of initial units of sku and races buyers for it:
+// their answers, whether the history is linearizable, and the audit.
+func raceFor(t *testing.T, svc *sales.Service, sku string, initial int64, buyers int) ([]outcome, bool, inventory.Audit) {
+	t.Helper()
+	ctx := context.Background()
+	if err := svc.StartSale(ctx, sku, initial); err != nil {
+		t.Fatalf("start sale: %v", err)
+	}
+	results, rec := recordedRace(t, svc, sku, buyers)
+	verdicts, err := history.Check(rec.Ops(), map[string]int64{sku: initial}, 30*time.Second, teststrategy.HistoryDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("history: %v", verdicts[0])
+	audit, err := svc.Audit(ctx, sku)
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	return results, verdicts[0].Linearizable(), audit
+}
+
 // TestConformance: 200 buyers race for 50 units on every strategy and engine.
 // The safe strategies sell exactly what there was; naive oversells;
 // legacy-getset, whose failures need a fault (a paused holder, a clock
@@ -104,23 +126,24 @@ func TestConformance(t *testing.T) {
 				// more than the default 3 s there. The test checks that
 				// nobody is turned away for want of stock, not speed.
 				svc := sales.NewService(db, build(t, engine, db), sales.WithOrderTimeout(30*time.Second))
-				ctx := context.Background()
-				sku := "race-" + name
-				if err := svc.StartSale(ctx, sku, initial); err != nil {
-					t.Fatalf("start sale: %v", err)
+				// naive's oversell needs two reads in one window near the
+				// end, which a starved scheduler can serialise: it gets a
+				// few races on fresh SKUs to show it (CI once saw a race
+				// of 200 sell exactly 50 on MySQL).
+				races := 1
+				if name == strategies.NameNaive {
+					races = 3
 				}
-
-				results, rec := recordedRace(t, svc, sku, buyers)
-				verdicts, err := history.Check(rec.Ops(), map[string]int64{sku: initial}, 30*time.Second, teststrategy.HistoryDir(t))
-				if err != nil {
-					t.Fatal(err)
-				}
-				linearizable := verdicts[0].Linearizable()
-				t.Logf("history: %v", verdicts[0])
-
-				audit, err := svc.Audit(ctx, sku)
-				if err != nil {
-					t.Fatalf("audit: %v", err)
+				var (
+					results      []outcome
+					linearizable bool
+					audit        inventory.Audit
+				)
+				for race := range races {
+					results, linearizable, audit = raceFor(t, svc, fmt.Sprintf("race-%s-%d", name, race), initial, buyers)
+					if audit.Available < 0 {
+						break
+					}
 				}
 				var sold, orders, busy int64
 				minSoldOut := int64(1 << 62)
@@ -163,7 +186,7 @@ func TestConformance(t *testing.T) {
 					return
 				}
 				if !linearizable {
-					t.Errorf("history not linearizable: %v", verdicts[0])
+					t.Errorf("history not linearizable (logged above)")
 				}
 				if audit.Available < 0 {
 					t.Fatalf("oversold: available %d", audit.Available)
