@@ -35,7 +35,8 @@ func (s *standbyBehind) AwaitSaleReplicated(ctx context.Context, sku string) err
 // the order exists on the primary. Not "busy", which says nothing was
 // taken (found by review: the wait's lock timeout, wrapped in, made the
 // answer busy, and a client would have ordered again). Pay and cancel
-// replays, and an admin's restock replay, alike.
+// replays, and an admin's restock, sale start and catalog start replays,
+// alike.
 func TestAReplayItsStandbysDoNotConfirmMayHaveHappenedAndIsNeverBusy(t *testing.T) {
 	for _, engine := range []string{"postgres", "mysql"} {
 		t.Run(engine, func(t *testing.T) {
@@ -69,8 +70,21 @@ func TestAReplayItsStandbysDoNotConfirmMayHaveHappenedAndIsNeverBusy(t *testing.
 			}
 			_, err = svc.RestockSale(ctx, inventory.RestockRequest{SKU: "replayed", Quantity: 2, IdempotencyKey: "r-1"})
 			mayHaveHappened("the restock's retry", err)
-			if behind.waits != 3 {
-				t.Errorf("%d waits for the standbys, want one per replay (3)", behind.waits)
+			start := inventory.SaleRequest{SKU: "started", Available: 5, IdempotencyKey: "s-1"}
+			if _, err := svc.OpenSale(ctx, start); err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			_, err = svc.OpenSale(ctx, start)
+			mayHaveHappened("the sale start's retry", err)
+			catalog := inventory.CatalogRequest{IdempotencyKey: "c-1", Sales: []inventory.SaleRequest{
+				{SKU: "catalog-a", Available: 5}, {SKU: "catalog-b", Available: 7}}}
+			if _, err := svc.OpenCatalog(ctx, catalog); err != nil {
+				t.Fatalf("catalog start: %v", err)
+			}
+			_, err = svc.OpenCatalog(ctx, catalog)
+			mayHaveHappened("the catalog start's retry", err)
+			if behind.waits != 5 {
+				t.Errorf("%d waits for the standbys, want one per replay (5)", behind.waits)
 			}
 		})
 	}

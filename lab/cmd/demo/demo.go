@@ -377,7 +377,13 @@ func (d *demo) runStrategy(ctx context.Context, b backend, strategy string, roun
 // it returns the meter, for what is measured beside it.
 func (d *demo) sendGoBurst(ctx context.Context, f *fleet, g *report.GoBurst, note string) *cpuMeter {
 	d.skus[g.Backend] = append(d.skus[g.Backend], g.SKU)
-	meter := d.meter(f, d.backend(g.Backend), g.Strategy).with(selfComponent())
+	return d.sendMeteredBurst(ctx, f, d.meter(f, d.backend(g.Backend), g.Strategy), g, note)
+}
+
+// sendMeteredBurst sends g from the Go client to f's instances, measured
+// by meter and the client's own CPU, and audits it.
+func (d *demo) sendMeteredBurst(ctx context.Context, f *fleet, meter *cpuMeter, g *report.GoBurst, note string) *cpuMeter {
+	meter = meter.with(selfComponent())
 	before := meter.sample(0, 0)
 	goBurst(ctx, f.urls(), d.p.AdminToken, g, d.burstMaxDuration(g.Stock))
 	g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders), note)

@@ -310,12 +310,7 @@ func (d *demo) sendReplicatedBurst(ctx context.Context, f *fleet, b backend, sid
 		pids, err := d.serverPIDs(swap.addrs)
 		meter.replace(serverComponent(swap.name, pids, nil, err))
 	}
-	meter = meter.with(selfComponent())
-	before := meter.sample(0, 0)
-	goBurst(ctx, f.urls(), d.p.AdminToken, g, d.burstMaxDuration(g.Stock))
-	g.Cost = meter.cost(before, meter.sample(g.Orders+g.SoldOut+g.Other, g.Orders),
-		"the Go client's burst on the replicated servers, from putting the units on sale (and connecting) to the last answer")
-	d.auditGoBurst(ctx, f, g)
+	d.sendMeteredBurst(ctx, f, meter, g, "the Go client's burst on the replicated servers, from putting the units on sale (and connecting) to the last answer")
 }
 
 // runFailoverFaults runs the fault suite's failover scenarios (14 Redis
