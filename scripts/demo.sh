@@ -3,12 +3,11 @@
 # anti-oversell strategies (lab/cmd/demo), which writes reports/<timestamp>/ and
 # points reports/latest at it.
 #
-#   make demo                 # about 16 minutes on 2 cores (first k6 build: +4),
-#                             # and about 20 more for the catalog of 10,000 SKUs
-#   DEMO_QUICK=1 make demo    # under 3 minutes, and about 2 more for its catalog
-#                             # (CATALOG_SKUS=0 leaves the catalog out); the
-#                             # lifecycle adds about 18 minutes, 1 quick
-#                             # (LIFECYCLE=0 leaves it out; docs/demo.md)
+#   make demo                 # about 65 minutes on 2 cores (first k6 build: +4),
+#                             # the catalog of 10,000 SKUs, the lifecycle and
+#                             # the failover section (about 20) included
+#   DEMO_QUICK=1 make demo    # about 12 minutes (CATALOG_SKUS=0, LIFECYCLE=0
+#                             # and FAILOVER=0 leave sections out; docs/demo.md)
 #   PUBLISH=1 make demo       # and copy the report to docs/results/<timestamp>/
 #
 # Servers: PostgreSQL and MariaDB/MySQL that already answer on 127.0.0.1 are
