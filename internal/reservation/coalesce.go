@@ -73,7 +73,7 @@ type scriptCall struct {
 type replicaWaiter interface {
 	waitsForReplicas() bool
 	waitReplicas(ctx context.Context, p redis.Pipeliner) *replicaWait
-	replicated(w *replicaWait, reply []string) error
+	replicated(w *replicaWait, reply []string, err error) error
 }
 
 func newCoalescer(rdb redis.UniversalClient, pipelines int, replicas replicaWaiter) *coalescer {
@@ -254,9 +254,7 @@ func (c *coalescer) send(ctx context.Context, batch []*scriptCall) {
 	_, _ = pipe.Exec(ctx)
 	for i, call := range batch {
 		call.reply, call.err = cmds[i].StringSlice()
-		if call.err == nil {
-			call.err = c.replicas.replicated(wait, call.reply)
-		}
+		call.err = c.replicas.replicated(wait, call.reply, call.err)
 		close(call.done)
 	}
 }

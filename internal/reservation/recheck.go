@@ -46,7 +46,7 @@ func (s *Store) recheckAs(ctx context.Context, sku, force string) error {
 		// A new replication id: perhaps a promoted replica, with replicas
 		// of its own to count again (replicas.go). Counted from the old
 		// primary's, every WAIT would wait its timeout out once.
-		s.online.Store(-1)
+		s.online.Store(unknownCount())
 	}
 	done := s.checks.DoChan(sku+"\x00"+force, func() (any, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.checkLimit)

@@ -2,8 +2,11 @@ package reservation
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,7 +60,7 @@ func WithReplicas(n int, timeout time.Duration) Option {
 	}
 	return func(s *Store) {
 		s.replicas, s.replicaWait = int64(max(n, 0)), timeout
-		s.online.Store(-1) // not known yet: asked before the first WAIT
+		s.online.Store(unknownCount()) // not known yet: asked before the first WAIT
 	}
 }
 
@@ -82,10 +85,34 @@ func (e *notReplicated) Unwrap() error { return e.err }
 func (s *Store) waitsForReplicas() bool { return s.replicas > 0 }
 
 // replicaWait is a WAIT and, after it, the primary's INFO replication,
-// queued in one pipeline after the writes they cover.
+// queued in one pipeline after the writes they cover; from is the count
+// the WAIT's size was taken from.
 type replicaWait struct {
 	wait *redis.IntCmd
 	info *redis.StringCmd
+	from *replicaCount
+}
+
+// replicaCount is how many replicas a primary's INFO listed online; -1
+// when not known. The Store holds the latest (Store.online), and a count
+// replaces the one its WAIT was sized from only: one read from a server
+// that has been left since (a failover) cannot overwrite the reset that
+// the connection to the new one made (found by review).
+type replicaCount struct{ n int64 }
+
+// unknownCount is a new unknown count each time: one shared value would
+// let a count sized from an earlier unknown replace a later one.
+func unknownCount() *replicaCount { return &replicaCount{n: -1} }
+
+// countFrom replaces from, the count a WAIT was sized from, with what
+// info (that WAIT's INFO, or its error) says.
+func (s *Store) countFrom(from *replicaCount, info string, err error) {
+	switch {
+	case err == nil:
+		s.online.CompareAndSwap(from, &replicaCount{n: onlineReplicas(info)})
+	case lostConnection(err):
+		s.online.CompareAndSwap(from, unknownCount())
+	}
 }
 
 // waitReplicas queues WAIT in p, after the writes it must cover, for as
@@ -97,15 +124,21 @@ func (s *Store) waitReplicas(ctx context.Context, p redis.Pipeliner) *replicaWai
 	if s.replicas == 0 {
 		return nil
 	}
-	if s.online.Load() < 0 {
-		// The first WAIT of this process: ask how many replicas to wait
-		// for, or it would wait for n, find more online, and answer 503.
+	from := s.online.Load()
+	online := from.n
+	if online < 0 {
+		// The first WAIT of this process, or on this server: ask how
+		// many replicas to wait for, or it would wait for n, find more
+		// online, and answer 503.
 		if info, err := s.rdb.Info(ctx, "replication").Result(); err == nil {
-			s.online.Store(onlineReplicas(info))
+			online = onlineReplicas(info)
+			if fresh := (&replicaCount{n: online}); s.online.CompareAndSwap(from, fresh) {
+				from = fresh
+			}
 		}
 	}
 	// Pipeliner lacks Wait: WAIT numreplicas timeout(ms), by hand.
-	w := &replicaWait{wait: redis.NewIntCmd(ctx, "wait", max(s.replicas, s.online.Load()), s.replicaWait.Milliseconds())}
+	w := &replicaWait{from: from, wait: redis.NewIntCmd(ctx, "wait", max(s.replicas, online), s.replicaWait.Milliseconds())}
 	_ = p.Process(ctx, w.wait)
 	w.info = p.Info(ctx, "replication")
 	return w
@@ -120,14 +153,13 @@ func (s *Store) confirmed(w *replicaWait) error {
 	}
 	acked, err := w.wait.Result()
 	info, ierr := w.info.Result()
+	s.countFrom(w.from, info, ierr)
 	if err == nil {
 		err = ierr
 	}
 	want := s.replicas
 	if ierr == nil {
-		online := onlineReplicas(info)
-		s.online.Store(online)
-		want = max(want, online)
+		want = max(want, onlineReplicas(info))
 	}
 	if err == nil && acked >= want {
 		return nil
@@ -136,12 +168,84 @@ func (s *Store) confirmed(w *replicaWait) error {
 }
 
 // replicated is confirmed for an order taken ("ok", "replay" in reply, the
-// script's); any other reply waits for nothing.
-func (s *Store) replicated(w *replicaWait, reply []string) error {
-	if len(reply) == 0 || reply[0] != "ok" && reply[0] != "replay" {
-		return nil
+// script's, err nil); any other reply, or a script that failed (err, which
+// it returns), waits for nothing, but its INFO still counts the replicas
+// for the next WAIT.
+func (s *Store) replicated(w *replicaWait, reply []string, err error) error {
+	if err != nil || len(reply) == 0 || reply[0] != "ok" && reply[0] != "replay" {
+		if w != nil {
+			info, ierr := w.info.Result()
+			s.countFrom(w.from, info, ierr)
+		}
+		return err
 	}
 	return s.confirmed(w)
+}
+
+// lostConnection: err is neither the server's answer nor the caller's
+// deadline or cancel (nor a pool that had no connection free in time): the
+// server, or the way to it, is gone.
+func lostConnection(err error) bool {
+	var (
+		serverErr redis.Error
+		netErr    net.Error
+	)
+	switch {
+	case err == nil, errors.As(err, &serverErr),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, redis.ErrPoolTimeout), errors.As(err, &netErr) && netErr.Timeout():
+		return false
+	}
+	return true
+}
+
+// A count of the replicas online is the server's that gave it. After a
+// failover the client connects to the promoted replica, which has replicas
+// of its own: one fewer than the old primary, one of them perhaps still
+// resynchronising. A WAIT for the old primary's count runs its timeout out
+// however fast they are, and the first orders on the new primary (whose
+// replies need no WAIT: NOSCRIPT, "unchecked") waited it out round after
+// round: the sale sold again a second after the Sentinels announced the
+// new primary, not at once (found by timing scenario 14). So a lost
+// connection, a failed dial, and a connection to another server than the
+// last leave the count unknown, asked again before the next WAIT. (An
+// order's WAIT is queued before its pipeline has a connection: when
+// nothing was sent while the primary was down, the first batch after the
+// switch still waits for the old count, one timeout, once.)
+//
+// What is left is the server's: the replica that resynchronises in full
+// from the promoted one acknowledges nothing until its first REPLCONF ACK,
+// which Redis 7.0 sends once a second, so the first 201 after a failover
+// comes up to a second after the switch (every WAIT until then, for the
+// one replica online, times out).
+
+// recountOnNewServer is the client hook that does so.
+type recountOnNewServer struct {
+	s    *Store
+	last atomic.Pointer[string] // the server of the last connection made
+}
+
+func (h *recountOnNewServer) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			h.s.online.Store(unknownCount())
+			return nil, err
+		}
+		// The failover client dials the address the Sentinels name,
+		// whatever addr says: the connection knows.
+		server := conn.RemoteAddr().String()
+		if prev := h.last.Swap(&server); prev == nil || *prev != server {
+			h.s.online.Store(unknownCount())
+		}
+		return conn, nil
+	}
+}
+
+func (h *recountOnNewServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *recountOnNewServer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // onlineReplicas counts the replicas INFO replication lists as online

@@ -90,7 +90,7 @@ type Store struct {
 	// the replicas the primary last counted online.
 	replicas    int64
 	replicaWait time.Duration
-	online      atomic.Int64
+	online      atomic.Pointer[replicaCount]
 }
 
 var _ Reservations = (*Store)(nil)
@@ -131,6 +131,9 @@ func New(rdb redis.UniversalClient, ledger Ledger, opts ...Option) *Store {
 	}
 	if s.pipelineCount > 0 {
 		s.pipelines = newCoalescer(rdb, s.pipelineCount, s)
+	}
+	if s.waitsForReplicas() {
+		rdb.AddHook(&recountOnNewServer{s: s})
 	}
 	return s
 }
@@ -303,10 +306,7 @@ func (s *Store) evalReserve(ctx context.Context, sku string, keys []string, args
 	wait := s.waitReplicas(ctx, pipe)
 	_, _ = pipe.Exec(ctx) // each command has its own error
 	reply, err := cmd.StringSlice()
-	if err == nil {
-		err = s.replicated(wait, reply)
-	}
-	return reply, err
+	return reply, s.replicated(wait, reply, err)
 }
 
 func isNoScript(err error) bool {

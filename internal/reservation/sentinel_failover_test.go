@@ -427,3 +427,53 @@ func TestAReturnLostWithThePrimaryIsGivenBackByTheCheckAfterTheFailover(t *testi
 		l.orderAfterFailover("sku", "after")
 	})
 }
+
+// Found by timing scenario 14: an order waits for as many replicas as
+// the primary last counted online, and after a failover that count was
+// the old primary's (two replicas; the promoted one has one). The first
+// orders on the new primary, whose replies need no WAIT (NOSCRIPT: a
+// promoted replica has no scripts; "unchecked": a new replication id),
+// still sent one for two replicas and waited its timeout out, round after
+// round: the sale sold again a second after the Sentinels announced the
+// new primary, not at once. Now the orders refused while the primary is
+// down, and a connection to another server, leave the count unknown, and
+// every WAIT's INFO counts the replicas, whatever the reply. Here the
+// timeout is longer than the order's deadline, so a stale count fails the
+// order instead of slowing it.
+func TestTheFirstOrderAfterAFailoverWaitsForTheNewPrimarysReplicasOnly(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		t.Parallel()
+		s := newReplicatedSale(t, "postgres", m, reservation.WithReplicas(1, time.Minute))
+		s.start("sku", 10)
+		if _, err := s.order("sku", 1, "before", "key-before"); err != nil {
+			t.Fatalf("the order before the failover (both replicas online): %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		old, err := s.redis.Master(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		promoted := s.redis.WatchFailover(t, old)
+		old.Stop()
+		// A buyer while the primary is down, as in any sale: refused.
+		if _, err := s.order("sku", 1, "down", "key-down"); !errors.Is(err, inventory.ErrUnavailable) {
+			t.Fatalf("an order while the primary is down: %v, want unavailable", err)
+		}
+		if _, err := promoted(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.consume(s.db)
+		// The other replica resynchronises from the promoted one: it has
+		// no replica online, then one.
+		octx, ocancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ocancel()
+		req := inventory.Request{SKU: "sku", Quantity: 1, UserID: "after", IdempotencyKey: "key-after"}
+		if _, err := s.svc.PlaceOrder(octx, req); err != nil {
+			t.Fatalf("the first order on the new primary, within 5 s: %v (a WAIT for the old primary's two replicas waits its minute out)", err)
+		}
+		if a := waitWritten(t, s.sale, "sku", 2); a.Orders != 2 || a.Available != 8 {
+			t.Fatalf("the database has %+v, want both orders, 8 left", a)
+		}
+	})
+}

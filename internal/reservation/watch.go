@@ -305,7 +305,7 @@ func (s *Store) awaitReplicasOf(ctx context.Context, tx *redis.Tx, reply []strin
 			return &notReplicated{want: s.replicas, wait: s.replicaWait, err: c.Err()}
 		}
 	}
-	return s.replicated(wait, reply)
+	return s.replicated(wait, reply, nil)
 }
 
 // outsideWindow is "not_started" or "ended" when now is outside the
