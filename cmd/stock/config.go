@@ -273,8 +273,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// A cap the descriptor limit cannot hold is refused: the process would
 	// meet EMFILE before the cap, the failure the cap is there to prevent.
 	nofile := openFileLimit()
-	reserve := descriptorReserve(nofile, c.DBMaxConns)
-	c.HTTPMaxConns = defaultHTTPMaxConns(nofile, c.DBMaxConns)
+	dbConns := store.Connections(c.DatabaseURL, c.DBMaxConns)
+	reserve := descriptorReserve(nofile, dbConns)
+	c.HTTPMaxConns = defaultHTTPMaxConns(nofile, dbConns)
 	if v := str("HTTP_MAX_CONNS", ""); v != "" {
 		switch n, err := strconv.Atoi(v); {
 		case err != nil || n < 1:

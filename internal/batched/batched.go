@@ -43,11 +43,7 @@ func lanes(n int) func(sku string) string {
 		names[i] = "lane-" + strconv.Itoa(i)
 	}
 	return func(sku string) string {
-		h := uint32(2166136261)
-		for i := 0; i < len(sku); i++ {
-			h = (h ^ uint32(sku[i])) * 16777619
-		}
-		return names[h%uint32(n)]
+		return names[inventory.Shard(sku, n)]
 	}
 }
 

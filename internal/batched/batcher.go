@@ -280,6 +280,13 @@ func (b *batcher) lead(q *skuQueue, self *batchOrder) {
 			run = b.runHeld
 		}
 		ctx, cancel := batchContext(self.ctx, batch)
+		// A lane's batches go through one node of a cluster whose every
+		// node takes writes, whichever SKU its leader ordered; a held
+		// SKU's batches through its lane's node too, where the lane's
+		// batch that holds its row is (found by review: through another
+		// node the held batch took the row at once, and its commit
+		// failed the lane's whole batch at certification).
+		ctx = inventory.WithAffinity(ctx, b.laneOf(batch[0].sku))
 		results := run(ctx, batch)
 		cancel()
 		var rowHeld []*batchOrder

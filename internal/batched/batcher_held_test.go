@@ -2,6 +2,7 @@ package batched
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/flashsale/stock/internal/inventory"
@@ -87,4 +88,43 @@ func TestBatcherHeldQueueLeaderMayBeTheLanesLeader(t *testing.T) {
 	wantBatch(t, held, "a1")
 	held.release <- struct{}{}
 	wantOwnOrder(t, a1)
+}
+
+// On a Galera cluster a batch's transaction goes through the node of its
+// affinity (inventory.WithAffinity). A held SKU's batch must go through its
+// lane's node: there the lane's batch that holds the row is, and the held
+// batch waits for it; through another node it took the row at once, and
+// its commit failed the lane's whole batch at certification (found by
+// review). So both carry the lane's name, not the SKU the order carried.
+func TestAHeldSKUsBatchesGoWhereItsLanesBatchesGo(t *testing.T) {
+	h, lane, held := newHeldHarness(t)
+	var (
+		mu   sync.Mutex
+		seen = map[string][]string{}
+	)
+	record := func(runner string, run batchRunner) batchRunner {
+		return func(ctx context.Context, batch []*batchOrder) []batchResult {
+			key, _ := inventory.AffinityOf(ctx)
+			mu.Lock()
+			seen[runner] = append(seen[runner], key)
+			mu.Unlock()
+			return run(ctx, batch)
+		}
+	}
+	h.b.run, h.b.runHeld = record("lane", h.b.run), record("held", h.b.runHeld)
+	// The order carries its SKU's affinity, as the service gives it.
+	a1 := h.submitSKU(inventory.WithAffinity(context.Background(), "a"), "a1", "a")
+	wantBatch(t, lane, "a1")
+	lane.release <- struct{}{}
+	wantBatch(t, held, "a1")
+	held.release <- struct{}{}
+	wantOwnOrder(t, a1)
+	mu.Lock()
+	defer mu.Unlock()
+	want := h.b.laneOf("a")
+	for _, runner := range []string{"lane", "held"} {
+		if len(seen[runner]) != 1 || seen[runner][0] != want {
+			t.Errorf("the %s batch ran with the affinities %q, want [%q]", runner, seen[runner], want)
+		}
+	}
 }

@@ -232,6 +232,9 @@ func (c *Consumer) decodeBatch(b batch) *skuWrite {
 
 // writeChunk writes the sales of ws (SKUs no other chunk has) in one
 // transaction and records each one's outcome.
+// drainAffinity is the affinity of every consumer's writes.
+const drainAffinity = "reservation-drain"
+
 func (c *Consumer) writeChunk(ctx context.Context, ws []*skuWrite) {
 	type ref struct {
 		w    *skuWrite
@@ -254,7 +257,11 @@ func (c *Consumer) writeChunk(ctx context.Context, ws []*skuWrite) {
 			batches, refs = append(batches, b), append(refs, ref{w, s})
 		}
 	}
-	outcomes, err := c.sink.PersistReservedEach(ctx, batches)
+	// Every instance's drains go through one node of a cluster whose
+	// every node takes writes (inventory.WithAffinity): a chunk holds many
+	// SKUs, and two instances' chunks of one hot SKU written through two
+	// nodes would conflict at certification.
+	outcomes, err := c.sink.PersistReservedEach(inventory.WithAffinity(ctx, drainAffinity), batches)
 	if err == nil && len(outcomes) != len(batches) {
 		err = fmt.Errorf("%d outcomes for %d batches", len(outcomes), len(batches))
 	}

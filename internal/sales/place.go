@@ -41,6 +41,9 @@ func (s *Service) placeOrder(ctx context.Context, req inventory.Request) (invent
 		// the answer says so, not sold out).
 		return inventory.Order{}, s.limitReached(req)
 	}
+	// The order's work goes through one node of a cluster whose every
+	// node takes writes (inventory.WithAffinity).
+	ctx = inventory.WithAffinity(ctx, req.SKU)
 	sent := s.now()
 	refused, probe := s.markAdmits(req)
 	if probe != 0 {

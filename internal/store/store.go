@@ -63,7 +63,17 @@ func Engine(databaseURL string) (string, error) {
 type Option func(*options)
 
 type options struct {
-	stuckTx time.Duration
+	stuckTx    time.Duration
+	noAffinity bool
+}
+
+// WithAffinityRouting sets whether, on a MariaDB Galera cluster (a URL
+// naming several hosts), each transaction goes through the node its
+// affinity hashes to (mysql.WithAffinityRouting). Default true; off, every
+// transaction goes through the URL's first node that serves (tests that
+// make two nodes certify one row's writes against each other).
+func WithAffinityRouting(on bool) Option {
+	return func(o *options) { o.noAffinity = !on }
 }
 
 // WithStuckTransactionTimeout bounds how long a transaction that stopped
@@ -76,7 +86,17 @@ func WithStuckTransactionTimeout(d time.Duration) Option {
 	return func(o *options) { o.stuckTx = d }
 }
 
-// Open connects to the database with a pool of maxConns connections.
+// Connections is the most connections Open may hold to the database at
+// databaseURL with maxConns: more on a Galera cluster, a pool per node.
+func Connections(databaseURL string, maxConns int) int {
+	if engine, err := Engine(databaseURL); err == nil && engine == "mysql" {
+		return mysql.Connections(databaseURL, maxConns)
+	}
+	return maxConns
+}
+
+// Open connects to the database with a pool of maxConns connections (per
+// node of a Galera cluster: Connections).
 func Open(ctx context.Context, databaseURL string, maxConns int, opts ...Option) (Store, error) {
 	engine, err := Engine(databaseURL)
 	if err != nil {
@@ -87,7 +107,8 @@ func Open(ctx context.Context, databaseURL string, maxConns int, opts ...Option)
 		opt(&o)
 	}
 	if engine == "mysql" {
-		return mysql.Open(ctx, databaseURL, mysql.WithMaxConns(maxConns), mysql.WithLockWaitTimeout(o.stuckTx))
+		return mysql.Open(ctx, databaseURL, mysql.WithMaxConns(maxConns), mysql.WithLockWaitTimeout(o.stuckTx),
+			mysql.WithAffinityRouting(!o.noAffinity))
 	}
 	return postgres.Open(ctx, databaseURL, postgres.WithMaxConns(int32(maxConns)), postgres.WithIdleInTransactionTimeout(o.stuckTx))
 }

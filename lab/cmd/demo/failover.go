@@ -156,16 +156,19 @@ func startReplicatedDB(ctx context.Context, b backend, dir string) (*replicatedS
 		c.Stop()
 		return nil, err
 	}
-	// Every instance writing through one node is how Galera's users run a
+	// Every instance writing through one node is how Galera's users ran a
 	// hot row (a write set from another node conflicts with it at
 	// certification, and one of the two is rolled back): measured beside
-	// the spread for the strategies the goal names and the reference.
-	oneWriter := &replicatedSide{cluster: report.ClusterGaleraOneWriter, setup: "Galera: three nodes, every instance writing through the first",
-		env: func(int) []string { return []string{"DATABASE_URL=" + c.URLFrom(0, "stock")} }, dbAddrs: c.Addrs(),
+	// the spread, whose instances send a SKU's transactions through one
+	// node by themselves, for the strategies the goal names and the
+	// reference. A URL naming that node alone: with several, the service
+	// routes by SKU whatever their order.
+	oneWriter := &replicatedSide{cluster: report.ClusterGaleraOneWriter, setup: "Galera: three nodes, every instance through the first alone",
+		env: func(int) []string { return []string{"DATABASE_URL=mysql://root@" + c.Addrs()[0] + "/stock"} }, dbAddrs: c.Addrs(),
 		runs: func(s string) bool {
 			return s == strategies.NameConditional || slices.Contains(report.ReplicationGoalStrategies, s)
 		}}
-	return &replicatedSide{cluster: report.ClusterGalera, setup: "Galera: three nodes, an instance writing through each",
+	return &replicatedSide{cluster: report.ClusterGalera, setup: "Galera: three nodes, an instance beside each (its node first in its URL; a SKU's transactions through the node it hashes to)",
 		env: func(i int) []string { return []string{"DATABASE_URL=" + c.URLFrom(i, "stock")} }, dbAddrs: c.Addrs(), runs: all,
 		variant: oneWriter, stop: c.Stop}, nil
 }
