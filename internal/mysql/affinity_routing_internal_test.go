@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/flashsale/stock/internal/inventory"
 	"github.com/flashsale/stock/lab/testgalera"
@@ -47,8 +48,8 @@ func TestEveryInstanceSendsASKUsTransactionsThroughOneGaleraNode(t *testing.T) {
 		t.Cleanup(s.Close)
 		instances = append(instances, s)
 	}
-	if got, want := Connections(c.URLFrom(0, "stock"), 2), 2*len(c.Addrs()); got != want {
-		t.Errorf("Connections = %d, want %d: a pool of 2 per node", got, want)
+	if got, want := Connections(c.URLFrom(0, "stock"), 2), 2*(len(c.Addrs())+1); got != want {
+		t.Errorf("Connections = %d, want %d: a pool of 2 per node, and one for the work without an affinity", got, want)
 	}
 	used := map[string]int{}
 	for k := range 24 {
@@ -70,5 +71,44 @@ func TestEveryInstanceSendsASKUsTransactionsThroughOneGaleraNode(t *testing.T) {
 		if got := nodeOfTx(ctx, t, s); "127.0.0.1:"+got != want {
 			t.Errorf("instance %d, no affinity: through the node on port %s, want its URL's first, %s", i, got, want)
 		}
+	}
+}
+
+// A SKU's node killed: its transactions begin on the next node in address
+// order, on every instance, and once the node serves again (and its rest
+// of routeRest is over) they go back to it.
+func TestASKUsTransactionsMoveToTheNextNodeWhileItsNodeIsDownAndComeBack(t *testing.T) {
+	ctx := context.Background()
+	c := testgalera.Start(t, testgalera.Options{})
+	if err := c.CreateDatabase(ctx, 0, "stock"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, c.URLFrom(1, "stock"), WithMaxConns(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	// A SKU whose node is node 0, whose next in address order is another.
+	var sku string
+	for k := 0; sku == ""; k++ {
+		at := inventory.WithAffinity(ctx, fmt.Sprint("sku-", k))
+		if "127.0.0.1:"+nodeOfTx(at, t, s) == c.Addrs()[0] {
+			sku = fmt.Sprint("sku-", k)
+		}
+	}
+	at := inventory.WithAffinity(ctx, sku)
+	if err := c.Nodes[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if got := "127.0.0.1:" + nodeOfTx(at, t, s); got == c.Addrs()[0] {
+		t.Fatalf("%s's transaction began on its killed node %s", sku, got)
+	}
+	if err := c.Nodes[0].Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The node serves again; its rest is what is under test here.
+	time.Sleep(routeRest + 100*time.Millisecond)
+	if got := "127.0.0.1:" + nodeOfTx(at, t, s); got != c.Addrs()[0] {
+		t.Fatalf("after the node came back, %s's transaction began on %s, want its node %s", sku, got, c.Addrs()[0])
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,9 +30,9 @@ import (
 type Store struct {
 	db *sql.DB
 	// routes, on a Galera cluster (several hosts in the URL), are a pool
-	// per node, each preferring its node (see WithAffinityRouting); db is
-	// one of them. Nil on one server.
-	routes []*sql.DB
+	// per node, in address order (see WithAffinityRouting). Nil on one
+	// server.
+	routes []*route
 	// lockWait is WithLockWaitTimeout's bound, 0 when unset.
 	lockWait time.Duration
 	// lockWaitOf maps a driver connection to the innodb_lock_wait_timeout
@@ -66,7 +65,8 @@ type options struct {
 // instead of failing certification against another node's, which rolled
 // back most of batched's batches with an instance writing through each
 // node (0.31x the single server's burst, against 0.76x through one node).
-// A node that does not serve passes its share to the next. Work without
+// A node whose pool cannot begin a transaction passes its share to the
+// next for a while (routing.go). Work without
 // an affinity, and every read outside a transaction, goes through the
 // URL's first node that serves. Each node's pool holds up to
 // WithMaxConns connections (see Connections). Default true; no effect on
@@ -116,31 +116,16 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		cfg.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(o.lockWaitTimeout.Round(time.Second)/time.Second)))
 	}
 	s := &Store{lockWait: o.lockWaitTimeout}
+	connector, err := connectorOf(cfg, hosts)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	s.db = newPool(connector, o.maxConns)
 	if len(hosts) > 1 && !o.noRouting {
-		// Every instance must hash a key to the same node, whatever the
-		// order of its URL: the nodes in address order.
-		nodes := slices.Compact(slices.Sorted(slices.Values(hosts)))
-		// Each node's pool may hold maxConns: a share of them starved the
-		// work without an affinity (redis-reserve's consumers, on the
-		// first node) and kept 0.56x of the single server's burst, not
-		// 0.85x (measured). Connections are opened as work needs them.
-		for i := range nodes {
-			c, err := mysqlconn.New(cfg, append(slices.Clone(nodes[i:]), nodes[:i]...))
-			if err != nil {
-				s.Close()
-				return nil, fmt.Errorf("mysql: %w", err)
-			}
-			s.routes = append(s.routes, newPool(c, o.maxConns))
-			if nodes[i] == hosts[0] {
-				s.db = s.routes[i]
-			}
-		}
-	} else {
-		connector, err := connectorOf(cfg, hosts)
-		if err != nil {
+		if err := s.openRoutes(cfg, hosts, o.maxConns); err != nil {
+			s.Close()
 			return nil, fmt.Errorf("mysql: %w", err)
 		}
-		s.db = newPool(connector, o.maxConns)
 	}
 	if err := s.db.PingContext(ctx); err != nil {
 		s.Close()
@@ -171,11 +156,9 @@ func connectorOf(cfg *mysql.Config, hosts []string) (driver.Connector, error) {
 
 // Close closes the pools.
 func (s *Store) Close() {
-	if s.routes == nil && s.db != nil {
-		_ = s.db.Close()
-	}
-	for _, db := range s.routes {
-		_ = db.Close()
+	_ = s.db.Close()
+	for _, r := range s.routes {
+		_ = r.db.Close()
 	}
 }
 
@@ -411,7 +394,30 @@ func (s *Store) inSQLTx(ctx context.Context, opts *sql.TxOptions, fn func(*sql.T
 // (Setting it on every transaction would add a fifth round trip to an
 // order's four: BEGIN, UPDATE, INSERT, COMMIT.)
 func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func(commitErr error), error) {
-	conn, err := s.poolFor(ctx).Conn(ctx)
+	routes := s.routesFor(ctx)
+	if routes == nil {
+		return s.beginOn(ctx, s.db, opts)
+	}
+	var err error
+	for _, r := range routes {
+		var (
+			sqltx *sql.Tx
+			done  func(error)
+		)
+		if sqltx, done, err = s.beginOn(ctx, r.db, opts); err == nil {
+			return sqltx, done, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		r.passOver()
+	}
+	return nil, nil, err
+}
+
+// beginOn is beginTx on db's connections.
+func (s *Store) beginOn(ctx context.Context, db *sql.DB, opts *sql.TxOptions) (*sql.Tx, func(commitErr error), error) {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -454,9 +460,10 @@ func (s *Store) beginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, func
 // BEGIN failed is seldom worth keeping: on a Galera node that left the
 // primary component every statement fails (1047) until the node rejoins,
 // and pooled, the connection failed every transaction that took it for as
-// long, while a new one goes to a node that serves (mysqlconn; found by
-// review: with a SKU's transactions sent to one node, that node's pooled
-// connections failed its SKUs on every instance).
+// long, while a new one goes to a node that serves (mysqlconn), or the
+// transaction to the next node (routing.go; found by review: with a SKU's
+// transactions sent to one node, that node's pooled connections failed
+// its SKUs on every instance).
 func discard(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = conn.Close()
