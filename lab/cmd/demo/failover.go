@@ -168,7 +168,7 @@ func startReplicatedDB(ctx context.Context, b backend, dir string) (*replicatedS
 		runs: func(s string) bool {
 			return s == strategies.NameConditional || slices.Contains(report.ReplicationGoalStrategies, s)
 		}}
-	return &replicatedSide{cluster: report.ClusterGalera, setup: "Galera: three nodes, an instance beside each (its node first in its URL; a SKU's transactions through the node it hashes to)",
+	return &replicatedSide{cluster: report.ClusterGalera, setup: "Galera: three nodes, an instance at each, a SKU through one",
 		env: func(i int) []string { return []string{"DATABASE_URL=" + c.URLFrom(i, "stock")} }, dbAddrs: c.Addrs(), runs: all,
 		variant: oneWriter, stop: c.Stop}, nil
 }
