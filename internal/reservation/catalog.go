@@ -27,6 +27,7 @@ const pipelineChunk = 1000
 // announcing sale sales[i]. A *SaleNumberBehind names the highest number
 // Redis had seen among those at or above their announced sale.
 func (s *Store) CloseCatalog(ctx context.Context, skus []string, sales []int64) error {
+	m := s.Mark()
 	if err := s.listCatalog(ctx, skus, sales); err != nil {
 		return err
 	}
@@ -52,12 +53,13 @@ func (s *Store) CloseCatalog(ctx context.Context, skus []string, sales []int64) 
 	if behind != nil {
 		return behind
 	}
-	return s.Replicated(ctx)
+	return s.Replicated(ctx, m)
 }
 
 // LoadCatalog implements Reservations: Load for each start, sale
 // sales[i]. A SKU whose newer sale was started since (STALE) keeps it.
 func (s *Store) LoadCatalog(ctx context.Context, starts []inventory.SaleStart, sales []int64) error {
+	m := s.Mark()
 	skus := make([]string, len(starts))
 	for i, st := range starts {
 		skus[i] = st.SKU
@@ -91,7 +93,7 @@ func (s *Store) LoadCatalog(ctx context.Context, starts []inventory.SaleStart, s
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: load %d of the catalog's %d sales into Redis: %w", inventory.ErrUnavailable, len(failed), len(starts), errors.Join(failed[:min(len(failed), 3)]...))
 	}
-	return s.Replicated(ctx)
+	return s.Replicated(ctx, m)
 }
 
 // listCatalog lists every SKU in the catalog with its sale's number, as

@@ -236,6 +236,9 @@ func (h *recountOnNewServer) DialHook(next redis.DialHook) redis.DialHook {
 		// whatever addr says: the connection knows.
 		server := conn.RemoteAddr().String()
 		if prev := h.last.Swap(&server); prev == nil || *prev != server {
+			if prev != nil {
+				h.s.primaries.Add(1)
+			}
 			h.s.online.Store(unknownCount())
 		}
 		return conn, nil
@@ -292,11 +295,35 @@ func (s *Store) readsReplicated(w *replicaWait) bool { return s.confirmed(w) == 
 // stream in order, so the probe comes after them in it. Returns and
 // restocks need not wait: the check of the sale on a promoted replica
 // gives back every one the database has (returnAgain).
+//
+// The probe confirms what the server it reaches holds. A failover between
+// the start's scripts and the probe sends the probe to the promoted
+// replica, which may lack the start: its replicas would confirm a start
+// the new primary never had, and the sale would be answered started and
+// then refuse every order until started again (named by a review).
+// So a start takes a Mark before its first write, and Replicated fails
+// when the client connected to another server since (the process's first
+// connection is no change: nothing was written before it): the start may
+// have happened (503), and its retry with the same key finds out
+// (TestAStartWhoseProbeReachesAPromotedReplicaIsNotConfirmed).
+
+// Mark is the store's count of changes of Redis server (failovers) when
+// taken: Replicated(ctx, m) fails when one came after m.
+type Mark uint64
+
+// Mark implements Reservations: the Mark to pass to Replicated, taken
+// before the writes it is to confirm.
+func (s *Store) Mark() Mark { return Mark(s.primaries.Load()) }
+
+// errServerChanged: the probe may have reached another server than the
+// writes it was to confirm.
+var errServerChanged = errors.New("the client connected to another Redis server since the write (a failover): the write may be lost with the old primary")
 
 // Replicated implements Reservations: nil once every write this store was
-// answered before the call is on the replicas WithReplicas asks for (at
-// once without them); ErrUnavailable when they do not confirm in time.
-func (s *Store) Replicated(ctx context.Context) error {
+// answered after m was taken, and before the call, is on the replicas
+// WithReplicas asks for (at once without them); ErrUnavailable when they
+// do not confirm in time, or the client moved to another server since m.
+func (s *Store) Replicated(ctx context.Context, m Mark) error {
 	if !s.waitsForReplicas() {
 		return nil
 	}
@@ -305,6 +332,9 @@ func (s *Store) Replicated(ctx context.Context) error {
 	_, _ = p.Exec(ctx) // each command has its own error
 	if err := s.confirmed(w); err != nil {
 		return fmt.Errorf("%w: %w", inventory.ErrUnavailable, err)
+	}
+	if s.Mark() != m {
+		return fmt.Errorf("%w: %w", inventory.ErrUnavailable, errServerChanged)
 	}
 	return nil
 }

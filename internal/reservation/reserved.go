@@ -125,11 +125,15 @@ type Reservations interface {
 	// restored from an older copy), which may have lost the sale's orders
 	// with it.
 	Resume(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error
-	// Replicated returns once every write the store answered before it
-	// is on the store's replicas, when it has replicas to wait for (Close,
-	// Load, their catalog forms and Resume wait already): a retried start
-	// that finds its sale loaded asks it before it answers.
-	Replicated(ctx context.Context) error
+	// Replicated returns once every write the store answered after Mark
+	// gave m, and before the call, is on the store's replicas, when it
+	// has replicas to wait for (Close, Load, their catalog forms and
+	// Resume wait already): a retried start that finds its sale loaded
+	// asks it before it answers. It fails when the store moved to another
+	// server since m (a failover): what it read may be lost.
+	Replicated(ctx context.Context, m Mark) error
+	// Mark is the m for Replicated, taken before what it is to confirm.
+	Mark() Mark
 	// Return gives back to sale epoch the units of returned orders (ID,
 	// Quantity, UserID), each once per sale however often it is called
 	// with it: ErrStaleSale when the store holds another sale of the SKU,
@@ -345,12 +349,14 @@ func (r *Reserved) StartSaleWith(ctx context.Context, st inventory.SaleStart) er
 // stays closed (503) until a new sale is started, as it does without a
 // retry. Load itself refuses a sale older than one the store has closed.
 func (r *Reserved) FinishStart(ctx context.Context, st inventory.SaleStart, epoch int64) error {
+	m := r.res.Mark()
 	t, err := r.res.Tally(ctx, st.SKU)
 	switch {
 	case err == nil && t.Epoch/saleNumberStride >= epoch/saleNumberStride:
 		// Loaded on the primary, perhaps by the attempt that was answered
-		// 503 because its replicas did not confirm the load.
-		return r.res.Replicated(ctx)
+		// 503 because its replicas did not confirm the load: confirmed
+		// only if the replicas wait on the server Tally read.
+		return r.res.Replicated(ctx, m)
 	case err != nil && !errors.Is(err, ErrSaleNotLoaded):
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 // stream whose instance died before its consumer read it would be found
 // by no sweep (found by review, with the listing after the load).
 func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
+	m := s.Mark()
 	if err := s.list(ctx, sku, epoch); err != nil {
 		return err
 	}
@@ -28,7 +29,7 @@ func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
 	if err != nil {
 		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
-	return s.Replicated(ctx)
+	return s.Replicated(ctx, m)
 }
 
 // list lists sku in the catalog with the number of its latest sale.
@@ -54,6 +55,7 @@ func (s *Store) Resume(ctx context.Context, sku string, n, epoch int64, w invent
 }
 
 func (s *Store) load(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow, mode string) error {
+	m := s.Mark()
 	if err := s.list(ctx, sku, epoch); err != nil {
 		return err
 	}
@@ -68,7 +70,7 @@ func (s *Store) load(ctx context.Context, sku string, n, epoch int64, w inventor
 		}
 		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
-	return s.Replicated(ctx)
+	return s.Replicated(ctx, m)
 }
 
 // windowBound is a bound of the sale's window as the sale hash keeps it:

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -476,4 +479,115 @@ func TestTheFirstOrderAfterAFailoverWaitsForTheNewPrimarysReplicasOnly(t *testin
 			t.Fatalf("the database has %+v, want both orders, 8 left", a)
 		}
 	})
+}
+
+// A start's probe confirms what the server it reaches holds. Here the
+// primary is lost between the start's load (on the primary alone, its
+// replicas lagging) and its probe, which reaches the promoted replica:
+// its replica confirms the probe, not the load the new primary never had.
+// The start must be answered 503 (may have happened), not started: the
+// sale would refuse every order. Its retry with the same key starts it.
+func TestAStartWhoseProbeReachesAPromotedReplicaIsNotConfirmed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLaggingSale(t, modes[0], reservation.WithReplicas(1, 2*time.Second))
+	hook := &aroundProbe{
+		// The close's probe, confirmed by both replicas: then they lag.
+		after: func(probe int) {
+			if probe == 1 {
+				l.links.Freeze()
+			}
+		},
+		// The load's probe: the primary is lost first, with the load.
+		before: func(probe int) {
+			if probe == 2 {
+				promoted := l.failOverLagging()
+				waitOnlineReplica(t, promoted.Addr)
+				waitClientOn(t, l.rdb, promoted.Addr)
+			}
+		},
+	}
+	l.rdb.AddHook(hook)
+	req := inventory.SaleRequest{SKU: "sku", Available: 10, IdempotencyKey: "start-1"}
+	if _, err := l.svc.OpenSale(ctx, req); !errors.Is(err, inventory.ErrUnavailable) {
+		t.Fatalf("a start whose load was lost with the primary before its probe: %v, want 503 (unavailable)", err)
+	}
+	if n := hook.probes.Load(); n != 2 {
+		t.Fatalf("the start sent %d probes, want 2 (the close's, the load's): the failover did not come between the load and its probe", n)
+	}
+	if _, err := l.svc.OpenSale(ctx, req); err != nil {
+		t.Fatalf("its retry after the failover: %v", err)
+	}
+	l.consume(l.db)
+	l.orderAfterFailover("sku", "after")
+	if a := waitWritten(t, l.sale, "sku", 1); a.Orders != 1 || a.Available != 9 {
+		t.Fatalf("after the failover the database has %+v, want the one order, 9 left", a)
+	}
+}
+
+// aroundProbe is a client hook that calls before(n) and after(n) around
+// the nth pipeline that carries the replicas' probe.
+type aroundProbe struct {
+	probes        atomic.Int32
+	before, after func(n int)
+}
+
+func (h *aroundProbe) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *aroundProbe) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *aroundProbe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, isProbe) {
+			return next(ctx, cmds)
+		}
+		n := int(h.probes.Add(1))
+		h.before(n)
+		err := next(ctx, cmds)
+		h.after(n)
+		return err
+	}
+}
+
+// isProbe: the write a WAIT for the replicas follows (reserve:replicated).
+func isProbe(c redis.Cmder) bool {
+	args := c.Args()
+	if len(args) < 2 || c.Name() != "set" {
+		return false
+	}
+	key, ok := args[1].(string)
+	return ok && strings.HasSuffix(key, "reserve:replicated")
+}
+
+// waitOnlineReplica waits, up to 30 s, until the server at addr counts a
+// replica online (the other replica resynchronises from it).
+func waitOnlineReplica(t *testing.T, addr string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		if info, err := c.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, ",state=online,") {
+			return
+		}
+		if backoff.Wait(ctx, backoff.Exponential(attempt, 10*time.Millisecond, 200*time.Millisecond)) != nil {
+			t.Fatalf("no replica online on the promoted %s within 30 s", addr)
+		}
+	}
+}
+
+// waitClientOn waits, up to 30 s, until rdb's commands reach the server
+// at addr (the failover client learns of the switch from the Sentinels).
+func waitClientOn(t *testing.T, rdb redis.UniversalClient, addr string) {
+	t.Helper()
+	_, port, _ := strings.Cut(addr, ":")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		if info, err := rdb.Info(ctx, "server").Result(); err == nil && strings.Contains(info, "\ntcp_port:"+port+"\r") {
+			return
+		}
+		if backoff.Wait(ctx, backoff.Exponential(attempt, 10*time.Millisecond, 200*time.Millisecond)) != nil {
+			t.Fatalf("the client did not reach the promoted %s within 30 s", addr)
+		}
+	}
 }
