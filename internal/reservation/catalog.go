@@ -27,8 +27,11 @@ const pipelineChunk = 1000
 // announcing sale sales[i]. A *SaleNumberBehind names the highest number
 // Redis had seen among those at or above their announced sale.
 func (s *Store) CloseCatalog(ctx context.Context, skus []string, sales []int64) error {
-	m := s.Mark()
-	if err := s.listCatalog(ctx, skus, sales); err != nil {
+	return s.onOneConnection(func(c redis.Cmdable) error { return s.closeCatalog(ctx, c, skus, sales) })
+}
+
+func (s *Store) closeCatalog(ctx context.Context, c redis.Cmdable, skus []string, sales []int64) error {
+	if err := s.listCatalog(ctx, c, skus, sales); err != nil {
 		return err
 	}
 	calls := make([]pipelinedCall, len(skus))
@@ -36,7 +39,7 @@ func (s *Store) CloseCatalog(ctx context.Context, skus []string, sales []int64) 
 		k := s.keys(sku)
 		calls[i] = pipelinedCall{keys: []string{k.sale, k.epoch}, args: []any{sales[i]}}
 	}
-	cmds, err := s.runPipelined(ctx, closeScript, calls)
+	cmds, err := s.runPipelined(ctx, c, closeScript, calls)
 	if err != nil {
 		return fmt.Errorf("%w: close the catalog's sales in Redis: %w", inventory.ErrUnavailable, err)
 	}
@@ -53,18 +56,21 @@ func (s *Store) CloseCatalog(ctx context.Context, skus []string, sales []int64) 
 	if behind != nil {
 		return behind
 	}
-	return s.Replicated(ctx, m)
+	return s.replicatedOn(ctx, c)
 }
 
 // LoadCatalog implements Reservations: Load for each start, sale
 // sales[i]. A SKU whose newer sale was started since (STALE) keeps it.
 func (s *Store) LoadCatalog(ctx context.Context, starts []inventory.SaleStart, sales []int64) error {
-	m := s.Mark()
+	return s.onOneConnection(func(c redis.Cmdable) error { return s.loadCatalog(ctx, c, starts, sales) })
+}
+
+func (s *Store) loadCatalog(ctx context.Context, c redis.Cmdable, starts []inventory.SaleStart, sales []int64) error {
 	skus := make([]string, len(starts))
 	for i, st := range starts {
 		skus[i] = st.SKU
 	}
-	if err := s.listCatalog(ctx, skus, sales); err != nil {
+	if err := s.listCatalog(ctx, c, skus, sales); err != nil {
 		return err
 	}
 	calls := make([]pipelinedCall, len(starts))
@@ -75,7 +81,7 @@ func (s *Store) LoadCatalog(ctx context.Context, starts []inventory.SaleStart, s
 			args: []any{sales[i], st.Available, Group, windowBound(st.Window.StartsAt), windowBound(st.Window.EndsAt), ""},
 		}
 	}
-	cmds, err := s.runPipelined(ctx, loadScript, calls)
+	cmds, err := s.runPipelined(ctx, c, loadScript, calls)
 	if err != nil {
 		return fmt.Errorf("%w: load the catalog's sales into Redis: %w", inventory.ErrUnavailable, err)
 	}
@@ -93,19 +99,19 @@ func (s *Store) LoadCatalog(ctx context.Context, starts []inventory.SaleStart, s
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: load %d of the catalog's %d sales into Redis: %w", inventory.ErrUnavailable, len(failed), len(starts), errors.Join(failed[:min(len(failed), 3)]...))
 	}
-	return s.Replicated(ctx, m)
+	return s.replicatedOn(ctx, c)
 }
 
 // listCatalog lists every SKU in the catalog with its sale's number, as
 // list does for one (ZADD GT: a listing never goes back).
-func (s *Store) listCatalog(ctx context.Context, skus []string, sales []int64) error {
+func (s *Store) listCatalog(ctx context.Context, c redis.Cmdable, skus []string, sales []int64) error {
 	for from := 0; from < len(skus); from += pipelineChunk {
 		to := min(from+pipelineChunk, len(skus))
 		members := make([]redis.Z, 0, to-from)
 		for i := from; i < to; i++ {
 			members = append(members, redis.Z{Score: float64(sales[i]), Member: skus[i]})
 		}
-		if err := s.rdb.ZAddArgs(ctx, s.catalogKey(), redis.ZAddArgs{GT: true, Members: members}).Err(); err != nil {
+		if err := c.ZAddArgs(ctx, s.catalogKey(), redis.ZAddArgs{GT: true, Members: members}).Err(); err != nil {
 			return fmt.Errorf("%w: list the catalog's SKUs: %w", inventory.ErrUnavailable, err)
 		}
 	}
@@ -122,14 +128,14 @@ type pipelinedCall struct {
 // pipelineChunk; a run Redis answers NOSCRIPT (it forgot its scripts) is
 // sent again with the script's text. It returns each call's reply, whose
 // error is the script's; err is a pipeline that failed as a whole.
-func (s *Store) runPipelined(ctx context.Context, script *redis.Script, calls []pipelinedCall) ([]*redis.Cmd, error) {
-	if err := script.Load(ctx, s.rdb).Err(); err != nil {
+func (s *Store) runPipelined(ctx context.Context, rdb redis.Cmdable, script *redis.Script, calls []pipelinedCall) ([]*redis.Cmd, error) {
+	if err := script.Load(ctx, rdb).Err(); err != nil {
 		return nil, fmt.Errorf("load the script: %w", err)
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	for from := 0; from < len(calls); from += pipelineChunk {
 		to := min(from+pipelineChunk, len(calls))
-		if err := s.pipeline(ctx, calls, cmds, from, to, func(p redis.Pipeliner, c pipelinedCall) *redis.Cmd {
+		if err := pipeline(ctx, rdb, calls, cmds, from, to, func(p redis.Pipeliner, c pipelinedCall) *redis.Cmd {
 			return script.EvalSha(ctx, p, c.keys, c.args...)
 		}); err != nil {
 			return nil, err
@@ -141,7 +147,7 @@ func (s *Store) runPipelined(ctx context.Context, script *redis.Script, calls []
 			}
 		}
 		if len(again) > 0 {
-			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for _, i := range again {
 					cmds[i] = script.Eval(ctx, p, calls[i].keys, calls[i].args...)
 				}
@@ -157,8 +163,8 @@ func (s *Store) runPipelined(ctx context.Context, script *redis.Script, calls []
 // pipeline sends calls[from:to] in one pipeline, their replies into cmds.
 // A pipeline's error is its first command's error, which a script's own
 // error reply is too: only a failure no command answered fails it.
-func (s *Store) pipeline(ctx context.Context, calls []pipelinedCall, cmds []*redis.Cmd, from, to int, send func(redis.Pipeliner, pipelinedCall) *redis.Cmd) error {
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+func pipeline(ctx context.Context, rdb redis.Cmdable, calls []pipelinedCall, cmds []*redis.Cmd, from, to int, send func(redis.Pipeliner, pipelinedCall) *redis.Cmd) error {
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := from; i < to; i++ {
 			cmds[i] = send(p, calls[i])
 		}

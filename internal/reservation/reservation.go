@@ -91,9 +91,6 @@ type Store struct {
 	replicas    int64
 	replicaWait time.Duration
 	online      atomic.Pointer[replicaCount]
-	// primaries counts the times the client connected to another server
-	// than the last (a failover): see Mark.
-	primaries atomic.Uint64
 }
 
 var _ Reservations = (*Store)(nil)

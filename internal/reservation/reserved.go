@@ -125,15 +125,12 @@ type Reservations interface {
 	// restored from an older copy), which may have lost the sale's orders
 	// with it.
 	Resume(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow) error
-	// Replicated returns once every write the store answered after Mark
-	// gave m, and before the call, is on the store's replicas, when it
-	// has replicas to wait for (Close, Load, their catalog forms and
-	// Resume wait already): a retried start that finds its sale loaded
-	// asks it before it answers. It fails when the store moved to another
-	// server since m (a failover): what it read may be lost.
-	Replicated(ctx context.Context, m Mark) error
-	// Mark is the m for Replicated, taken before what it is to confirm.
-	Mark() Mark
+	// TallyReplicated is Tally, then, when the store holds a sale of the
+	// SKU and has replicas to wait for, a wait until what it read is on
+	// them, asked of the server that answered the Tally (Close, Load,
+	// their catalog forms and Resume wait already): a retried start that
+	// finds its sale loaded asks it before it answers.
+	TallyReplicated(ctx context.Context, sku string) (Tally, error)
 	// Return gives back to sale epoch the units of returned orders (ID,
 	// Quantity, UserID), each once per sale however often it is called
 	// with it: ErrStaleSale when the store holds another sale of the SKU,
@@ -349,14 +346,12 @@ func (r *Reserved) StartSaleWith(ctx context.Context, st inventory.SaleStart) er
 // stays closed (503) until a new sale is started, as it does without a
 // retry. Load itself refuses a sale older than one the store has closed.
 func (r *Reserved) FinishStart(ctx context.Context, st inventory.SaleStart, epoch int64) error {
-	m := r.res.Mark()
-	t, err := r.res.Tally(ctx, st.SKU)
+	t, err := r.res.TallyReplicated(ctx, st.SKU)
 	switch {
 	case err == nil && t.Epoch/saleNumberStride >= epoch/saleNumberStride:
 		// Loaded on the primary, perhaps by the attempt that was answered
-		// 503 because its replicas did not confirm the load: confirmed
-		// only if the replicas wait on the server Tally read.
-		return r.res.Replicated(ctx, m)
+		// 503 because its replicas did not confirm the load: now they have.
+		return nil
 	case err != nil && !errors.Is(err, ErrSaleNotLoaded):
 		return err
 	}

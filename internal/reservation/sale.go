@@ -17,24 +17,27 @@ import (
 // stream whose instance died before its consumer read it would be found
 // by no sweep (found by review, with the listing after the load).
 func (s *Store) Close(ctx context.Context, sku string, epoch int64) error {
-	m := s.Mark()
-	if err := s.list(ctx, sku, epoch); err != nil {
+	return s.onOneConnection(func(c redis.Cmdable) error { return s.close(ctx, c, sku, epoch) })
+}
+
+func (s *Store) close(ctx context.Context, c redis.Cmdable, sku string, epoch int64) error {
+	if err := s.list(ctx, c, sku, epoch); err != nil {
 		return err
 	}
 	k := s.keys(sku)
-	seen, err := closeScript.Run(ctx, s.rdb, []string{k.sale, k.epoch}, epoch).Int64()
+	seen, err := closeScript.Run(ctx, c, []string{k.sale, k.epoch}, epoch).Int64()
 	if err == nil && seen >= epoch {
 		return &SaleNumberBehind{Seen: seen}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: close the sale of %q in Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
-	return s.Replicated(ctx, m)
+	return s.replicatedOn(ctx, c)
 }
 
 // list lists sku in the catalog with the number of its latest sale.
-func (s *Store) list(ctx context.Context, sku string, epoch int64) error {
-	if err := s.rdb.ZAddArgs(ctx, s.catalogKey(), redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(epoch), Member: sku}}}).Err(); err != nil {
+func (s *Store) list(ctx context.Context, c redis.Cmdable, sku string, epoch int64) error {
+	if err := c.ZAddArgs(ctx, s.catalogKey(), redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(epoch), Member: sku}}}).Err(); err != nil {
 		return fmt.Errorf("%w: list %q in the catalog: %w", inventory.ErrUnavailable, sku, err)
 	}
 	return nil
@@ -55,12 +58,15 @@ func (s *Store) Resume(ctx context.Context, sku string, n, epoch int64, w invent
 }
 
 func (s *Store) load(ctx context.Context, sku string, n, epoch int64, w inventory.SaleWindow, mode string) error {
-	m := s.Mark()
-	if err := s.list(ctx, sku, epoch); err != nil {
+	return s.onOneConnection(func(c redis.Cmdable) error { return s.loadOn(ctx, c, sku, n, epoch, w, mode) })
+}
+
+func (s *Store) loadOn(ctx context.Context, c redis.Cmdable, sku string, n, epoch int64, w inventory.SaleWindow, mode string) error {
+	if err := s.list(ctx, c, sku, epoch); err != nil {
 		return err
 	}
 	k := s.keys(sku)
-	if err := loadScript.Run(ctx, s.rdb, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers, k.returned, k.open, k.restocks}, epoch, n, Group, windowBound(w.StartsAt), windowBound(w.EndsAt), mode).Err(); err != nil {
+	if err := loadScript.Run(ctx, c, []string{k.sale, k.epoch, k.idem, k.orders, k.buyers, k.returned, k.open, k.restocks}, epoch, n, Group, windowBound(w.StartsAt), windowBound(w.EndsAt), mode).Err(); err != nil {
 		if strings.HasPrefix(err.Error(), "LOST") {
 			return fmt.Errorf("%w: %q: Redis lost the start of its sale, and with it maybe orders the sale took; start a new sale: %w", ErrSaleNotLoaded, sku, err)
 		}
@@ -70,7 +76,7 @@ func (s *Store) load(ctx context.Context, sku string, n, epoch int64, w inventor
 		}
 		return fmt.Errorf("%w: load the sale of %q into Redis: %w", inventory.ErrUnavailable, sku, err)
 	}
-	return s.Replicated(ctx, m)
+	return s.replicatedOn(ctx, c)
 }
 
 // windowBound is a bound of the sale's window as the sale hash keeps it:
@@ -112,7 +118,7 @@ func (s *Store) giveBack(ctx context.Context, sku string, epoch int64, kind stri
 	// and a sale with units to sell must be listed, or the orders of an
 	// instance that dies before its consumer reads them would be found by
 	// no sweep.
-	if err := s.list(ctx, sku, epoch); err != nil {
+	if err := s.list(ctx, s.rdb, sku, epoch); err != nil {
 		return err
 	}
 	for checked := false; ; checked = true {
@@ -179,10 +185,10 @@ func (s *Store) GiveBack(ctx context.Context, kind RelayKind, marked []Marked) [
 		}
 		return errs
 	}
-	if err := s.listCatalog(ctx, skus, sales); err != nil {
+	if err := s.listCatalog(ctx, s.rdb, skus, sales); err != nil {
 		return fail(err)
 	}
-	cmds, err := s.runPipelined(ctx, returnScript, calls)
+	cmds, err := s.runPipelined(ctx, s.rdb, returnScript, calls)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %s units of %d SKUs in Redis: %w", inventory.ErrUnavailable, k, len(marked), err))
 	}
@@ -264,8 +270,24 @@ func (s *Store) returnAgain(ctx context.Context, sku string, epoch int64, token 
 
 // Tally implements Reservations.
 func (s *Store) Tally(ctx context.Context, sku string) (Tally, error) {
+	return s.tallyOn(ctx, s.rdb, sku)
+}
+
+// TallyReplicated implements Reservations: Tally, then, when the SKU has
+// a sale, a wait for the replicas on the connection that read it.
+func (s *Store) TallyReplicated(ctx context.Context, sku string) (t Tally, err error) {
+	err = s.onOneConnection(func(c redis.Cmdable) error {
+		if t, err = s.tallyOn(ctx, c, sku); err != nil {
+			return err
+		}
+		return s.replicatedOn(ctx, c)
+	})
+	return t, err
+}
+
+func (s *Store) tallyOn(ctx context.Context, c redis.Cmdable, sku string) (Tally, error) {
 	k := s.keys(sku)
-	v, err := tallyScript.Run(ctx, s.rdb, []string{k.sale, k.orders}).Int64Slice()
+	v, err := tallyScript.Run(ctx, c, []string{k.sale, k.orders}).Int64Slice()
 	if err != nil {
 		return Tally{}, fmt.Errorf("%w: tally %q in Redis: %w", inventory.ErrUnavailable, sku, err)
 	}

@@ -483,10 +483,11 @@ func TestTheFirstOrderAfterAFailoverWaitsForTheNewPrimarysReplicasOnly(t *testin
 
 // A start's probe confirms what the server it reaches holds. Here the
 // primary is lost between the start's load (on the primary alone, its
-// replicas lagging) and its probe, which reaches the promoted replica:
-// its replica confirms the probe, not the load the new primary never had.
-// The start must be answered 503 (may have happened), not started: the
-// sale would refuse every order. Its retry with the same key starts it.
+// replicas lagging) and its probe. Sent through the pool, the probe would
+// reach the promoted replica, and its replica would confirm the probe,
+// not the load the new primary never had. The start must be answered 503
+// (may have happened), not started: the sale would refuse every order.
+// Its retry with the same key starts it.
 func TestAStartWhoseProbeReachesAPromotedReplicaIsNotConfirmed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -509,6 +510,8 @@ func TestAStartWhoseProbeReachesAPromotedReplicaIsNotConfirmed(t *testing.T) {
 	}
 	l.rdb.AddHook(hook)
 	req := inventory.SaleRequest{SKU: "sku", Available: 10, IdempotencyKey: "start-1"}
+	// Through the pool the probe would reach the promoted replica, whose
+	// replica confirms it (it is online before the probe is sent).
 	if _, err := l.svc.OpenSale(ctx, req); !errors.Is(err, inventory.ErrUnavailable) {
 		t.Fatalf("a start whose load was lost with the primary before its probe: %v, want 503 (unavailable)", err)
 	}
