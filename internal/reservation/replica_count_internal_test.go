@@ -98,3 +98,54 @@ func TestOnlyALostConnectionMakesTheReplicaCountUnknown(t *testing.T) {
 		}
 	}
 }
+
+// Found by review: a WAIT counts up to its connection's last write, and
+// after a probe the primary refused (NOREPLICAS under
+// min-replicas-to-write, OOM at maxmemory) that is an earlier write. On
+// Redis 7.2 and later a retried start that wrote nothing would then be
+// confirmed at once by replicas that lack its load (Debian's 7.0 moves
+// the offset on every command, so a live server cannot show it here): a
+// refused probe confirms nothing, whatever the WAIT answered.
+func TestARefusedProbeConfirmsNothing(t *testing.T) {
+	s := &Store{}
+	WithReplicas(1, time.Second)(s)
+	s.online.Store(&replicaCount{n: 2}) // known: no INFO asked first
+	p := &recordingPipeliner{}
+	w := s.awaitReadsReplicated(context.Background(), p)
+	if w == nil || w.probe == nil {
+		t.Fatal("no probe queued before the WAIT")
+	}
+	w.probe.SetErr(serverSaid("NOREPLICAS Not enough good replicas to write."))
+	w.wait.SetVal(2)
+	w.info.SetVal(twoOnline)
+	if err := s.confirmed(w); err == nil {
+		t.Fatal("a WAIT after a refused probe was confirmed")
+	}
+	w.probe.SetErr(nil)
+	if err := s.confirmed(w); err != nil {
+		t.Fatalf("the same WAIT after a probe that was taken: %v", err)
+	}
+}
+
+// recordingPipeliner queues commands and sends none.
+type recordingPipeliner struct {
+	redis.Pipeliner
+	cmds []redis.Cmder
+}
+
+func (p *recordingPipeliner) Process(_ context.Context, c redis.Cmder) error {
+	p.cmds = append(p.cmds, c)
+	return nil
+}
+
+func (p *recordingPipeliner) Set(ctx context.Context, key string, v any, d time.Duration) *redis.StatusCmd {
+	c := redis.NewStatusCmd(ctx, "set", key, v)
+	_ = p.Process(ctx, c)
+	return c
+}
+
+func (p *recordingPipeliner) Info(ctx context.Context, section ...string) *redis.StringCmd {
+	c := redis.NewStringCmd(ctx, "info", section[0])
+	_ = p.Process(ctx, c)
+	return c
+}

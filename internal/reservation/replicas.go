@@ -69,7 +69,7 @@ func WithReplicas(n int, timeout time.Duration) Option {
 type notReplicated struct {
 	acked, want int64
 	wait        time.Duration
-	err         error // WAIT's or INFO's own error, if one failed
+	err         error // WAIT's, INFO's or the probe's own error, if one failed
 }
 
 func (e *notReplicated) Error() string {
@@ -91,6 +91,12 @@ type replicaWait struct {
 	wait *redis.IntCmd
 	info *redis.StringCmd
 	from *replicaCount
+	// probe is the write a WAIT after reads follows (awaitReadsReplicated).
+	// A WAIT counts up to its connection's last write: after a refused
+	// probe (NOREPLICAS under min-replicas-to-write, OOM at maxmemory)
+	// that is an earlier write, and the WAIT may confirm at once what it
+	// was to cover (found by review), so a refused probe confirms nothing.
+	probe *redis.StatusCmd
 }
 
 // replicaCount is how many replicas a primary's INFO listed online; -1
@@ -156,6 +162,9 @@ func (s *Store) confirmed(w *replicaWait) error {
 	s.countFrom(w.from, info, ierr)
 	if err == nil {
 		err = ierr
+	}
+	if w.probe != nil && err == nil {
+		err = w.probe.Err()
 	}
 	want := s.replicas
 	if ierr == nil {
@@ -275,8 +284,12 @@ func (s *Store) awaitReadsReplicated(ctx context.Context, p redis.Pipeliner) *re
 	if !s.waitsForReplicas() {
 		return nil
 	}
-	p.Set(ctx, s.prefix+"reserve:replicated", "", 0)
-	return s.waitReplicas(ctx, p)
+	probe := p.Set(ctx, s.prefix+"reserve:replicated", "", 0)
+	w := s.waitReplicas(ctx, p)
+	if w != nil {
+		w.probe = probe
+	}
+	return w
 }
 
 // readsReplicated reports whether w (from awaitReadsReplicated) was
